@@ -1,0 +1,5 @@
+module github.com/floodgate-go/floodgate
+
+go 1.23.0
+
+require github.com/hashicorp/golang-lru/v2 v2.0.7

@@ -1,0 +1,155 @@
+package floodgate
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures an in-memory limiter (NewTokenBucket, NewSlidingLog,
+// NewSlidingCounter). An option that does not apply to the limiter it is
+// given to is reported by the constructor as ErrInvalidOption rather than
+// ignored, so a misconfiguration never passes silently.
+type Option func(*config) error
+
+// Defaults of the in-memory store.
+const (
+	// DefaultMaxKeys is the number of keys a limiter tracks unless
+	// WithMaxKeys says otherwise. A token bucket costs about 120 bytes per
+	// tracked key (see the README's figures), so the default bounds it to
+	// roughly 30 MiB; a sliding log adds 4 bytes per recorded event.
+	DefaultMaxKeys = 1 << 18
+	// DefaultMaxKeyLength is the longest key accepted unless
+	// WithMaxKeyLength says otherwise. Longer keys are refused with
+	// ErrKeyTooLong; they are never truncated (two clients would then share
+	// a limit) nor hashed in full at the caller's expense.
+	DefaultMaxKeyLength = 1024
+)
+
+// config holds every option; each constructor checks that only the options
+// that apply to it were set.
+type config struct {
+	burst       int
+	burstSet    bool
+	maxKeys     int
+	maxKeyLen   int
+	shards      int
+	now         func() time.Time
+	interval    bool // token bucket: refill intervally
+	countDenied bool // sliding log: record denied attempts too
+}
+
+// option kinds, used to refuse options that do not apply.
+const (
+	kindTokenBucket = "token bucket"
+	kindSlidingLog  = "sliding log"
+	kindCounter     = "sliding counter"
+)
+
+func newConfig(kind string, opts []Option) (config, error) {
+	c := config{maxKeys: DefaultMaxKeys, maxKeyLen: DefaultMaxKeyLength}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	if c.burstSet && kind != kindTokenBucket {
+		return c, fmt.Errorf("%w: WithBurst applies to a token bucket, not a %s", ErrInvalidOption, kind)
+	}
+	if c.interval && kind != kindTokenBucket {
+		return c, fmt.Errorf("%w: WithIntervalRefill applies to a token bucket, not a %s", ErrInvalidOption, kind)
+	}
+	if c.countDenied && kind != kindSlidingLog {
+		return c, fmt.Errorf("%w: WithCountDenied applies to a sliding log, not a %s", ErrInvalidOption, kind)
+	}
+	if c.shards == 0 {
+		c.shards = defaultShards(c.maxKeys)
+	}
+	if c.shards > c.maxKeys {
+		return c, fmt.Errorf("%w: %d shards for %d keys; need at least one key per shard", ErrInvalidOption, c.shards, c.maxKeys)
+	}
+	return c, nil
+}
+
+// WithBurst sets the capacity of a token bucket: the number of events that
+// may happen at once after a quiet spell. The default is Rate.Limit. It
+// must be positive and applies only to NewTokenBucket.
+func WithBurst(n int) Option {
+	return func(c *config) error {
+		if n <= 0 || n > maxLimit {
+			return fmt.Errorf("%w: burst %d must be in 1..%d", ErrInvalidOption, n, maxLimit)
+		}
+		c.burst, c.burstSet = n, true
+		return nil
+	}
+}
+
+// WithMaxKeys bounds the number of keys the limiter tracks (default
+// DefaultMaxKeys). When the bound is reached, keys whose state equals a
+// fresh one (a full bucket, an empty window) are dropped first, at no cost;
+// dropping a key that still holds state resets that client's limit and is
+// counted in Stats().EvictedLive. Size the store so that this count stays
+// at zero under normal traffic.
+func WithMaxKeys(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max keys %d must be positive", ErrInvalidOption, n)
+		}
+		c.maxKeys = n
+		return nil
+	}
+}
+
+// WithMaxKeyLength sets the longest key, in bytes, the limiter accepts
+// (default DefaultMaxKeyLength). Longer keys get ErrKeyTooLong.
+func WithMaxKeyLength(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max key length %d must be positive", ErrInvalidOption, n)
+		}
+		c.maxKeyLen = n
+		return nil
+	}
+}
+
+// WithShards sets the number of independently locked shards of the store.
+// It must be a power of two and at most the key bound. The default scales
+// with the key bound up to 64 shards, enough to keep lock contention low on
+// machines with many cores.
+func WithShards(n int) Option {
+	return func(c *config) error {
+		if n <= 0 || n&(n-1) != 0 {
+			return fmt.Errorf("%w: shards %d must be a positive power of two", ErrInvalidOption, n)
+		}
+		c.shards = n
+		return nil
+	}
+}
+
+// WithClock makes the limiter read the time from now instead of the
+// system's clock. It exists for tests and simulations: the default clock is
+// monotonic, immune to wall-clock steps, whereas an injected clock is taken
+// as it is, except that a step backwards is held at the latest time seen (a
+// limited client is never released, an idle one never blocked, by going
+// back in time).
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		c.now = now
+		return nil
+	}
+}
+
+func defaultShards(maxKeys int) int {
+	// At least 64 keys per shard so that LRU order stays meaningful, at
+	// most 64 shards.
+	n := 1
+	for n < 64 && n*2*64 <= maxKeys {
+		n *= 2
+	}
+	return n
+}

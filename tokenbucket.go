@@ -1,0 +1,276 @@
+package floodgate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// TokenBucket is an in-memory token-bucket limiter with one bucket per key.
+//
+// Each bucket holds up to burst tokens (WithBurst, default Rate.Limit) and
+// starts full. An event of cost n takes n tokens if the bucket has them; a
+// denied event takes nothing. Tokens come back continuously ("greedy"
+// refill), Rate.Limit per Rate.Period, exactly as golang.org/x/time/rate
+// does for a single limiter; WithIntervalRefill makes them come back all at
+// once at the end of each period instead.
+//
+// The state of a bucket is its theoretical arrival time (GCRA): the time
+// at which it will be full again, kept exactly as nanoseconds plus a
+// fraction of Rate.Limit, so no rounding accumulates however the period
+// divides. Buckets live in a bounded, sharded LRU store (WithMaxKeys); a
+// full bucket is indistinguishable from a forgotten one, so idle keys cost
+// nothing to drop.
+//
+// A TokenBucket is safe for concurrent use.
+type TokenBucket struct {
+	rate     Rate
+	burst    int
+	interval bool
+	limit    uint64 // Rate.Limit
+	period   uint64 // Rate.Period in ns
+	// tick is Period/Limit when it divides exactly: then the fraction is
+	// always zero and the hot path needs no 128-bit arithmetic.
+	tick int64
+	// tau = burst·Period/Limit = tauQ + tauR/Limit ns: how far the
+	// theoretical arrival time may run ahead of now.
+	tauQ, tauR int64
+	store      *store[tbState]
+}
+
+// tbState is one bucket. Greedy refill: tat + frac/Limit is the theoretical
+// arrival time in ns since the limiter's epoch (frac in [0, Limit)).
+// Interval refill: tat is the start of the current period and frac the
+// tokens used. The zero value is a full bucket in both modes.
+type tbState struct {
+	tat  int64
+	frac int64
+}
+
+// maxTau bounds burst·Period/Limit so that every sum of times fits in int64.
+const maxTau = 1 << 61
+
+// NewTokenBucket returns a token bucket refilling r.Limit tokens per
+// r.Period. It accepts WithBurst, WithIntervalRefill, WithMaxKeys,
+// WithMaxKeyLength, WithShards and WithClock; invalid values, and options
+// that do not apply, are reported as errors wrapping ErrInvalidRate or
+// ErrInvalidOption.
+func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := newConfig(kindTokenBucket, opts)
+	if err != nil {
+		return nil, err
+	}
+	burst := r.Limit
+	if c.burstSet {
+		burst = c.burst
+	}
+	b := &TokenBucket{
+		rate:     r,
+		burst:    burst,
+		interval: c.interval,
+		limit:    uint64(r.Limit),
+		period:   uint64(r.Period),
+	}
+	hi, lo := bits.Mul64(uint64(burst), b.period)
+	if hi >= b.limit {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
+	}
+	q, rem := bits.Div64(hi, lo, b.limit)
+	if q >= maxTau || b.period >= maxTau {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
+	}
+	b.tauQ, b.tauR = int64(q), int64(rem)
+	if b.period%b.limit == 0 {
+		b.tick = int64(b.period / b.limit)
+	}
+	freshAt := b.greedyFreshAt
+	if c.interval {
+		freshAt = b.intervalFreshAt
+	}
+	if b.store, err = newStore(c, freshAt); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// WithIntervalRefill makes a token bucket refill intervally: instead of a
+// token every Period/Limit, the whole Rate.Limit comes back at once when a
+// Period has passed (Bucket4j's refillIntervally, Resilience4j's
+// limitForPeriod). Periods are counted per key from its first event after
+// its bucket was last full.
+//
+// The trade-off is the boundary double burst: a client can spend the whole
+// bucket just before a period ends and Rate.Limit more just after, so up to
+// burst + Rate.Limit events can happen within a moment. Use it where that
+// is acceptable and a simple "N per period" is what users were promised;
+// prefer the greedy default or a SlidingLog otherwise. It applies only to
+// NewTokenBucket.
+func WithIntervalRefill() Option {
+	return func(c *config) error {
+		c.interval = true
+		return nil
+	}
+}
+
+// Rate returns the rate the bucket was created with.
+func (b *TokenBucket) Rate() Rate { return b.rate }
+
+// Burst returns the capacity of each bucket.
+func (b *TokenBucket) Burst() int { return b.burst }
+
+// Allow is AllowN(ctx, key, 1).
+func (b *TokenBucket) Allow(ctx context.Context, key string) (Decision, error) {
+	return b.AllowN(ctx, key, 1)
+}
+
+// AllowN takes n tokens from key's bucket if it holds n, and reports the
+// decision either way; n == 0 reports without taking. A cost above the
+// burst returns ErrCostExceedsLimit. The context is not consulted: an
+// in-memory decision does not block.
+func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (Decision, error) {
+	if err := checkCost(n, b.burst); err != nil {
+		return Decision{Limit: b.burst}, err
+	}
+	sh, st, now, err := b.store.acquire(key, n > 0)
+	if err != nil {
+		return Decision{Limit: b.burst}, err
+	}
+	var d Decision
+	if st == nil { // n == 0 on an untracked key: a full bucket
+		st = &tbState{}
+	}
+	if b.interval {
+		d = b.decideInterval(st, now, n)
+	} else {
+		d = b.decideGreedy(st, now, n)
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// Reset refills key's bucket.
+func (b *TokenBucket) Reset(_ context.Context, key string) error {
+	return b.store.remove(key)
+}
+
+// Stats reports the size of the key store and its evictions.
+func (b *TokenBucket) Stats() Stats { return b.store.stats() }
+
+// decideGreedy is GCRA: the event fits if, after adding its cost to the
+// theoretical arrival time, that time is no more than tau ahead of now.
+func (b *TokenBucket) decideGreedy(st *tbState, now int64, n int) Decision {
+	tat, frac := st.tat, st.frac
+	if tat < now { // the bucket is full: start from now
+		tat, frac = now, 0
+	}
+	ntat, nfrac := b.advance(tat, frac, n)
+	ahead := ntat - now
+	d := Decision{Limit: b.burst}
+	if ahead < b.tauQ || (ahead == b.tauQ && nfrac <= b.tauR) {
+		d.Allowed = true
+		tat, frac = ntat, nfrac
+		st.tat, st.frac = tat, frac
+	} else {
+		// The earliest time at which ntat - t <= tau, rounded up to a ns.
+		wait, wfrac := ahead-b.tauQ, nfrac-b.tauR
+		if wfrac < 0 {
+			wait--
+			wfrac += int64(b.limit)
+		}
+		if wfrac > 0 {
+			wait++
+		}
+		d.RetryAfter = durationNS(wait)
+	}
+	// tat >= now here; the tokens missing are (tat-now)·Limit/Period.
+	owed := tat - now
+	d.Remaining = b.burst - b.tokensCeil(owed, frac)
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	if frac > 0 {
+		owed++
+	}
+	d.ResetAfter = durationNS(owed)
+	return d
+}
+
+// advance returns (tat + frac/L) + n·Period/Limit as (ns, fraction).
+func (b *TokenBucket) advance(tat, frac int64, n int) (int64, int64) {
+	if b.tick > 0 {
+		return tat + int64(n)*b.tick, 0
+	}
+	hi, lo := bits.Mul64(uint64(n), b.period)
+	lo, carry := bits.Add64(lo, uint64(frac), 0)
+	q, r := bits.Div64(hi+carry, lo, b.limit) // n <= burst: no overflow (checked in NewTokenBucket)
+	return tat + int64(q), int64(r)
+}
+
+// tokensCeil returns ceil((ns + frac/L)·Limit/Period): the whole tokens
+// that a debt of that many nanoseconds stands for.
+func (b *TokenBucket) tokensCeil(ns, frac int64) int {
+	if b.tick > 0 {
+		return int((ns + b.tick - 1) / b.tick)
+	}
+	hi, lo := bits.Mul64(uint64(ns), b.limit)
+	lo, carry := bits.Add64(lo, uint64(frac), 0)
+	q, r := bits.Div64(hi+carry, lo, b.period)
+	if r > 0 {
+		q++
+	}
+	return int(q)
+}
+
+func (b *TokenBucket) greedyFreshAt(st *tbState) int64 {
+	if st.frac > 0 {
+		return st.tat + 1
+	}
+	return st.tat
+}
+
+// decideInterval: tat is the start of the current period, frac the tokens
+// used; every whole period since then gives Limit tokens back.
+func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
+	start, used := st.tat, st.frac
+	period, limit := int64(b.period), int64(b.limit)
+	if used > 0 && now-start >= period {
+		k := (now - start) / period
+		if k >= (used+limit-1)/limit {
+			used = 0
+		} else {
+			used -= k * limit
+			start += k * period
+		}
+	}
+	if used == 0 {
+		start = now
+	}
+	d := Decision{Limit: b.burst}
+	if used+int64(n) <= int64(b.burst) {
+		d.Allowed = true
+		used += int64(n)
+	} else {
+		k := (used + int64(n) - int64(b.burst) + limit - 1) / limit
+		d.RetryAfter = durationNS(start + k*period - now)
+	}
+	if d.Allowed || used > 0 {
+		st.tat, st.frac = start, used
+	}
+	d.Remaining = b.burst - int(used)
+	if used > 0 {
+		d.ResetAfter = durationNS(start + (used+limit-1)/limit*period - now)
+	}
+	return d
+}
+
+func (b *TokenBucket) intervalFreshAt(st *tbState) int64 {
+	if st.frac == 0 {
+		return math.MinInt64 // a full bucket: fresh at any time
+	}
+	limit := int64(b.limit)
+	return st.tat + (st.frac+limit-1)/limit*int64(b.period)
+}
