@@ -177,10 +177,13 @@ func checkReset(e *env) {
 // checkIndependentKeys: keys that differ by a byte, case, a trailing space
 // or a NUL never share a limit.
 func checkIndependentKeys(e *env) {
+	// One fresh base, so that the keys differ only in their last bytes.
+	base := e.key("")
 	labels := []string{"k", "K", "k ", "kk", "k\x00", "ключ", strings.Repeat("k", 200)}
 	keys := make([]string, len(labels))
 	for i, l := range labels {
-		keys[i] = e.key(l)
+		keys[i] = base + l
+		e.labels[keys[i]] = l
 	}
 	c := e.cfg.capacity()
 	for i, k := range keys {
