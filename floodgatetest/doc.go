@@ -53,7 +53,8 @@
 //     fixed seeds, compared with the model; without a model, held to the
 //     rules below.
 //   - RetryAfter: a denied request retried after exactly RetryAfter
-//     succeeds; for the exact algorithms, 1 ms earlier it is still denied.
+//     succeeds, and 1 ms earlier it is still denied: the wait is the
+//     shortest, as Decision promises.
 //   - ResetAfter: after it a report shows the whole quota; for the exact
 //     algorithms, 1 ms earlier it does not.
 //   - CostExceedsLimit: a cost above the capacity is an error wrapping

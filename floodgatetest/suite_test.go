@@ -297,6 +297,15 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"Timeline", "RetryAfter"},
 		},
 		{
+			name: "RetryAfter 1ms long (no model)", alg: SlidingCounter, model: TokenBucket,
+			bug: editDecision(func(d *floodgate.Decision, _ int) {
+				if d.RetryAfter > 0 {
+					d.RetryAfter += ms
+				}
+			}),
+			wantFailed: []string{"RetryAfter"},
+		},
+		{
 			name: "ResetAfter 1ms short", alg: TokenBucket, model: TokenBucket,
 			bug: editDecision(func(d *floodgate.Decision, _ int) {
 				if d.ResetAfter > ms {
