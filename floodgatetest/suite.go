@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,7 +197,8 @@ func (s *Suite) setups() []setup {
 	return out
 }
 
-func (s *Suite) run(t tester) {
+// run runs the checks named in only, or all of them if only is empty.
+func (s *Suite) run(t tester, only ...string) {
 	t.Helper()
 	if err := s.validate(); err != nil {
 		t.Fatalf("floodgatetest: invalid suite: %v", err)
@@ -219,7 +221,7 @@ func (s *Suite) run(t tester) {
 		{"Concurrent", false, checkConcurrent},
 	}
 	for _, c := range checks {
-		if c.exact && !s.Algorithm.exact() {
+		if (c.exact && !s.Algorithm.exact()) || (len(only) > 0 && !slices.Contains(only, c.name)) {
 			continue
 		}
 		t.run(c.name, func(t tester) {
