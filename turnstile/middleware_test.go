@@ -96,7 +96,9 @@ func TestMiddlewareAnswers(t *testing.T) {
 		{name: "urlencoded form passes", secret: secretPass, req: func(*testing.T) *http.Request { return formRequest(token) },
 			want: 200, wantCalls: 1, wantRes: true},
 		{name: "multipart form passes", secret: secretPass,
-			req:  func(t *testing.T) *http.Request { return multipartRequest(t, [][2]string{{"nickname", "abc1"}, {turnstile.FormField, "tok"}}) },
+			req: func(t *testing.T) *http.Request {
+				return multipartRequest(t, [][2]string{{"nickname", "abc1"}, {turnstile.FormField, "tok"}})
+			},
 			want: 200, wantCalls: 1, wantRes: true},
 		{name: "header passes", secret: secretPass, opts: []turnstile.MiddlewareOption{turnstile.WithTokenHeader("CF-Turnstile-Response")},
 			req: func(*testing.T) *http.Request {

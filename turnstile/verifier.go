@@ -51,10 +51,11 @@ const (
 //
 //	res, err := v.Verify(ctx, token, clientIP)
 //	switch {
-//	case err == nil:                        // a human: go on
-//	case errors.Is(err, turnstile.ErrRejected):    // 403
-//	case errors.Is(err, turnstile.ErrUnavailable): // policy: 503 or let through
-//	default:                                // 400 (missing/too long) or 500 (misconfigured)
+//	case err == nil: // a human: go on, res says where and for what
+//	case errors.Is(err, turnstile.ErrRejected): // 403
+//	case errors.Is(err, turnstile.ErrUnavailable): // policy: 503, or let through
+//	case errors.Is(err, turnstile.ErrMisconfigured): // 500
+//	default: // 400: ErrMissingToken, ErrTokenTooLong (500 for ErrInvalidRemoteIP)
 //	}
 //
 // Each Verify call sends a fresh random idempotency key and sends the same
