@@ -55,12 +55,12 @@ type middleware struct {
 // A request that does not pass gets an RFC 9457 application/problem+json
 // answer (replaceable with WithErrorHandler):
 //
-//	400 Bad Request           no token, a token over MaxTokenLength, an unparsable form
-//	403 Forbidden             the token was rejected (ErrRejected)
-//	413 Content Too Large     the body is over the bound, the token cannot be looked for
-//	500 Internal Server Error siteverify refused the secret or request (ErrMisconfigured)
-//	                          or the remote IP function returned something that is not an IP
-//	503 Service Unavailable   siteverify could not be asked (ErrUnavailable)
+//	400  no token, a token over MaxTokenLength, an unparsable form
+//	403  the token was rejected (ErrRejected)
+//	413  the body is over the bound, so the token cannot be looked for
+//	500  siteverify refused the secret or the request (ErrMisconfigured),
+//	     or the remote IP function returned something that is not an IP
+//	503  siteverify could not be asked (ErrUnavailable)
 //
 // The 503 is the fail-closed policy, the default: while siteverify cannot
 // be reached nobody passes. WithFailOpen lets requests through instead.
@@ -117,9 +117,11 @@ func WithMaxBodyBytes(n int64) MiddlewareOption {
 // siteverify as remoteip. The default, PeerIP, is the TCP peer: right when
 // clients connect directly, wrong behind a load balancer or CDN, where
 // every visitor would appear to be the proxy. Behind proxies pass the same
-// trusted-proxy client-IP resolution the rate limit uses (floodgate's
-// client-IP key function), configured to yield a full address rather than
-// an IPv6 prefix. The function may return "" to send no remoteip.
+// trusted-proxy client-IP resolution the rate limit uses: floodgate's
+// KeyByIP with the same trusted proxies, but without IPv6 prefix
+// aggregation (a /128), so that it yields an address rather than a
+// prefix, wrapped to return "" on error. The function may return "" to
+// send no remoteip; anything else that is not an IP address gets 500.
 func WithRemoteIP(f func(*http.Request) string) MiddlewareOption {
 	return func(m *middleware) error {
 		if f == nil {

@@ -178,10 +178,8 @@ func TestMiddlewareAnswers(t *testing.T) {
 			f := newFake(t)
 			var v *turnstile.Verifier
 			if tt.unreach {
-				srv := httptest.NewServer(http.NotFoundHandler())
-				srv.Close()
 				var err error
-				v, err = turnstile.New(tt.secret, turnstile.WithEndpoint(srv.URL), turnstile.WithRetry(1, time.Millisecond))
+				v, err = turnstile.New(tt.secret, turnstile.WithEndpoint(unreachableURL(t)), turnstile.WithRetry(1, time.Millisecond))
 				if err != nil {
 					t.Fatal(err)
 				}

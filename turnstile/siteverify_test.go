@@ -54,20 +54,35 @@ type fakeSiteverify struct {
 	release        chan struct{}     // closed when the test ends, freeing held requests
 }
 
-// newFake starts a fake siteverify on loopback, closed when t ends. When
-// no loopback listener can be had the test is skipped, or fails under
-// FLOODGATE_REQUIRE_SERVERS=1.
-func newFake(t *testing.T) *fakeSiteverify {
+// loopback returns a listener on a loopback address. When none can be had
+// the test is skipped, or fails under FLOODGATE_REQUIRE_SERVERS=1.
+func loopback(t *testing.T) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		if l, err = net.Listen("tcp6", "[::1]:0"); err != nil {
 			if os.Getenv("FLOODGATE_REQUIRE_SERVERS") == "1" {
-				t.Fatalf("no loopback listener for the fake siteverify: %v", err)
+				t.Fatalf("no loopback listener: %v", err)
 			}
-			t.Skipf("skipping: no loopback listener for the fake siteverify: %v", err)
+			t.Skipf("skipping: no loopback listener: %v", err)
 		}
 	}
+	return l
+}
+
+// unreachableURL returns an http URL at which nothing listens any more.
+func unreachableURL(t *testing.T) string {
+	t.Helper()
+	l := loopback(t)
+	u := "http://" + l.Addr().String()
+	l.Close()
+	return u
+}
+
+// newFake starts a fake siteverify on loopback, closed when t ends.
+func newFake(t *testing.T) *fakeSiteverify {
+	t.Helper()
+	l := loopback(t)
 	f := &fakeSiteverify{
 		hostname: "example.com",
 		spent:    map[string]bool{},

@@ -3,8 +3,6 @@ package turnstile_test
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -274,10 +272,7 @@ func TestVerifyBackoffStopsAtDeadline(t *testing.T) {
 }
 
 func TestVerifyUnreachable(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close() // nothing listens there any more
-	v, err := turnstile.New(secretPass, turnstile.WithEndpoint(url), turnstile.WithRetry(2, time.Millisecond))
+	v, err := turnstile.New(secretPass, turnstile.WithEndpoint(unreachableURL(t)), turnstile.WithRetry(2, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
