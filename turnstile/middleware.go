@@ -71,7 +71,7 @@ func Middleware(v *Verifier, opts ...MiddlewareOption) (func(http.Handler) http.
 	if v == nil {
 		return nil, fmt.Errorf("%w: nil Verifier", ErrInvalidOption)
 	}
-	m := &middleware{v: v, maxBody: DefaultMaxBodyBytes, remoteIP: PeerIP, onError: writeProblem}
+	m := &middleware{v: v, maxBody: DefaultMaxBodyBytes, remoteIP: PeerIP, onError: WriteProblem}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil middleware option", ErrInvalidOption)
@@ -144,8 +144,8 @@ func WithFailOpen() MiddlewareOption {
 	}
 }
 
-// WithErrorHandler replaces the problem+json answer with h, for services
-// with their own error envelope.
+// WithErrorHandler replaces the problem+json answer (WriteProblem) with h,
+// for services with their own error envelope or that log failures.
 func WithErrorHandler(h ErrorHandler) MiddlewareOption {
 	return func(m *middleware) error {
 		if h == nil {
@@ -314,9 +314,12 @@ type problem struct {
 	Codes  []string `json:"error-codes,omitempty"`
 }
 
-// writeProblem is the default ErrorHandler. Its detail names what the
-// visitor can act on, never the server's own configuration.
-func writeProblem(w http.ResponseWriter, _ *http.Request, status int, err error) {
+// WriteProblem is the default ErrorHandler: an RFC 9457
+// application/problem+json answer whose detail names what the visitor can
+// act on, never the server's configuration, with Cloudflare's error codes
+// for a rejection. An ErrorHandler that only wants to log can end by
+// calling it.
+func WriteProblem(w http.ResponseWriter, _ *http.Request, status int, err error) {
 	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status}
 	var rej *RejectedError
 	switch {

@@ -382,6 +382,23 @@ func TestMiddlewareErrorHandler(t *testing.T) {
 	}
 }
 
+func TestWriteProblemAfterLogging(t *testing.T) {
+	f := newFake(t)
+	var logged []int
+	h, _ := guard(t, newVerifier(t, f, secretFail), turnstile.WithErrorHandler(
+		func(w http.ResponseWriter, r *http.Request, status int, err error) {
+			logged = append(logged, status)
+			turnstile.WriteProblem(w, r, status, err)
+		}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, formRequest(url.Values{turnstile.FormField: {"tok"}}))
+	want := `{"type":"about:blank","title":"Forbidden","status":403,` +
+		`"detail":"The bot check rejected the token; solve the challenge again.","error-codes":["invalid-input-response"]}` + "\n"
+	if !slices.Equal(logged, []int{403}) || rec.Code != 403 || rec.Body.String() != want {
+		t.Errorf("logged %v, answered %d %q; want [403], 403 %q", logged, rec.Code, rec.Body, want)
+	}
+}
+
 func TestMiddlewareInvalidOptions(t *testing.T) {
 	f := newFake(t)
 	v := newVerifier(t, f, secretPass)

@@ -148,15 +148,15 @@ func WithTimeout(d time.Duration) Option {
 // WithRetry sets how many times a Verify call is retried after a transient
 // failure (default DefaultRetries; 0 disables retries) and the wait before
 // the first retry, doubled before each further one (default
-// DefaultBackoff). A retry that could not start before the deadline is not
-// waited for: Verify returns at once.
+// DefaultBackoff, at most a minute). A retry that could not start before
+// the deadline is not waited for: Verify returns at once.
 func WithRetry(retries int, backoff time.Duration) Option {
 	return func(v *Verifier) error {
 		if retries < 0 || retries > 10 {
 			return fmt.Errorf("%w: retries %d must be in 0..10", ErrInvalidOption, retries)
 		}
-		if backoff <= 0 {
-			return fmt.Errorf("%w: backoff %s must be positive", ErrInvalidOption, backoff)
+		if backoff <= 0 || backoff > time.Minute {
+			return fmt.Errorf("%w: backoff %s must be in (0, 1m]", ErrInvalidOption, backoff)
 		}
 		v.retries, v.backoff = retries, backoff
 		return nil

@@ -257,7 +257,7 @@ func TestVerifyRetry(t *testing.T) {
 func TestVerifyBackoffStopsAtDeadline(t *testing.T) {
 	f := newFake(t)
 	f.set(func(f *fakeSiteverify) { f.internalErrors = 100 })
-	v := newVerifier(t, f, secretPass, turnstile.WithTimeout(time.Second), turnstile.WithRetry(3, time.Hour))
+	v := newVerifier(t, f, secretPass, turnstile.WithTimeout(time.Second), turnstile.WithRetry(3, time.Minute))
 	start := time.Now()
 	_, err := v.Verify(context.Background(), "token", "")
 	if !errors.Is(err, turnstile.ErrUnavailable) {
@@ -377,6 +377,7 @@ func TestNewInvalidOptions(t *testing.T) {
 		{"negative retries", secretPass, turnstile.WithRetry(-1, time.Millisecond)},
 		{"too many retries", secretPass, turnstile.WithRetry(11, time.Millisecond)},
 		{"zero backoff", secretPass, turnstile.WithRetry(1, 0)},
+		{"backoff over a minute", secretPass, turnstile.WithRetry(1, time.Minute+1)},
 		{"no hostnames", secretPass, turnstile.WithHostnames()},
 		{"empty hostname", secretPass, turnstile.WithHostnames("example.com", "")},
 		{"empty action", secretPass, turnstile.WithAction("")},
