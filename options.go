@@ -36,6 +36,10 @@ type config struct {
 	now         func() time.Time
 	interval    bool // token bucket: refill intervally
 	countDenied bool // sliding log: record denied attempts too
+	// storeOpt names the first store option given (WithMaxKeys,
+	// WithMaxKeyLength, WithShards), so that a limiter without a key store
+	// can refuse it.
+	storeOpt string
 }
 
 // option kinds, used to refuse options that do not apply.
@@ -43,6 +47,7 @@ const (
 	kindTokenBucket = "token bucket"
 	kindSlidingLog  = "sliding log"
 	kindCounter     = "sliding counter"
+	kindShared      = "rate.Limiter adapter"
 )
 
 func newConfig(kind string, opts []Option) (config, error) {
@@ -63,6 +68,9 @@ func newConfig(kind string, opts []Option) (config, error) {
 	}
 	if c.countDenied && kind != kindSlidingLog {
 		return c, fmt.Errorf("%w: WithCountDenied applies to a sliding log, not a %s", ErrInvalidOption, kind)
+	}
+	if c.storeOpt != "" && kind == kindShared {
+		return c, fmt.Errorf("%w: %s applies to a limiter with a key store, not a %s", ErrInvalidOption, c.storeOpt, kind)
 	}
 	if c.shards == 0 {
 		c.shards = defaultShards(c.maxKeys)
@@ -98,6 +106,7 @@ func WithMaxKeys(n int) Option {
 			return fmt.Errorf("%w: max keys %d must be positive", ErrInvalidOption, n)
 		}
 		c.maxKeys = n
+		c.markStore("WithMaxKeys")
 		return nil
 	}
 }
@@ -110,6 +119,7 @@ func WithMaxKeyLength(n int) Option {
 			return fmt.Errorf("%w: max key length %d must be positive", ErrInvalidOption, n)
 		}
 		c.maxKeyLen = n
+		c.markStore("WithMaxKeyLength")
 		return nil
 	}
 }
@@ -124,6 +134,7 @@ func WithShards(n int) Option {
 			return fmt.Errorf("%w: shards %d must be a positive power of two", ErrInvalidOption, n)
 		}
 		c.shards = n
+		c.markStore("WithShards")
 		return nil
 	}
 }
@@ -141,6 +152,12 @@ func WithClock(now func() time.Time) Option {
 		}
 		c.now = now
 		return nil
+	}
+}
+
+func (c *config) markStore(name string) {
+	if c.storeOpt == "" {
+		c.storeOpt = name
 	}
 }
 

@@ -132,41 +132,37 @@ func (sh *shard[S]) insert(h uint64, now int64, freshAt func(*S) int64) *S {
 // to evictProbes of the least recently used entries and drops the first
 // one that equals a fresh state. If all of them still hold state, it drops
 // the one that would have become fresh soonest (the smallest loss) and
-// counts a live eviction; the others go back to the front of the list.
+// counts a live eviction; the others get a second chance at the front of
+// the list.
+//
+// It probes with GetOldest and gives the second chance with Get, which only
+// relinks list entries: the whole path allocates nothing, and the insert
+// that follows allocates the one list entry simplelru needs for the new key.
 func (sh *shard[S]) evict(now int64, freshAt func(*S) int64) *S {
 	var (
-		keys   [evictProbes]uint64
-		states [evictProbes]*S
-		n      int
+		bestKey uint64
+		best    *S
+		bestAt  int64
 	)
-	for n < evictProbes {
-		k, v, ok := sh.lru.RemoveOldest()
+	for i := 0; i < evictProbes; i++ {
+		k, v, ok := sh.lru.GetOldest()
 		if !ok {
 			break
 		}
-		if freshAt(v) <= now {
+		at := freshAt(v)
+		if at <= now {
+			sh.lru.Remove(k)
 			sh.evictedIdle++
-			for i := 0; i < n; i++ {
-				sh.lru.Add(keys[i], states[i])
-			}
 			return v
 		}
-		keys[n], states[n] = k, v
-		n++
-	}
-	best := 0
-	for i := 1; i < n; i++ {
-		if freshAt(states[i]) < freshAt(states[best]) {
-			best = i
+		if best == nil || at < bestAt {
+			bestKey, best, bestAt = k, v, at
 		}
+		sh.lru.Get(k) // second chance: move to the front
 	}
-	for i := 0; i < n; i++ {
-		if i != best {
-			sh.lru.Add(keys[i], states[i])
-		}
-	}
+	sh.lru.Remove(bestKey)
 	sh.evictedLive++
-	return states[best]
+	return best
 }
 
 // remove forgets key.

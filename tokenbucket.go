@@ -139,9 +139,12 @@ func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (Decision, er
 	if err != nil {
 		return Decision{Limit: b.burst}, err
 	}
-	var d Decision
+	var (
+		d     Decision
+		fresh tbState // stays on the stack: decide* do not retain st
+	)
 	if st == nil { // n == 0 on an untracked key: a full bucket
-		st = &tbState{}
+		st = &fresh
 	}
 	if b.interval {
 		d = b.decideInterval(st, now, n)
@@ -155,6 +158,45 @@ func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (Decision, er
 // Reset refills key's bucket.
 func (b *TokenBucket) Reset(_ context.Context, key string) error {
 	return b.store.remove(key)
+}
+
+// Wait is WaitN(ctx, key, 1).
+func (b *TokenBucket) Wait(ctx context.Context, key string) error {
+	return WaitN(ctx, b, key, 1)
+}
+
+// WaitN blocks until n tokens can be taken from key's bucket and takes
+// them, or returns an error: at once if ctx's deadline comes before the
+// tokens would (ErrWouldExceedDeadline), or when ctx is done. See the
+// package-level WaitN; waiters are not queued.
+func (b *TokenBucket) WaitN(ctx context.Context, key string, n int) error {
+	return WaitN(ctx, b, key, n)
+}
+
+// RefundN gives back n tokens that an allowed AllowN took from key's
+// bucket, as if that call had never happened: the theoretical arrival time
+// moves back by n·Period/Limit, but never below now, so a bucket never
+// holds more than its burst. Refunding a key that is not tracked (its
+// bucket is full, or was evicted) does nothing. Composite uses it to undo
+// a partial consumption; a caller refunding tokens it never took only
+// gives the key credit up to a full bucket.
+func (b *TokenBucket) RefundN(_ context.Context, key string, n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: refund of n = %d is negative", ErrInvalidCost, n)
+	}
+	sh, st, now, err := b.store.acquire(key, false)
+	if err != nil {
+		return err
+	}
+	if st != nil && n > 0 {
+		if b.interval {
+			b.refundInterval(st, now, n)
+		} else {
+			b.refundGreedy(st, now, n)
+		}
+	}
+	sh.mu.Unlock()
+	return nil
 }
 
 // Stats reports the size of the key store and its evictions.
@@ -199,6 +241,24 @@ func (b *TokenBucket) decideGreedy(st *tbState, now int64, n int) Decision {
 	return d
 }
 
+// refundGreedy moves the theoretical arrival time back by n·Period/Limit,
+// to now at the earliest (a full bucket).
+func (b *TokenBucket) refundGreedy(st *tbState, now int64, n int) {
+	if n > b.burst {
+		n = b.burst // a larger refund cannot do more than fill the bucket
+	}
+	dq, dr := b.advance(0, 0, n) // n·Period/Limit as (ns, fraction)
+	tat, frac := st.tat-dq, st.frac-dr
+	if frac < 0 {
+		tat--
+		frac += int64(b.limit)
+	}
+	if tat < now {
+		tat, frac = now, 0
+	}
+	st.tat, st.frac = tat, frac
+}
+
 // advance returns (tat + frac/L) + n·Period/Limit as (ns, fraction).
 func (b *TokenBucket) advance(tat, frac int64, n int) (int64, int64) {
 	if b.tick > 0 {
@@ -232,10 +292,12 @@ func (b *TokenBucket) greedyFreshAt(st *tbState) int64 {
 	return st.tat
 }
 
-// decideInterval: tat is the start of the current period, frac the tokens
-// used; every whole period since then gives Limit tokens back.
-func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
-	start, used := st.tat, st.frac
+// intervalAt returns the interval state at now: the start of the current
+// period and the tokens used in it, every whole period since the stored
+// start having given Limit tokens back. A full bucket (used == 0) starts
+// its period now.
+func (b *TokenBucket) intervalAt(st *tbState, now int64) (start, used int64) {
+	start, used = st.tat, st.frac
 	period, limit := int64(b.period), int64(b.limit)
 	if used > 0 && now-start >= period {
 		k := (now - start) / period
@@ -249,6 +311,14 @@ func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
 	if used == 0 {
 		start = now
 	}
+	return start, used
+}
+
+// decideInterval: tat is the start of the current period, frac the tokens
+// used; every whole period since then gives Limit tokens back.
+func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
+	start, used := b.intervalAt(st, now)
+	period, limit := int64(b.period), int64(b.limit)
 	d := Decision{Limit: b.burst}
 	if used+int64(n) <= int64(b.burst) {
 		d.Allowed = true
@@ -265,6 +335,17 @@ func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
 		d.ResetAfter = durationNS(start + (used+limit-1)/limit*period - now)
 	}
 	return d
+}
+
+// refundInterval gives n used tokens of the current period back; tokens
+// already returned by a period boundary are not returned twice.
+func (b *TokenBucket) refundInterval(st *tbState, now int64, n int) {
+	start, used := b.intervalAt(st, now)
+	used -= int64(n)
+	if used < 0 {
+		used = 0
+	}
+	st.tat, st.frac = start, used
 }
 
 func (b *TokenBucket) intervalFreshAt(st *tbState) int64 {

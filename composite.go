@@ -1,0 +1,258 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+)
+
+// Refunder is implemented by limiters that can give back units an allowed
+// AllowN took, as if that call had not happened (within the limiter's own
+// bounds: a token bucket is never filled above its burst). Composite uses
+// it to undo a partial consumption; TokenBucket implements it.
+type Refunder interface {
+	RefundN(ctx context.Context, key string, n int) error
+}
+
+// Composite applies several limits to the same key at once, all or
+// nothing: for example 10 per minute and 100 per hour. Build it with All.
+//
+// AllowN(ctx, key, n) first asks every limiter with n == 0, which consumes
+// nothing, and compares each Decision.Remaining with n:
+//   - if some limiter cannot fit n, the request is denied. Those limiters
+//     are then asked for n, to learn their exact RetryAfter (they deny, and
+//     a denial consumes nothing); the others are not asked at all.
+//   - otherwise n is taken from each limiter in turn: first those that
+//     implement Refunder, then the others, each group in the order given
+//     to All.
+//
+// Guarantees. An allowed request took n units from every limiter. A denied
+// request consumed nothing, unless a limiter's state changed between the
+// first look and the take (a concurrent caller on the same key, or time
+// passing): then a limiter may allow while another denies. Units taken
+// from limiters that implement Refunder are given back with RefundN;
+// units taken from a limiter that does not implement Refunder stay taken
+// (at most n per such limiter and race), which is why those are asked
+// last. While taken, the units are not available to concurrent callers.
+//
+// The Decision reports the most restrictive limit. Allowed: Limit and
+// Remaining of the limiter with the fewest units left. Denied: RetryAfter
+// and Limit of the limiter that needs the longest wait (so a retry after
+// RetryAfter fits in every limit, if nothing else consumes meanwhile). In
+// both cases Remaining is the smallest over all limiters and ResetAfter the
+// longest.
+//
+// A Composite is safe for concurrent use if its limiters are.
+type Composite struct {
+	limiters []Limiter // in the order they are consumed: Refunders first
+}
+
+// All returns a Composite that allows a request only if every one of
+// limiters does. It needs at least one limiter and refuses nil ones with
+// an error wrapping ErrInvalidOption.
+func All(limiters ...Limiter) (*Composite, error) {
+	if len(limiters) == 0 {
+		return nil, fmt.Errorf("%w: All needs at least one limiter", ErrInvalidOption)
+	}
+	c := &Composite{limiters: make([]Limiter, 0, len(limiters))}
+	for i, l := range limiters {
+		if isNil(l) {
+			return nil, fmt.Errorf("%w: limiter %d given to All is nil", ErrInvalidOption, i)
+		}
+		if _, ok := l.(Refunder); ok {
+			c.limiters = append(c.limiters, l)
+		}
+	}
+	for _, l := range limiters {
+		if _, ok := l.(Refunder); !ok {
+			c.limiters = append(c.limiters, l)
+		}
+	}
+	return c, nil
+}
+
+// isNil reports whether l is nil or a nil pointer in an interface, which
+// would panic on its first call.
+func isNil(l Limiter) bool {
+	if l == nil {
+		return true
+	}
+	v := reflect.ValueOf(l)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Interface, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
+}
+
+// Allow is AllowN(ctx, key, 1).
+func (c *Composite) Allow(ctx context.Context, key string) (Decision, error) {
+	return c.AllowN(ctx, key, 1)
+}
+
+// compositeInline is how many limiters AllowN tracks on the stack; more
+// cost one allocation per call.
+const compositeInline = 4
+
+// AllowN takes n units for key from every limiter, or from none; see
+// Composite for the algorithm and its guarantees. A cost above the Limit
+// of any limiter returns ErrCostExceedsLimit; an error from a limiter is
+// returned as it is, after giving back what was taken.
+func (c *Composite) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	if n < 0 {
+		return Decision{}, fmt.Errorf("%w: n = %d is negative", ErrInvalidCost, n)
+	}
+	var (
+		repBuf   [compositeInline]Decision
+		takenBuf [compositeInline]bool
+		rep      = repBuf[:0]   // the decision each limiter reports
+		taken    = takenBuf[:0] // whether n was taken from it
+	)
+	if len(c.limiters) > compositeInline {
+		rep = make([]Decision, 0, len(c.limiters))
+		taken = make([]bool, 0, len(c.limiters))
+	}
+	blocked := false
+	for _, l := range c.limiters {
+		d, err := l.AllowN(ctx, key, 0)
+		if err != nil {
+			return Decision{}, err
+		}
+		if n > d.Limit {
+			d.Allowed = false
+			return d, fmt.Errorf("%w: n = %d, one of the limits is %d", ErrCostExceedsLimit, n, d.Limit)
+		}
+		rep = append(rep, d)
+		taken = append(taken, false)
+		blocked = blocked || d.Remaining < n
+	}
+	if n == 0 {
+		return merge(rep, true), nil
+	}
+
+	if blocked {
+		// Ask only the limiters that cannot fit, for their RetryAfter.
+		for i, l := range c.limiters {
+			if rep[i].Remaining >= n {
+				continue
+			}
+			d, err := l.AllowN(ctx, key, n)
+			if err != nil {
+				return Decision{}, c.giveBack(ctx, key, n, taken, err)
+			}
+			if d.Allowed { // room appeared since the first look
+				taken[i] = true
+				continue
+			}
+			rep[i] = d
+		}
+		if denied(rep) {
+			return merge(rep, false), c.giveBack(ctx, key, n, taken, nil)
+		}
+	}
+
+	for i, l := range c.limiters {
+		if taken[i] {
+			continue
+		}
+		d, err := l.AllowN(ctx, key, n)
+		if err != nil {
+			return Decision{}, c.giveBack(ctx, key, n, taken, err)
+		}
+		if !d.Allowed { // lost a race with a concurrent caller
+			rep[i] = d
+			return merge(rep, false), c.giveBack(ctx, key, n, taken, nil)
+		}
+		rep[i], taken[i] = d, true
+	}
+	return merge(rep, true), nil
+}
+
+// denied reports whether any of ds is a denial (the first look, with
+// n == 0, always allows).
+func denied(ds []Decision) bool {
+	for _, d := range ds {
+		if !d.Allowed {
+			return true
+		}
+	}
+	return false
+}
+
+// giveBack refunds n units to every limiter that they were taken from, in
+// reverse order, and returns cause joined with any refund error.
+func (c *Composite) giveBack(ctx context.Context, key string, n int, taken []bool, cause error) error {
+	var errs []error
+	for i := len(c.limiters) - 1; i >= 0; i-- {
+		if !taken[i] {
+			continue
+		}
+		if r, ok := c.limiters[i].(Refunder); ok {
+			if err := r.RefundN(ctx, key, n); err != nil {
+				errs = append(errs, fmt.Errorf("floodgate: composite could not give back %d units: %w", n, err))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return cause
+	}
+	return errors.Join(append([]error{cause}, errs...)...)
+}
+
+// merge combines per-limiter decisions into the one Composite reports.
+func merge(ds []Decision, allowed bool) Decision {
+	out := Decision{Allowed: allowed, Remaining: ds[0].Remaining, Limit: ds[0].Limit}
+	for _, d := range ds {
+		if d.ResetAfter > out.ResetAfter {
+			out.ResetAfter = d.ResetAfter
+		}
+		if d.Remaining < out.Remaining {
+			out.Remaining = d.Remaining
+			if allowed {
+				out.Limit = d.Limit
+			}
+		}
+		if !allowed && d.RetryAfter > out.RetryAfter {
+			out.RetryAfter = d.RetryAfter
+			out.Limit = d.Limit
+		}
+	}
+	return out
+}
+
+// RefundN gives n units back to every limiter that implements Refunder,
+// so that a Composite can itself be part of a Composite. Errors are
+// joined.
+func (c *Composite) RefundN(ctx context.Context, key string, n int) error {
+	var errs []error
+	for _, l := range c.limiters {
+		if r, ok := l.(Refunder); ok {
+			if err := r.RefundN(ctx, key, n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reset resets key in every limiter that implements Resetter; the others
+// keep their state. Errors are joined.
+func (c *Composite) Reset(ctx context.Context, key string) error {
+	var errs []error
+	for _, l := range c.limiters {
+		if r, ok := l.(Resetter); ok {
+			if err := r.Reset(ctx, key); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	_ Limiter  = (*Composite)(nil)
+	_ Refunder = (*Composite)(nil)
+	_ Resetter = (*Composite)(nil)
+	_ Refunder = (*TokenBucket)(nil)
+)
