@@ -129,10 +129,18 @@ func (b *TokenBucket) Allow(ctx context.Context, key string) (Decision, error) {
 
 // AllowN takes n tokens from key's bucket if it holds n, and reports the
 // decision either way; n == 0 reports without taking. A cost above the
-// burst returns ErrCostExceedsLimit. The context is not consulted: an
-// in-memory decision does not block.
+// burst returns ErrCostExceedsLimit with the key's current Remaining and
+// ResetAfter and no RetryAfter, since waiting cannot help. The context is
+// not consulted: an in-memory decision does not block.
 func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (Decision, error) {
 	if err := checkCost(n, b.burst); err != nil {
+		if n > b.burst {
+			// Report the key's real quota, so that headers stay truthful;
+			// RetryAfter stays zero: waiting would not help.
+			d, _ := b.AllowN(context.Background(), key, 0)
+			d.Allowed = false
+			return d, err
+		}
 		return Decision{Limit: b.burst}, err
 	}
 	sh, st, now, err := b.store.acquire(key, n > 0)
