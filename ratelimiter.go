@@ -17,8 +17,10 @@ import (
 // A denied request consumes nothing: AllowN reserves the tokens and, if
 // the reservation would have to wait, cancels it at once. The Decision
 // reports the bucket's burst as Limit, the whole tokens left as Remaining,
-// and RetryAfter and ResetAfter rounded up to the nanosecond at which the
-// rate.Limiter's own arithmetic gives the tokens. The rate.Limiter may
+// and as RetryAfter and ResetAfter the first nanosecond at which the
+// rate.Limiter's own float64 arithmetic allows the request or holds a
+// full bucket (a plain conversion of tokens to time can be off by a
+// nanosecond either way). The rate.Limiter may
 // still be used directly elsewhere (and its limit and burst changed at
 // run time); its reservations are honoured.
 //
@@ -91,11 +93,11 @@ func (s *SharedLimiter) AllowN(_ context.Context, _ string, n int) (Decision, er
 			d.Allowed = true
 		} else {
 			r.CancelAt(now)
-			d.RetryAfter = s.until(now, float64(n), limit)
+			d.RetryAfter = s.until(now, float64(n), limit, false)
 		}
 	}
 	d.Remaining = s.remaining(now, burst)
-	d.ResetAfter = s.until(now, float64(burst), limit)
+	d.ResetAfter = s.until(now, float64(burst), limit, true)
 	return d, nil
 }
 
@@ -112,10 +114,19 @@ func (s *SharedLimiter) remaining(now time.Time, burst int) int {
 }
 
 // until returns the shortest wait after which the bucket holds want
-// tokens. x/time/rate converts between tokens and time in float64 and
-// truncates, so the estimate is stepped up a few nanoseconds until the
-// limiter's own TokensAt agrees.
-func (s *SharedLimiter) until(now time.Time, want float64, limit rate.Limit) time.Duration {
+// tokens (full: exactly; a request: as x/time/rate itself decides, which
+// also allows a deficit too small to round to a nanosecond). x/time/rate
+// converts between tokens and time in float64 and truncates, so a float
+// estimate is stepped, a few nanoseconds at most, until it is the first
+// instant the limiter's own arithmetic agrees with.
+func (s *SharedLimiter) until(now time.Time, want float64, limit rate.Limit, full bool) time.Duration {
+	ready := func(d time.Duration) bool {
+		missing := want - s.lim.TokensAt(now.Add(d))
+		if full || missing <= 0 {
+			return missing <= 0
+		}
+		return time.Duration(missing/float64(limit)*float64(time.Second)) == 0
+	}
 	missing := want - s.lim.TokensAt(now)
 	if missing <= 0 {
 		return 0
@@ -125,7 +136,10 @@ func (s *SharedLimiter) until(now time.Time, want float64, limit rate.Limit) tim
 		return time.Duration(math.MaxInt64)
 	}
 	d := time.Duration(secs * float64(time.Second))
-	for i := 0; i < 16 && s.lim.TokensAt(now.Add(d)) < want; i++ {
+	for i := 0; i < 16 && d > 1 && ready(d-1); i++ {
+		d--
+	}
+	for i := 0; i < 16 && !ready(d); i++ {
 		d++
 	}
 	return d
