@@ -15,8 +15,10 @@ type Option func(*config) error
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
 	// WithMaxKeys says otherwise. A token bucket costs about 120 bytes per
-	// tracked key (see the README's figures), so the default bounds it to
-	// roughly 30 MiB; a sliding log adds 4 bytes per recorded event.
+	// tracked key (measured by BenchmarkTokenBucketBytesPerKey: 80 for
+	// simplelru's list entry, 16 for the bucket state, about 22 for the
+	// map slot), so the default bounds it to roughly 30 MiB; a sliding log
+	// adds 4 bytes per recorded event.
 	DefaultMaxKeys = 1 << 18
 	// DefaultMaxKeyLength is the longest key accepted unless
 	// WithMaxKeyLength says otherwise. Longer keys are refused with
@@ -100,6 +102,11 @@ func WithBurst(n int) Option {
 // dropping a key that still holds state resets that client's limit and is
 // counted in Stats().EvictedLive. Size the store so that this count stays
 // at zero under normal traffic.
+//
+// The bound is split evenly over the shards (WithShards) and each shard
+// evicts when it is full, so with keys hashed unevenly over the shards the
+// first evictions come a little before MaxKeys keys are tracked (about 1%
+// before, for 100,000 keys in 64 shards).
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
