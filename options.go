@@ -6,9 +6,10 @@ import (
 )
 
 // Option configures an in-memory limiter (NewTokenBucket, NewSlidingLog,
-// NewSlidingCounter). An option that does not apply to the limiter it is
-// given to is reported by the constructor as ErrInvalidOption rather than
-// ignored, so a misconfiguration never passes silently.
+// NewSlidingCounter) or the rate.Limiter adapter (FromRateLimiter, which
+// takes only WithClock). An option that does not apply to the limiter it
+// is given to is reported by the constructor as ErrInvalidOption rather
+// than ignored, so a misconfiguration never passes silently.
 type Option func(*config) error
 
 // Defaults of the in-memory store.

@@ -23,6 +23,11 @@ import (
 // full bucket is indistinguishable from a forgotten one, so idle keys cost
 // nothing to drop.
 //
+// Besides AllowN it offers WaitN, which blocks until the tokens are there
+// (without queueing waiters, see the package-level WaitN), and RefundN,
+// which gives back what an allowed call took so that a Composite can be
+// all or nothing.
+//
 // A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
 	rate     Rate
