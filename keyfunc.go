@@ -610,18 +610,19 @@ func parseIP(s string, obfPort bool) (netip.Addr, bool) {
 		}
 		return a.Unmap(), true
 	}
-	if a, ok := parseAddr(s); ok {
-		return a.Unmap(), true
-	}
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 || !validPort(s[i+1:], obfPort) {
+	// The number of colons tells the forms apart before netip is asked:
+	// a failed netip parse allocates its error, and "192.0.2.1:1234" is
+	// the common case.
+	switch i := strings.IndexByte(s, ':'); {
+	case i < 0 || strings.IndexByte(s[i+1:], ':') >= 0: // bare IPv4 or IPv6
+		a, ok := parseAddr(s)
+		return a.Unmap(), ok
+	case !validPort(s[i+1:], obfPort):
 		return netip.Addr{}, false
+	default: // IPv4 and port: an unbracketed IPv6 address cannot carry one
+		a, ok := parseAddr(s[:i])
+		return a, ok && a.Is4()
 	}
-	a, ok := parseAddr(s[:i])
-	if !ok || !a.Is4() { // an unbracketed IPv6 address cannot carry a port
-		return netip.Addr{}, false
-	}
-	return a, true
 }
 
 // parseAddr parses a bare address, dropping its zone. The zone is cut off
@@ -684,7 +685,13 @@ func validHeaderName(name string) bool {
 
 // trimOWS trims the optional white space of HTTP (spaces and tabs).
 func trimOWS(s string) string {
-	return strings.Trim(s, " \t")
+	for s != "" && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // clip shortens attacker-controlled text quoted in an error, so that a

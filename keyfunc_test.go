@@ -748,6 +748,21 @@ func BenchmarkKeyByIP(b *testing.B) {
 		{"xff-spoofed-1000", []IPOption{trust, FromXForwardedFor()}, proxy, strings.Repeat("1.1.1.1, ", 1000) + "203.0.113.7"},
 		{"forwarded", []IPOption{trust, FromForwarded()}, proxy, ""},
 	}
+	// The baseline is the least any resolver does: parse RemoteAddr with
+	// netip and format the address.
+	peers := make([]string, 1024)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("203.0.%d.%d:1234", i/256, i%256)
+	}
+	b.Run("baseline-netip", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			ap, err := netip.ParseAddrPort(peers[i%len(peers)])
+			if err != nil || ap.Addr().String() == "" {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, bc := range benches {
 		kf := mustKeyByIP(b, bc.opts...)
 		// A populated set of distinct clients, as a busy server sees.
