@@ -81,8 +81,8 @@
 //
 // Time: the limiter must read the time only from Config.Clock. The suite
 // moves the clock forward only, by whole milliseconds or by a RetryAfter
-// or ResetAfter the limiter itself reported, and every period it tests is
-// a whole number of milliseconds. A store may therefore keep event times
+// or ResetAfter the limiter itself reported (or that less 1 ms), and every
+// period it tests is a whole number of milliseconds. A store may therefore keep event times
 // in any unit that divides a millisecond (microseconds, say), rounding
 // them up, without changing a decision. Durations must be reported exactly
 // unless Suite.Resolution says to what unit they are rounded up.
