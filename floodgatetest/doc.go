@@ -82,10 +82,13 @@
 // Time: the limiter must read the time only from Config.Clock. The suite
 // moves the clock forward only, by whole milliseconds or by a RetryAfter
 // or ResetAfter the limiter itself reported (or that less 1 ms), and every
-// period it tests is a whole number of milliseconds. A store may therefore keep event times
-// in any unit that divides a millisecond (microseconds, say), rounding
-// them up, without changing a decision. Durations must be reported exactly
-// unless Suite.Resolution says to what unit they are rounded up.
+// period it tests is a whole number of milliseconds. A store may therefore
+// keep event times in any unit that divides a millisecond (microseconds,
+// say), rounding them up, without changing a decision; a unit that does
+// not divide it (a power of two nanoseconds above 64 ns) shifts events off
+// the grid and shows as durations a fraction of a unit too long. Durations
+// must be reported exactly unless Suite.Resolution says to what unit they
+// are rounded up.
 //
 // Keys: the suite uses each key once per run, under a random prefix per
 // run, so a shared store (a Redis other runs and tests use) needs no
