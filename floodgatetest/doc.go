@@ -90,9 +90,8 @@
 // must be reported exactly unless Suite.Resolution says to what unit they
 // are rounded up.
 //
-// Keys: the suite uses each key once per run, under a random prefix per
-// run, so a shared store (a Redis other runs and tests use) needs no
-// cleaning. Keys are a few dozen to about 250 bytes and may hold any byte,
+// Keys: each subtest uses keys of its own, under a random prefix per run,
+// so a shared store (a Redis other runs and tests use) needs no cleaning. Keys are a few dozen to about 250 bytes and may hold any byte,
 // NUL included.
 //
 // Expiry: a store that expires state by its own real clock (Redis PEXPIRE)

@@ -78,10 +78,9 @@ type Suite struct {
 	Algorithm Algorithm
 	// New returns a new limiter for c that reads the time only from
 	// c.Clock. Required. It is called many times, once per subtest, and
-	// the limiters it returns may share a store: the suite never uses a
-	// key twice in one run and starts every run with a random key prefix,
-	// so state left in a shared store (a Redis) by earlier runs or other
-	// subtests does not matter.
+	// the limiters it returns may share a store: each subtest uses keys of
+	// its own, under a random prefix per run, so state left in a shared
+	// store (a Redis) by other subtests or earlier runs does not matter.
 	New func(c Config) (Limiter, error)
 	// Bursts makes the suite also test token-bucket capacities other than
 	// Rate.Limit, passed in Config.Burst; the factory must then honour it
