@@ -1,0 +1,199 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// headerKey keys a request by a header, or ErrNoKey when it is absent.
+func headerKey(name string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		if v := r.Header.Get(name); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("%w: no %s", ErrNoKey, name)
+	}
+}
+
+func TestNewPolicySelectorRejects(t *testing.T) {
+	lim := &fakeLimiter{}
+	key := headerKey("X-A")
+	tests := []struct {
+		name     string
+		policies []Policy
+	}{
+		{"none", nil},
+		{"no name", []Policy{{Limiter: lim, Key: key}}},
+		{"bad name", []Policy{{Name: "é", Limiter: lim, Key: key}}},
+		{"no limiter", []Policy{{Name: "a", Key: key}}},
+		{"no key", []Policy{{Name: "a", Limiter: lim}}},
+		{"duplicate name", []Policy{{Name: "a", Limiter: lim, Key: key}, {Name: "a", Limiter: lim, Key: key}}},
+	}
+	for _, tt := range tests {
+		if _, err := NewPolicySelector(tt.policies...); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: err = %v, want ErrInvalidOption", tt.name, err)
+		}
+	}
+}
+
+func TestPolicySelectorSelect(t *testing.T) {
+	boom := errors.New("boom")
+	lim := &fakeLimiter{}
+	sel, err := NewPolicySelector(
+		Policy{Name: "user", Limiter: lim, Key: headerKey("X-User")},
+		Policy{Name: "broken", Limiter: lim, Key: func(r *http.Request) (string, error) {
+			if r.Header.Get("X-Break") != "" {
+				return "", boom
+			}
+			return "", ErrNoKey
+		}},
+		Policy{Name: "ip", Limiter: lim, Key: headerKey("X-Ip")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		headers map[string]string
+		policy  string
+		key     string
+		err     error
+	}{
+		{map[string]string{"X-User": "u1", "X-Ip": "1.2.3.4"}, "user", "u1", nil},
+		{map[string]string{"X-Ip": "1.2.3.4"}, "ip", "1.2.3.4", nil},
+		{map[string]string{"X-Ip": "1.2.3.4", "X-Break": "1"}, "", "", boom},
+		{map[string]string{}, "", "", ErrNoKey},
+	}
+	for _, tt := range tests {
+		r := newRequest("GET", "/", "192.0.2.1:1")
+		for k, v := range tt.headers {
+			r.Header.Set(k, v)
+		}
+		p, key, err := sel.Select(r)
+		if tt.err != nil {
+			if !errors.Is(err, tt.err) {
+				t.Errorf("%v: err = %v, want %v", tt.headers, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || p.Name != tt.policy || key != tt.key {
+			t.Errorf("%v: got %q %q %v, want %q %q", tt.headers, p.Name, key, err, tt.policy, tt.key)
+		}
+	}
+}
+
+// Business code can use a selector without the middleware.
+func TestPolicySelectorAllowN(t *testing.T) {
+	clk := newFakeClock()
+	byUser := mustTokenBucket(t, PerMinute(2), WithClock(clk.Now))
+	byIP := mustTokenBucket(t, PerMinute(5), WithClock(clk.Now))
+	sel, err := NewPolicySelector(
+		Policy{Name: "user", Limiter: byUser, Key: headerKey("X-User")},
+		Policy{Name: "ip", Limiter: byIP, Key: headerKey("X-Ip")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := 0; i < 3; i++ {
+		r := newRequest("POST", "/", "192.0.2.1:1")
+		r.Header.Set("X-User", "alice")
+		name, d, err := sel.AllowN(r, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s:%v:%d", name, d.Allowed, d.Remaining))
+	}
+	r := newRequest("POST", "/", "192.0.2.1:1")
+	r.Header.Set("X-Ip", "1.2.3.4")
+	name, d, _ := sel.AllowN(r, 1)
+	got = append(got, fmt.Sprintf("%s:%v:%d", name, d.Allowed, d.Remaining))
+	want := "[user:true:1 user:true:0 user:false:0 ip:true:4]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("decisions %v, want %v", got, want)
+	}
+}
+
+// Through the middleware, the selected policy's name and quota show in
+// the headers.
+func TestPolicyMiddlewareHeaders(t *testing.T) {
+	clk := newFakeClock()
+	byUser := mustTokenBucket(t, Rate{Limit: 5, Period: time.Minute}, WithClock(clk.Now))
+	byIP := mustTokenBucket(t, Rate{Limit: 20, Period: time.Minute}, WithBurst(10), WithClock(clk.Now))
+	sel, err := NewPolicySelector(
+		Policy{Name: "user", Limiter: byUser, Key: headerKey("X-User")},
+		Policy{Name: "ip", Limiter: byIP, Key: headerKey("X-Ip")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := NewPolicyMiddleware(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(&countingHandler{})
+	tests := []struct {
+		header, value string
+		policy, rl    string
+		status        int
+	}{
+		{"X-User", "bob", `"user";q=5;w=60`, `"user";r=4;t=12`, 200},
+		{"X-Ip", "1.2.3.4", `"ip";q=10;w=30`, `"ip";r=9;t=3`, 200},
+		{"", "", "", "", 503}, // no policy applies: fail closed
+	}
+	for _, tt := range tests {
+		r := newRequest("GET", "/", "192.0.2.1:1")
+		if tt.header != "" {
+			r.Header.Set(tt.header, tt.value)
+		}
+		w := serve(h, r)
+		if w.Code != tt.status || w.Header().Get("RateLimit-Policy") != tt.policy || w.Header().Get("RateLimit") != tt.rl {
+			t.Errorf("%s=%s: status %d, RateLimit-Policy %q, RateLimit %q; want %d %q %q", tt.header, tt.value,
+				w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"), tt.status, tt.policy, tt.rl)
+		}
+	}
+	for _, o := range []MiddlewareOption{WithKeyFunc(headerKey("X")), WithPolicyName("x")} {
+		if _, err := NewPolicyMiddleware(sel, o); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("NewPolicyMiddleware with a per-policy option: %v, want ErrInvalidOption", err)
+		}
+	}
+	if _, err := NewPolicyMiddleware(nil); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("nil selector: %v", err)
+	}
+}
+
+// rateLimiter is a fake limiter that reports a rate.
+type rateLimiter struct {
+	fakeLimiter
+	rate Rate
+}
+
+func (l *rateLimiter) Rate() Rate { return l.rate }
+
+func TestPolicyWindow(t *testing.T) {
+	tests := []struct {
+		rate  Rate
+		limit int
+		want  string
+	}{
+		{Rate{Limit: 10, Period: 10 * time.Minute}, 10, `"p";q=10;w=600`},
+		{Rate{Limit: 20, Period: time.Minute}, 10, `"p";q=10;w=30`},                    // burst below the rate
+		{Rate{Limit: 3, Period: time.Second}, 1, `"p";q=1;w=1`},                        // 333 ms, rounded up
+		{Rate{Limit: 1, Period: 200 * 365 * 24 * time.Hour}, 1 << 20, `"p";q=1048576`}, // beyond int64: no w
+		{Rate{}, 5, `"p";q=5`}, // an invalid rate is not advertised
+	}
+	for _, tt := range tests {
+		p, err := newPolicy(Policy{Name: "p", Limiter: &rateLimiter{rate: tt.rate}, Key: headerKey("X")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.policyValue(tt.limit); got != tt.want {
+			t.Errorf("rate %v, limit %d: %q, want %q", tt.rate, tt.limit, got, tt.want)
+		}
+		if again := p.policyValue(tt.limit); again != tt.want {
+			t.Errorf("cached value %q", again)
+		}
+	}
+}
