@@ -1,0 +1,264 @@
+package floodgate
+
+import (
+	"context"
+	"math"
+	"math/bits"
+)
+
+// SlidingCounter is an in-memory sliding-window counter: the constant-memory
+// approximation of a SlidingLog for large limits (10,000 per hour, say),
+// where a log of every event per key would cost too much.
+//
+// Time is cut into fixed windows of Rate.Period, aligned on the limiter's
+// creation. For each key the counter keeps the number of events counted in
+// the current fixed window and in the previous one, and estimates the
+// number in the sliding window (now-Period, now] by assuming that the
+// previous window's events were spread evenly over it:
+//
+//	estimate = previous × (Period − elapsed)/Period + current
+//
+// where elapsed is the time since the current fixed window began. AllowN(n)
+// counts n events if estimate + n ≤ Rate.Limit; a denied request counts
+// nothing. The state of a key is a window index and two 32-bit counts, 16
+// bytes whatever the limit.
+//
+// # Error bound
+//
+// If the previous window's events were spread evenly, the estimate is the
+// exact count. Otherwise, of the previous window's count p, anything from
+// none to all may really lie inside the sliding window, so at elapsed e
+//
+//	−p·e/Period ≤ estimate − exact ≤ p·(Period−e)/Period
+//
+// and the error is never more than p ≤ Rate.Limit events. Over-estimating
+// denies a request that an exact log would allow, for at most a Period.
+// Under-estimating lets through more than Rate.Limit events in a
+// Period-long window: up to Rate.Limit + p·e/Period, below 2·Rate.Limit,
+// in the worst case of a previous window whose events all came at its very
+// end. The tests measure both against a SlidingLog on random traffic. Use
+// a SlidingLog where the limit must be exact.
+//
+// Keys live in a bounded, sharded LRU store (WithMaxKeys); a key whose
+// estimate has fallen to zero equals a fresh one and is dropped first, at
+// no cost.
+//
+// A SlidingCounter is safe for concurrent use.
+type SlidingCounter struct {
+	rate   Rate
+	limit  int
+	period int64 // Rate.Period in ns
+	store  *store[scState]
+}
+
+// scState is one key's counts: cur events in fixed window number window
+// (counted from the epoch), prev in the one before it. The zero value
+// counts nothing.
+type scState struct {
+	window    int64
+	prev, cur uint32
+}
+
+// NewSlidingCounter returns a sliding-window counter allowing about r.Limit
+// events per key in any window of r.Period (see the type's error bound).
+// It accepts WithMaxKeys, WithMaxKeyLength, WithShards and WithClock;
+// invalid values, and options that do not apply (such as WithBurst or
+// WithCountDenied), are reported as errors wrapping ErrInvalidRate or
+// ErrInvalidOption.
+func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
+	if err := validateWindowRate(r); err != nil {
+		return nil, err
+	}
+	c, err := newConfig(kindCounter, opts)
+	if err != nil {
+		return nil, err
+	}
+	sc := &SlidingCounter{rate: r, limit: r.Limit, period: int64(r.Period)}
+	if sc.store, err = newStore(c, sc.freshAt); err != nil {
+		return nil, err
+	}
+	return sc, nil
+}
+
+// Rate returns the rate the counter was created with.
+func (sc *SlidingCounter) Rate() Rate { return sc.rate }
+
+// Allow is AllowN(ctx, key, 1).
+func (sc *SlidingCounter) Allow(ctx context.Context, key string) (Decision, error) {
+	return sc.AllowN(ctx, key, 1)
+}
+
+// AllowN counts n events for key if the estimated count in the Period
+// ending now leaves room for them, and reports the decision either way;
+// n == 0 reports without counting. A cost above Rate.Limit returns
+// ErrCostExceedsLimit. The context is not consulted: an in-memory decision
+// does not block.
+func (sc *SlidingCounter) AllowN(_ context.Context, key string, n int) (Decision, error) {
+	if err := checkCost(n, sc.limit); err != nil {
+		return Decision{Limit: sc.limit}, err
+	}
+	sh, st, now, err := sc.store.acquire(key, n > 0)
+	if err != nil {
+		return Decision{Limit: sc.limit}, err
+	}
+	var d Decision
+	if st == nil { // n == 0 on an untracked key: nothing counted
+		d = Decision{Allowed: true, Limit: sc.limit, Remaining: sc.limit}
+	} else {
+		d = sc.decide(st, now, n)
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// RefundN uncounts n events of key, giving back the units of an AllowN
+// that was allowed but whose event did not happen (for instance because
+// another limit of a combined policy denied it). It takes them from the
+// current fixed window and, if that holds fewer, from the previous one,
+// where they are if a window boundary passed since the AllowN. A key that
+// is not tracked is left alone; a negative n returns ErrInvalidCost and n
+// above Rate.Limit ErrCostExceedsLimit.
+//
+// The counts do not say which events belong to which call: if the AllowN
+// was in the previous window but other events came in the current one
+// since, the refund takes those instead, which lowers the estimate more
+// than exact (the current window's events weigh fully, the previous one's
+// by their share) until the current window ends.
+func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
+	if err := checkCost(n, sc.limit); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	sh, st, now, err := sc.store.acquire(key, false)
+	if err != nil {
+		return err
+	}
+	if st != nil {
+		w := now / sc.period
+		prev, cur := st.counts(w)
+		take := min(cur, uint32(n))
+		cur -= take
+		prev -= min(prev, uint32(n)-take)
+		st.window, st.prev, st.cur = w, prev, cur
+	}
+	sh.mu.Unlock()
+	return nil
+}
+
+// Reset forgets key's counts, giving it its full quota back.
+func (sc *SlidingCounter) Reset(_ context.Context, key string) error {
+	return sc.store.remove(key)
+}
+
+// Stats reports the size of the key store and its evictions.
+func (sc *SlidingCounter) Stats() Stats { return sc.store.stats() }
+
+// counts returns the previous and current counts as of fixed window w,
+// which is never before st.window: the clock does not go back.
+func (st *scState) counts(w int64) (prev, cur uint32) {
+	switch st.window {
+	case w:
+		return st.prev, st.cur
+	case w - 1:
+		return st.cur, 0
+	}
+	return 0, 0
+}
+
+// decide is the counter's state machine for one key at now. All the
+// comparisons are exact: products of a count and a time are taken in 128
+// bits, since Rate.Limit × Period overflows int64 for long periods.
+func (sc *SlidingCounter) decide(st *scState, now int64, n int) Decision {
+	w := now / sc.period
+	start := w * sc.period
+	elapsed := now - start
+	prev, cur := st.counts(w)
+	limit := uint32(sc.limit)
+	d := Decision{Limit: sc.limit}
+	// estimate + n <= limit ⇔ cur + n <= limit and
+	// prev·(Period − elapsed) <= (limit − cur − n)·Period.
+	if cur+uint32(n) <= limit && !sc.above(prev, sc.period-elapsed, limit-cur-uint32(n)) {
+		d.Allowed = true
+		if n > 0 {
+			cur += uint32(n)
+			st.window, st.prev, st.cur = w, prev, cur
+		}
+	} else {
+		d.RetryAfter = durationNS(sc.retryAt(start, prev, cur, uint32(n)) - now)
+	}
+	d.Remaining = max(sc.limit-int(cur)-int(sc.share(prev, sc.period-elapsed)), 0)
+	switch {
+	case cur > 0: // the current window's events weigh until the next one ends
+		d.ResetAfter = durationNS(start + 2*sc.period - now)
+	case prev > 0:
+		d.ResetAfter = durationNS(start + sc.period - now)
+	}
+	return d
+}
+
+// above reports whether prev·rest > room·Period.
+func (sc *SlidingCounter) above(prev uint32, rest int64, room uint32) bool {
+	ah, al := bits.Mul64(uint64(prev), uint64(rest))
+	bh, bl := bits.Mul64(uint64(room), uint64(sc.period))
+	return ah > bh || (ah == bh && al > bl)
+}
+
+// share returns ceil(prev·rest/Period): the previous window's events still
+// weighing on the estimate, rounded up to whole events.
+func (sc *SlidingCounter) share(prev uint32, rest int64) uint32 {
+	hi, lo := bits.Mul64(uint64(prev), uint64(rest))
+	q, r := bits.Div64(hi, lo, uint64(sc.period)) // rest <= Period: q <= prev
+	if r > 0 {
+		q++
+	}
+	return uint32(q)
+}
+
+// retryAt returns the earliest time at which estimate + n <= limit, for a
+// denied request in the fixed window beginning at start. The estimate only
+// falls as time passes (it is continuous at window boundaries, where the
+// current count becomes the previous one at full weight), so that time is
+// when the previous count's share has shrunk enough: in this window if the
+// current count leaves room for n, in the next one otherwise.
+func (sc *SlidingCounter) retryAt(start int64, prev, cur, n uint32) int64 {
+	limit := uint32(sc.limit)
+	if cur+n <= limit {
+		// Denied, so prev > 0 and prev·Period > (limit−cur−n)·Period.
+		return start + sc.elapsedFor(prev, limit-cur-n)
+	}
+	// Denied with cur+n > limit >= n, so cur > 0.
+	return start + sc.period + sc.elapsedFor(cur, limit-n)
+}
+
+// elapsedFor returns the smallest elapsed time e in [0, Period] with
+// count·(Period − e) <= room·Period, that is
+// Period − floor(room·Period/count); count is positive.
+func (sc *SlidingCounter) elapsedFor(count, room uint32) int64 {
+	if room >= count {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(room), uint64(sc.period))
+	q, _ := bits.Div64(hi, lo, uint64(count)) // room < count: q < Period
+	return sc.period - int64(q)
+}
+
+// freshAt is when the estimate falls to zero and the counts equal fresh
+// ones.
+func (sc *SlidingCounter) freshAt(st *scState) int64 {
+	switch {
+	case st.cur > 0:
+		return (st.window + 2) * sc.period
+	case st.prev > 0:
+		return (st.window + 1) * sc.period
+	}
+	return math.MinInt64
+}
+
+// Compile-time checks that the sliding counter is a Limiter and can be
+// reset.
+var (
+	_ Limiter  = (*SlidingCounter)(nil)
+	_ Resetter = (*SlidingCounter)(nil)
+)
