@@ -280,6 +280,34 @@ func TestSlidingLogMatchesReference(t *testing.T) {
 	}
 }
 
+// TestSlidingLogRebases keeps a log busy for far longer than 2³² units, so
+// that its base must move many times, and checks it against the reference.
+func TestSlidingLogRebases(t *testing.T) {
+	const limit, period = 5, int64(time.Second)
+	rng := rand.New(rand.NewSource(5))
+	clk := newSlClock()
+	l, err := NewSlidingLog(Rate{Limit: limit, Period: time.Second}, WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &refLog{limit: limit, period: period}
+	var now int64
+	for i := 0; now < 60*period; i++ {
+		now += rng.Int63n(period / 4) // never quiet for a period: never emptied
+		clk.set(time.Duration(now))
+		n := randomCost(rng, limit)
+		if got, want := mustAllowN(t, l, "k", n), ref.allowN(now, n); got != want {
+			t.Fatalf("step %d at %d ns, n=%d:\n got %+v\nwant %+v", i, now, n, got, want)
+		}
+	}
+	sh, st, _, _ := l.store.acquire("k", false)
+	base := st.base
+	sh.mu.Unlock()
+	if base < 50*period {
+		t.Fatalf("base %d ns after 60 s of traffic: the log did not rebase", base)
+	}
+}
+
 // randomGap returns a time step: mostly a small fraction of the period,
 // sometimes nothing (bursts at one instant), sometimes several periods.
 func randomGap(rng *rand.Rand, period int64) int64 {
@@ -305,7 +333,8 @@ func randomCost(rng *rand.Rand, limit int) int {
 // round: a period that is not a multiple of the time unit, and event times
 // in arbitrary nanoseconds. At no instant may more than Limit allowed
 // events lie within a Period-long window (the maximum is reached at an
-// event, so checking at each allowed event suffices); and the log may be
+// event, so checking at each allowed event suffices), even for clients
+// that retry exactly after RetryAfter; and the log may be
 // stricter than exact only by the rounding: a denial at t must be a denial
 // for an exact log in which events count one unit longer.
 func TestSlidingLogNeverExceedsLimit(t *testing.T) {
@@ -326,12 +355,20 @@ func TestSlidingLogNeverExceedsLimit(t *testing.T) {
 			exact := &refLog{limit: limit, period: period}        // the allowed events, at their true times
 			loose := &refLog{limit: limit, period: period + unit} // the same, counted a unit longer
 			var now int64
+			var retry time.Duration
 			for i := 0; i < 4000; i++ {
-				now += randomGap(rng, period)
+				// Half the denied clients come back exactly when told to,
+				// which is where rounding would show.
+				if retry > 0 && rng.Intn(2) == 0 {
+					now += int64(retry)
+				} else {
+					now += randomGap(rng, period) + rng.Int63n(unit)
+				}
 				n := randomCost(rng, limit)
 				clk.set(time.Duration(now))
 				d := mustAllowN(t, l, "k", n)
 				checkDecision(t, d, limit)
+				retry = d.RetryAfter
 				switch inExact, inLoose := len(exact.live(now)), len(loose.live(now)); {
 				case d.Allowed && inExact+n > limit:
 					t.Fatalf("step %d: allowed %d with %d events in the window, limit %d", i, n, inExact, limit)
