@@ -1,0 +1,210 @@
+package floodgate
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The sliding limiters' benchmarks, with the token bucket measured in the
+// same run as the baseline to compare against (absolute figures move with
+// the machine's load; ratios much less).
+//
+//	go test -run '^$' -bench 'Sliding' -benchtime 1s .
+
+// benchClock advances by step nanoseconds each time it is read, so that a
+// benchmark can hold a steady state (every decision allowed, say) without
+// sleeping. step is set before the timed loop and only read inside it.
+type benchClock struct {
+	start time.Time
+	ns    atomic.Int64
+	step  int64
+}
+
+func newBenchClock() *benchClock {
+	return &benchClock{start: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
+}
+
+func (c *benchClock) now() time.Time {
+	return c.start.Add(time.Duration(c.ns.Add(c.step)))
+}
+
+type benchKind struct {
+	name  string
+	build func(Rate, ...Option) (Limiter, error)
+}
+
+var slidingBenchKinds = []benchKind{
+	{"SlidingLog", func(r Rate, opts ...Option) (Limiter, error) { return NewSlidingLog(r, opts...) }},
+	{"SlidingCounter", func(r Rate, opts ...Option) (Limiter, error) { return NewSlidingCounter(r, opts...) }},
+	{"TokenBucket", func(r Rate, opts ...Option) (Limiter, error) { return NewTokenBucket(r, opts...) }},
+}
+
+func mustBenchLimiter(b *testing.B, k benchKind, r Rate, opts ...Option) Limiter {
+	b.Helper()
+	l, err := k.build(r, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// reportAllowed reports the share of decisions that were allowed, so that a
+// figure can be read as the allowed or the denied path.
+func reportAllowed(b *testing.B, allowed int64) {
+	b.ReportMetric(float64(allowed)/float64(b.N), "allowed/op")
+}
+
+// BenchmarkSlidingHotKey: one key, every decision allowed (the clock moves
+// on by Period/Limit per decision, so one event ages out each time and the
+// log is full) or every decision denied (a frozen clock on a full window).
+func BenchmarkSlidingHotKey(b *testing.B) {
+	r := Rate{Limit: 100, Period: time.Minute}
+	ctx := context.Background()
+	for _, k := range slidingBenchKinds {
+		for _, path := range []struct {
+			name string
+			step int64
+		}{{"allowed", int64(r.Period) / int64(r.Limit)}, {"denied", 0}} {
+			b.Run(k.name+"/"+path.name, func(b *testing.B) {
+				clk := newBenchClock()
+				l := mustBenchLimiter(b, k, r, WithClock(clk.now))
+				if _, err := l.AllowN(ctx, "hot", r.Limit); err != nil {
+					b.Fatal(err)
+				}
+				clk.step = path.step
+				b.ReportAllocs()
+				b.ResetTimer()
+				var allowed int64
+				for i := 0; i < b.N; i++ {
+					d, err := l.AllowN(ctx, "hot", 1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if d.Allowed {
+						allowed++
+					}
+				}
+				reportAllowed(b, allowed)
+			})
+		}
+	}
+}
+
+// BenchmarkSliding100kKeys populates 100,000 keys, each with a full
+// window, reports the heap bytes retained per key, then measures decisions
+// on those keys in a shuffled round-robin, serially and in parallel. The
+// clock moves on by Period/(Limit·keys) per decision, so that between two
+// visits of a key one of its events ages out (a sliding log is populated
+// with its events spread over a period, one a Period/Limit) and one unit
+// comes back: the decisions are mostly allowed, on full state, spread over
+// the whole store.
+func BenchmarkSliding100kKeys(b *testing.B) {
+	const keys = 100_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "client-" + strconv.Itoa(i)
+	}
+	rand.New(rand.NewSource(1)).Shuffle(keys, func(i, j int) { names[i], names[j] = names[j], names[i] })
+	for _, k := range slidingBenchKinds {
+		limits := []int{100}
+		if k.name == "SlidingLog" {
+			limits = []int{5, 100}
+		}
+		for _, limit := range limits {
+			r := Rate{Limit: limit, Period: time.Minute}
+			// Populating takes seconds: do it once for both modes and every
+			// b.N, and carry the round-robin position over.
+			var (
+				l      Limiter
+				perKey float64
+				cursor atomic.Int64
+			)
+			setup := func(b *testing.B) {
+				if l != nil {
+					return
+				}
+				clk := newBenchClock()
+				l = mustBenchLimiter(b, k, r, WithClock(clk.now))
+				perKey = populate(b, l, clk, names, r, k.name == "SlidingLog")
+				clk.step = int64(r.Period) / int64(limit*keys)
+			}
+			for _, mode := range []string{"serial", "parallel"} {
+				b.Run(fmt.Sprintf("%s/limit=%d/%s", k.name, limit, mode), func(b *testing.B) {
+					setup(b)
+					ctx := context.Background()
+					b.ReportAllocs()
+					b.ResetTimer()
+					var allowed atomic.Int64
+					decide := func() bool {
+						i := cursor.Add(1)
+						d, err := l.AllowN(ctx, names[i%keys], 1)
+						if err != nil {
+							b.Error(err)
+						}
+						return d.Allowed
+					}
+					if mode == "serial" {
+						var n int64
+						for i := 0; i < b.N; i++ {
+							if decide() {
+								n++
+							}
+						}
+						allowed.Store(n)
+					} else {
+						b.RunParallel(func(pb *testing.PB) {
+							var n int64
+							for pb.Next() {
+								if decide() {
+									n++
+								}
+							}
+							allowed.Add(n)
+						})
+					}
+					b.StopTimer()
+					reportAllowed(b, allowed.Load())
+					b.ReportMetric(perKey, "B/key")
+					if st := l.(interface{ Stats() Stats }).Stats(); st.Keys != keys || st.EvictedLive != 0 {
+						b.Fatalf("store after the run: %+v", st)
+					}
+				})
+			}
+		}
+	}
+}
+
+// populate fills every key's window and returns the heap bytes retained
+// per key, measured after a collection before and after. With spread, each
+// key gets its Limit events one at a time, Period/Limit apart, as a log
+// would in steady traffic; otherwise all at once. It leaves the clock at
+// one period after the first events, where they start to age out.
+func populate(b *testing.B, l Limiter, clk *benchClock, names []string, r Rate, spread bool) float64 {
+	b.Helper()
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rounds, n := 1, r.Limit
+	if spread {
+		rounds, n = r.Limit, 1
+	}
+	for j := 0; j < rounds; j++ {
+		clk.ns.Store(int64(j) * int64(r.Period) / int64(r.Limit))
+		for _, name := range names {
+			if d, err := l.AllowN(ctx, name, n); err != nil || !d.Allowed {
+				b.Fatalf("populating %s: %+v, %v", name, d, err)
+			}
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	clk.ns.Store(int64(r.Period))
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(len(names))
+}
