@@ -39,7 +39,8 @@ type SlidingLog struct {
 }
 
 // slState is one key's log. The entries are event times in units of
-// 1<<shift ns, stored as offsets from base, in chronological order starting
+// 1<<shift ns, stored as offsets from the base era<<eraShift units, in
+// chronological order starting
 // at ring[head] and wrapping around. len(ring) is the number of entries:
 // the ring grows by appending until it holds Rate.Limit of them and only
 // then wraps, so head is zero whenever the ring is not full. Entries are
@@ -48,9 +49,18 @@ type SlidingLog struct {
 // entries have all aged out is emptied. The zero value is an empty log.
 type slState struct {
 	ring []uint32
-	base int64 // in units since the limiter's epoch
+	// era, rather than a 64-bit base, keeps the state at 32 bytes. A
+	// 32-bit era count lasts 2⁶² units: at least 146 years of uptime.
+	era  uint32
 	head uint32
 }
+
+// eraShift makes the base of a log a multiple of 2³⁰ units: a base at most
+// 2³⁰ units below any time chosen for it still leaves room for two periods
+// of offsets above it.
+const eraShift = 30
+
+func (st *slState) base() int64 { return int64(st.era) << eraShift }
 
 // maxWindowPeriod bounds Rate.Period for the window limiters (about 73
 // years) so that an event time plus a period or two always fits in int64.
@@ -102,8 +112,9 @@ func validateWindowRate(r Rate) error {
 }
 
 // logUnitShift returns the smallest s such that 2³²·2ˢ ns cover two
-// periods. Two periods, not one, so that a log can go a whole period
-// between rebases (see rebase).
+// periods. Two periods, not one, leave room above a log's base for a
+// period of entries plus the slack that lets it rebase rarely (see
+// rebase).
 func logUnitShift(period int64) uint {
 	twice := 2 * uint64(period)
 	if n := bits.Len64(twice - 1); n > 32 {
@@ -229,7 +240,7 @@ func (l *SlidingLog) at(st *slState, i int) int64 {
 	if j >= len(st.ring) {
 		j -= len(st.ring)
 	}
-	return (st.base + int64(st.ring[j])) << l.shift
+	return (st.base() + int64(st.ring[j])) << l.shift
 }
 
 // firstLive returns the index (oldest first) of the first entry still in
@@ -266,11 +277,11 @@ func (l *SlidingLog) record(st *slState, now int64, k, live int) {
 	switch {
 	case live == 0:
 		// Every entry has aged out: start over, keeping the memory.
-		st.ring, st.head, st.base = st.ring[:0], 0, u
-	case u-st.base > math.MaxUint32:
+		st.ring, st.head, st.era = st.ring[:0], 0, uint32(u>>eraShift)
+	case u-st.base() > math.MaxUint32:
 		l.rebase(st, now)
 	}
-	off := uint32(u - st.base)
+	off := uint32(u - st.base())
 	if need := min(len(st.ring)+k, l.limit); need > cap(st.ring) {
 		// Grow lazily, doubling but never past Rate.Limit: a key that saw
 		// a few events does not pay for a full log.
@@ -289,23 +300,25 @@ func (l *SlidingLog) record(st *slState, now int64, k, live int) {
 	}
 }
 
-// rebase moves the log's base up to the start of the window ending at now,
-// so that the offset of an event at now fits in 32 bits again. Entries
-// that aged out are clamped to the new base, which has aged out as well,
-// and order is kept. Because 2³² units span two periods and the new base is
-// at most a period and a unit before now, a log rebases at most about once
-// a period, and only while it stays busy: a log that goes quiet for a
-// period is emptied instead.
+// rebase moves the log's base up to the last era boundary at or before
+// the start of the window ending at now, so that the offset of an event at
+// now fits in 32 bits again: it is then at most a period, an era (2³⁰
+// units) and a unit, less than 2³² units since 2³¹ units span a period.
+// Entries at or below the new base, which have aged out, are clamped to
+// it, so order is kept. The next rebase is at least 2³⁰ units (half a
+// period, and at least a second) away, and happens only if the log stays
+// busy: a log that goes quiet for a period is emptied instead.
 func (l *SlidingLog) rebase(st *slState, now int64) {
-	base := (now - l.period) >> l.shift
+	era := uint32(((now - l.period) >> l.shift) >> eraShift)
+	base, old := int64(era)<<eraShift, st.base()
 	for i, off := range st.ring {
-		if e := st.base + int64(off); e > base {
+		if e := old + int64(off); e > base {
 			st.ring[i] = uint32(e - base)
 		} else {
 			st.ring[i] = 0
 		}
 	}
-	st.base = base
+	st.era = era
 }
 
 // linearize rotates a wrapped ring so that the oldest entry is first,

@@ -301,7 +301,7 @@ func TestSlidingLogRebases(t *testing.T) {
 		}
 	}
 	sh, st, _, _ := l.store.acquire("k", false)
-	base := st.base
+	base := st.base()
 	sh.mu.Unlock()
 	if base < 50*period {
 		t.Fatalf("base %d ns after 60 s of traffic: the log did not rebase", base)
