@@ -12,14 +12,15 @@ import (
 // SlidingLog is an in-memory sliding-log limiter: for each key it allows at
 // most Rate.Limit events in any window of Rate.Period ending now. It keeps
 // the time of every counted event, so an event at t stops counting at
-// t+Period exactly, with no boundary burst and no estimate; use a
-// SlidingCounter when Rate.Limit is so large that a log per key costs too
-// much memory.
+// t+Period (to within a few nanoseconds, never earlier: see NewSlidingLog),
+// with no boundary burst and no estimate; use a SlidingCounter when
+// Rate.Limit is so large that a log per key costs too much memory.
 //
 // AllowN(n) records n events when the window has room for all of them. A
 // denied request is not recorded unless the limiter was built with
-// WithCountDenied, in which case a client that keeps trying stays blocked
-// until it pauses for a whole Period.
+// WithCountDenied, in which case a client's attempts count, not only its
+// successes: one that keeps trying Rate.Limit times a Period or more stays
+// blocked.
 //
 // Each key costs about 4 bytes per recorded event, at most Rate.Limit of
 // them: event times are 32-bit offsets from a per-key base, in a time unit
@@ -40,8 +41,8 @@ type SlidingLog struct {
 
 // slState is one key's log. The entries are event times in units of
 // 1<<shift ns, stored as offsets from the base era<<eraShift units, in
-// chronological order starting
-// at ring[head] and wrapping around. len(ring) is the number of entries:
+// chronological order starting at ring[head] and wrapping around.
+// len(ring) is the number of entries:
 // the ring grows by appending until it holds Rate.Limit of them and only
 // then wraps, so head is zero whenever the ring is not full. Entries are
 // never removed one by one as they age out: the decision skips them, a new
@@ -125,9 +126,9 @@ func logUnitShift(period int64) uint {
 
 // WithCountDenied makes a sliding log record denied attempts too, each
 // with its cost, so that a client that keeps trying stays blocked until it
-// has been quiet for a whole Period. Memory stays bounded: the log never
-// holds more than Rate.Limit entries per key, a new entry overwriting the
-// oldest once it is full. The reported RetryAfter then accounts for the
+// tries less than Rate.Limit times a Period. Memory stays bounded: the log
+// never holds more than Rate.Limit entries per key, a new entry
+// overwriting the oldest once it is full. The reported RetryAfter then accounts for the
 // denied attempt itself. It applies only to NewSlidingLog.
 func WithCountDenied() Option {
 	return func(c *config) error {
@@ -144,8 +145,8 @@ func (l *SlidingLog) Allow(ctx context.Context, key string) (Decision, error) {
 	return l.AllowN(ctx, key, 1)
 }
 
-// AllowN records n events for key if fewer than Rate.Limit-n+1 events were
-// recorded in the Period ending now, and reports the decision either way;
+// AllowN records n events for key if at most Rate.Limit-n were recorded
+// in the Period ending now, and reports the decision either way;
 // n == 0 reports without recording. A cost above Rate.Limit returns
 // ErrCostExceedsLimit. The context is not consulted: an in-memory decision
 // does not block.
@@ -168,9 +169,9 @@ func (l *SlidingLog) AllowN(_ context.Context, key string, n int) (Decision, err
 
 // RefundN removes the n newest entries of key's log, giving back the units
 // of an AllowN that was allowed but whose event did not happen (for
-// instance because another limit of a combined policy denied it). A key
-// that is not tracked, or holds fewer entries, is left empty; a negative n
-// returns ErrInvalidCost and n above Rate.Limit ErrCostExceedsLimit.
+// instance because another limit of a combined policy denied it). A log
+// holding fewer entries is left empty, an untracked key alone; a negative
+// n returns ErrInvalidCost and n above Rate.Limit ErrCostExceedsLimit.
 //
 // The log does not know which entries belong to which call: if another
 // event for the key was recorded between the AllowN and the RefundN, the
@@ -303,7 +304,7 @@ func (l *SlidingLog) record(st *slState, now int64, k, live int) {
 // rebase moves the log's base up to the last era boundary at or before
 // the start of the window ending at now, so that the offset of an event at
 // now fits in 32 bits again: it is then at most a period, an era (2³⁰
-// units) and a unit, less than 2³² units since 2³¹ units span a period.
+// units) and a unit, less than 2³² units since a period is at most 2³¹.
 // Entries at or below the new base, which have aged out, are clamped to
 // it, so order is kept. The next rebase is at least 2³⁰ units (half a
 // period, and at least a second) away, and happens only if the log stays
