@@ -28,3 +28,21 @@ func TestTokenBucketWithBurstConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestSlidingLogConformance(t *testing.T) {
+	floodgatetest.Run(t, floodgatetest.Suite{
+		Algorithm: floodgatetest.SlidingLog,
+		New: func(c floodgatetest.Config) (floodgatetest.Limiter, error) {
+			return floodgate.NewSlidingLog(c.Rate, floodgate.WithClock(c.Clock.Now))
+		},
+	})
+}
+
+func TestSlidingCounterConformance(t *testing.T) {
+	floodgatetest.Run(t, floodgatetest.Suite{
+		Algorithm: floodgatetest.SlidingCounter,
+		New: func(c floodgatetest.Config) (floodgatetest.Limiter, error) {
+			return floodgate.NewSlidingCounter(c.Rate, floodgate.WithClock(c.Clock.Now))
+		},
+	})
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"time"
 )
@@ -34,13 +33,13 @@ type SlidingLog struct {
 	rate        Rate
 	limit       int
 	period      int64 // Rate.Period in ns
-	shift       uint  // the time unit is 1<<shift ns
+	unit        int64 // ns; event times are kept in this unit
 	countDenied bool
 	store       *store[slState]
 }
 
 // slState is one key's log. The entries are event times in units of
-// 1<<shift ns, stored as offsets from the base era<<eraShift units, in
+// l.unit ns, stored as offsets from the base era<<eraShift units, in
 // chronological order starting at ring[head] and wrapping around.
 // len(ring) is the number of entries:
 // the ring grows by appending until it holds Rate.Limit of them and only
@@ -73,12 +72,14 @@ const maxWindowPeriod = 1 << 61
 // that do not apply (such as WithBurst), are reported as errors wrapping
 // ErrInvalidRate or ErrInvalidOption.
 //
-// Event times are rounded up to the log's time unit: the smallest power of
-// two nanoseconds for which 2³² units span at least two periods (1 ns for
-// periods up to about 2 s, 32 ns for a minute, 2 µs for an hour). Rounding
-// up means an event stops counting up to one unit after t+Period, never
-// before, so the limit is never looser than exact; the RetryAfter and
-// ResetAfter it reports are exact for the times it stores.
+// Event times are rounded up to the log's time unit: the smallest of 1, 2,
+// 5, 10, 20, 50, ... ns for which 2³² units span at least two periods (1 ns
+// for periods up to about 2 s, 50 ns for a minute, 2 µs for an hour).
+// Rounding up means an event stops counting up to one unit after t+Period,
+// never before, so the limit is never looser than exact; the RetryAfter and
+// ResetAfter it reports are exact for the times it stores. Such a unit
+// divides a millisecond for periods up to 24.8 days, so events on a
+// millisecond grid are kept exactly.
 func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	if err := validateWindowRate(r); err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 		rate:        r,
 		limit:       r.Limit,
 		period:      int64(r.Period),
-		shift:       logUnitShift(int64(r.Period)),
+		unit:        logUnit(int64(r.Period)),
 		countDenied: c.countDenied,
 	}
 	if l.store, err = newStore(c, l.freshAt); err != nil {
@@ -112,16 +113,21 @@ func validateWindowRate(r Rate) error {
 	return nil
 }
 
-// logUnitShift returns the smallest s such that 2³²·2ˢ ns cover two
-// periods. Two periods, not one, leave room above a log's base for a
-// period of entries plus the slack that lets it rebase rarely (see
-// rebase).
-func logUnitShift(period int64) uint {
-	twice := 2 * uint64(period)
-	if n := bits.Len64(twice - 1); n > 32 {
-		return uint(n - 32)
+// logUnit returns the smallest unit of the 1-2-5 series such that 2³²
+// units cover two periods. Two periods, not one, leave room above a log's
+// base for a period of entries plus the slack that lets it rebase rarely
+// (see rebase). A power of two would save a multiplication, but a decimal
+// unit keeps times that people and tests choose (whole milliseconds,
+// seconds) exact.
+func logUnit(period int64) int64 {
+	need := (2*uint64(period) + 1<<32 - 1) >> 32 // ceil(2·period / 2³²)
+	for unit := int64(1); ; unit *= 10 {
+		for _, m := range [...]int64{1, 2, 5} {
+			if uint64(m*unit) >= need {
+				return m * unit
+			}
+		}
 	}
-	return 0
 }
 
 // WithCountDenied makes a sliding log record denied attempts too, each
@@ -241,7 +247,7 @@ func (l *SlidingLog) at(st *slState, i int) int64 {
 	if j >= len(st.ring) {
 		j -= len(st.ring)
 	}
-	return (st.base() + int64(st.ring[j])) << l.shift
+	return (st.base() + int64(st.ring[j])) * l.unit
 }
 
 // firstLive returns the index (oldest first) of the first entry still in
@@ -274,7 +280,7 @@ func (l *SlidingLog) firstLive(st *slState, now int64) int {
 func (l *SlidingLog) record(st *slState, now int64, k, live int) {
 	// Round up to the unit: the event then counts a little longer than
 	// exact, never shorter.
-	u := (now + 1<<l.shift - 1) >> l.shift
+	u := (now + l.unit - 1) / l.unit
 	switch {
 	case live == 0:
 		// Every entry has aged out: start over, keeping the memory.
@@ -310,7 +316,7 @@ func (l *SlidingLog) record(st *slState, now int64, k, live int) {
 // period, and at least a second) away, and happens only if the log stays
 // busy: a log that goes quiet for a period is emptied instead.
 func (l *SlidingLog) rebase(st *slState, now int64) {
-	era := uint32(((now - l.period) >> l.shift) >> eraShift)
+	era := uint32((now - l.period) / l.unit >> eraShift)
 	base, old := int64(era)<<eraShift, st.base()
 	for i, off := range st.ring {
 		if e := old + int64(off); e > base {

@@ -256,8 +256,8 @@ func TestSlidingLogMatchesReference(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if l.shift != 0 {
-					t.Fatalf("unit for a 1 s period is %d ns, want 1", 1<<l.shift)
+				if l.unit != 1 {
+					t.Fatalf("unit for a 1 s period is %d ns, want 1", l.unit)
 				}
 				ref := &refLog{limit: limit, period: period, countDenied: countDenied}
 				var now int64
@@ -348,9 +348,9 @@ func TestSlidingLogNeverExceedsLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			unit := int64(1) << l.shift
-			if unit != 32 {
-				t.Fatalf("unit for a 1 min period is %d ns, want 32", unit)
+			unit := l.unit
+			if unit != 50 {
+				t.Fatalf("unit for a 1 min period is %d ns, want 50", unit)
 			}
 			exact := &refLog{limit: limit, period: period}        // the allowed events, at their true times
 			loose := &refLog{limit: limit, period: period + unit} // the same, counted a unit longer
@@ -604,21 +604,24 @@ func TestSlidingLogRefundNWithEventInBetween(t *testing.T) {
 	}
 }
 
-func TestSlidingLogUnitShift(t *testing.T) {
+func TestSlidingLogUnit(t *testing.T) {
 	for _, tt := range []struct {
 		period time.Duration
 		unit   int64
 	}{
 		{1, 1},
 		{time.Second, 1},
-		{2147483648, 1}, // 2³² ns is exactly two periods
-		{2147483649, 2},
-		{time.Minute, 32},
-		{10 * time.Minute, 512},
-		{time.Hour, 2048},
-		{maxWindowPeriod, 1 << 30},
+		{1 << 31, 1}, // 2³² ns is exactly two periods
+		{1<<31 + 1, 2},
+		{3 << 31, 5},
+		{time.Minute, 50},
+		{10 * time.Minute, 500},
+		{time.Hour, 2000},
+		{1 << 31 * time.Millisecond, 1_000_000}, // 24.9 days: the last that keeps whole milliseconds
+		{1<<31*time.Millisecond + 1, 2_000_000},
+		{maxWindowPeriod, 2_000_000_000},
 	} {
-		if got := int64(1) << logUnitShift(int64(tt.period)); got != tt.unit {
+		if got := logUnit(int64(tt.period)); got != tt.unit {
 			t.Errorf("period %s: unit %d ns, want %d", tt.period, got, tt.unit)
 		}
 	}
