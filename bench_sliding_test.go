@@ -54,9 +54,9 @@ func mustBenchLimiter(b *testing.B, k benchKind, r Rate, opts ...Option) Limiter
 	return l
 }
 
-// reportAllowed reports the share of decisions that were allowed, so that a
+// reportAllowedShare reports the share of decisions that were allowed, so that a
 // figure can be read as the allowed or the denied path.
-func reportAllowed(b *testing.B, allowed int64) {
+func reportAllowedShare(b *testing.B, allowed int64) {
 	b.ReportMetric(float64(allowed)/float64(b.N), "allowed/op")
 }
 
@@ -90,7 +90,7 @@ func BenchmarkSlidingHotKey(b *testing.B) {
 						allowed++
 					}
 				}
-				reportAllowed(b, allowed)
+				reportAllowedShare(b, allowed)
 			})
 		}
 	}
@@ -131,7 +131,7 @@ func BenchmarkSliding100kKeys(b *testing.B) {
 				}
 				clk := newBenchClock()
 				l = mustBenchLimiter(b, k, r, WithClock(clk.now))
-				perKey = populate(b, l, clk, names, r, k.name == "SlidingLog")
+				perKey = populateWindows(b, l, clk, names, r, k.name == "SlidingLog")
 				clk.step = int64(r.Period) / int64(limit*keys)
 			}
 			for _, mode := range []string{"serial", "parallel"} {
@@ -169,7 +169,7 @@ func BenchmarkSliding100kKeys(b *testing.B) {
 						})
 					}
 					b.StopTimer()
-					reportAllowed(b, allowed.Load())
+					reportAllowedShare(b, allowed.Load())
 					b.ReportMetric(perKey, "B/key")
 					if st := l.(interface{ Stats() Stats }).Stats(); st.Keys != keys || st.EvictedLive != 0 {
 						b.Fatalf("store after the run: %+v", st)
@@ -180,12 +180,12 @@ func BenchmarkSliding100kKeys(b *testing.B) {
 	}
 }
 
-// populate fills every key's window and returns the heap bytes retained
+// populateWindows fills every key's window and returns the heap bytes retained
 // per key, measured after a collection before and after. With spread, each
 // key gets its Limit events one at a time, Period/Limit apart, as a log
 // would in steady traffic; otherwise all at once. It leaves the clock at
 // one period after the first events, where they start to age out.
-func populate(b *testing.B, l Limiter, clk *benchClock, names []string, r Rate, spread bool) float64 {
+func populateWindows(b *testing.B, l Limiter, clk *benchClock, names []string, r Rate, spread bool) float64 {
 	b.Helper()
 	ctx := context.Background()
 	var before, after runtime.MemStats
