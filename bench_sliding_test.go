@@ -54,8 +54,8 @@ func mustBenchLimiter(b *testing.B, k benchKind, r Rate, opts ...Option) Limiter
 	return l
 }
 
-// reportAllowedShare reports the share of decisions that were allowed, so that a
-// figure can be read as the allowed or the denied path.
+// reportAllowedShare reports the share of decisions that were allowed, so
+// that a figure can be read as the allowed or the denied path.
 func reportAllowedShare(b *testing.B, allowed int64) {
 	b.ReportMetric(float64(allowed)/float64(b.N), "allowed/op")
 }
@@ -180,8 +180,8 @@ func BenchmarkSliding100kKeys(b *testing.B) {
 	}
 }
 
-// populateWindows fills every key's window and returns the heap bytes retained
-// per key, measured after a collection before and after. With spread, each
+// populateWindows fills every key's window and returns the heap bytes
+// retained per key, measured after a collection before and after. With spread, each
 // key gets its Limit events one at a time, Period/Limit apart, as a log
 // would in steady traffic; otherwise all at once. It leaves the clock at
 // one period after the first events, where they start to age out.

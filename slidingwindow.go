@@ -108,7 +108,8 @@ func validateWindowRate(r Rate) error {
 		return err
 	}
 	if r.Period > maxWindowPeriod {
-		return fmt.Errorf("%w: period %s is above the supported maximum %s", ErrInvalidRate, r.Period, time.Duration(maxWindowPeriod))
+		return fmt.Errorf("%w: period %s is above the supported maximum %s",
+			ErrInvalidRate, r.Period, time.Duration(maxWindowPeriod))
 	}
 	return nil
 }
