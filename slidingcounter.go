@@ -256,9 +256,10 @@ func (sc *SlidingCounter) freshAt(st *scState) int64 {
 	return math.MinInt64
 }
 
-// Compile-time checks that the sliding counter is a Limiter and can be
-// reset.
+// Compile-time checks that the sliding counter is a Limiter that can
+// be reset and refunded.
 var (
 	_ Limiter  = (*SlidingCounter)(nil)
 	_ Resetter = (*SlidingCounter)(nil)
+	_ Refunder = (*SlidingCounter)(nil)
 )

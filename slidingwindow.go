@@ -352,8 +352,10 @@ func (l *SlidingLog) freshAt(st *slState) int64 {
 	return l.at(st, len(st.ring)-1) + l.period
 }
 
-// Compile-time checks that the sliding log is a Limiter and can be reset.
+// Compile-time checks that the sliding log is a Limiter that can be reset and
+// refunded.
 var (
 	_ Limiter  = (*SlidingLog)(nil)
 	_ Resetter = (*SlidingLog)(nil)
+	_ Refunder = (*SlidingLog)(nil)
 )

@@ -845,3 +845,44 @@ func ExampleNewSlidingLog() {
 	// sign-up 5: allowed=true remaining=0 retry after 0s
 	// sign-up 6: allowed=false remaining=0 retry after 10s
 }
+
+// TestWindowLimitersInAComposite combines a sliding log and a sliding
+// counter on one key, all or nothing: a request one of them denies takes
+// nothing from the other.
+func TestWindowLimitersInAComposite(t *testing.T) {
+	clk := newSlClock()
+	perTen, err := NewSlidingLog(Rate{Limit: 3, Period: 10 * time.Second}, WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perMinute, err := NewSlidingCounter(Rate{Limit: 4, Period: time.Minute}, WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := All(perTen, perMinute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		at                   time.Duration
+		allowed              bool
+		logLeft, counterLeft int
+	}{
+		{0, true, 2, 3},
+		{0, true, 1, 2},
+		{0, true, 0, 1},
+		{0, false, 0, 1}, // the log denies: the counter keeps its unit
+		{10 * time.Second, true, 2, 0},
+		{10 * time.Second, false, 2, 0}, // the counter denies: the log keeps its units
+	}
+	for i, s := range steps {
+		clk.set(s.at)
+		if d := mustAllowN(t, both, "k", 1); d.Allowed != s.allowed {
+			t.Fatalf("step %d: %+v, want allowed=%v", i, d, s.allowed)
+		}
+		logLeft, counterLeft := mustAllowN(t, perTen, "k", 0).Remaining, mustAllowN(t, perMinute, "k", 0).Remaining
+		if logLeft != s.logLeft || counterLeft != s.counterLeft {
+			t.Errorf("step %d: %d left in the log, %d in the counter; want %d and %d", i, logLeft, counterLeft, s.logLeft, s.counterLeft)
+		}
+	}
+}
