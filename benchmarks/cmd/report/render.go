@@ -1,0 +1,225 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// subject is the library the report is about; every other is a peer.
+const subject = "floodgate"
+
+// baseline is the hand-made peer; the summary also shows the best of the
+// published libraries without it.
+const baseline = "baseline"
+
+// metric is the figure a case is judged by.
+type metric struct {
+	unit           string
+	higherIsBetter bool
+}
+
+func metricOf(c string) metric {
+	switch {
+	case strings.HasPrefix(c, "Memory/"):
+		return metric{unit: "B/key"}
+	case strings.HasPrefix(c, "Redis/"):
+		return metric{unit: "decisions/s", higherIsBetter: true}
+	}
+	return metric{unit: "ns/op"}
+}
+
+// target is what issue 5 asks of floodgate in a case.
+type target struct {
+	ratio     float64 // floodgate ÷ best peer: at most this (at least, for decisions/s)
+	maxAllocs float64 // allocs/op, at most; negative: no bound
+	text      string
+}
+
+var targets = map[string]target{
+	"Decision/hot":           {ratio: 0.6, maxAllocs: 0, text: "≤ 0.6, 0 allocs"},
+	"Decision/100k-parallel": {ratio: 0.6, maxAllocs: 0, text: "≤ 0.6, 0 allocs"},
+	"Middleware/allowed":     {ratio: 0.5, maxAllocs: 3, text: "≤ 0.5, ≤ 3 allocs"},
+	"Middleware/denied":      {ratio: 0.4, maxAllocs: 4, text: "≤ 0.4, ≤ 4 allocs"},
+	"Memory/100k":            {ratio: 1, maxAllocs: -1, text: "≤ 1 (best bounded peer), bounded"},
+	"Redis/callers=256":      {ratio: 1.5, maxAllocs: -1, text: "≥ 1.5"},
+}
+
+// bounded reports whether lib's store in case c has a key bound; only the
+// memory case reports it (as max-keys, 0 for none).
+func (r *results) bounded(c, lib string) (bool, bool) {
+	v, ok := r.median(c, lib, "max-keys")
+	return v > 0, ok
+}
+
+// best returns the peer with the best median in c, among those keep
+// admits.
+func (r *results) best(c string, m metric, keep func(lib string) bool) (string, float64, bool) {
+	var (
+		name  string
+		value float64
+		found bool
+	)
+	for _, lib := range r.libs[c] {
+		if lib == subject || !keep(lib) {
+			continue
+		}
+		v, ok := r.median(c, lib, m.unit)
+		if !ok {
+			continue
+		}
+		if !found || (m.higherIsBetter && v > value) || (!m.higherIsBetter && v < value) {
+			name, value, found = lib, v, true
+		}
+	}
+	return name, value, found
+}
+
+func (r *results) bestPeer(c string, m metric) (string, float64, bool) {
+	if strings.HasPrefix(c, "Memory/") {
+		return r.best(c, m, func(lib string) bool { b, _ := r.bounded(c, lib); return b })
+	}
+	return r.best(c, m, func(string) bool { return true })
+}
+
+func (r *results) bestLibrary(c string, m metric) (string, float64, bool) {
+	return r.best(c, m, func(lib string) bool {
+		if lib == baseline {
+			return false
+		}
+		if strings.HasPrefix(c, "Memory/") {
+			b, _ := r.bounded(c, lib)
+			return b
+		}
+		return true
+	})
+}
+
+func render(w io.Writer, m machine, r *results) error {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	p("Machine: %s, %d CPUs (shared with other work: compare figures within this run only), %s, %s, %s; load average at start %s.\n",
+		m.cpu, m.cpus, m.osArch, m.goVersion, m.date.Format("2006-01-02 15:04 MST"), m.load)
+	p("Each figure is the median of %d rounds (-benchtime %s; the memory case one store per round).\n\n", m.rounds, m.benchtime)
+
+	p("| case | floodgate | best peer | floodgate ÷ best peer | best library (no baseline) | ÷ best library | floodgate allocs/op | target | met |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.cases {
+		mt := metricOf(c)
+		fv, fok := r.median(c, subject, mt.unit)
+		bn, bv, bok := r.bestPeer(c, mt)
+		ln, lv, lok := r.bestLibrary(c, mt)
+		allocs, aok := r.median(c, subject, "allocs/op")
+		cell := func(name string, v float64, ok bool) string {
+			if !ok {
+				return "—"
+			}
+			return fmt.Sprintf("%s %s", name, num(v, mt.unit))
+		}
+		fcell, acell := "—", "—"
+		if fok {
+			fcell = num(fv, mt.unit)
+		}
+		// The memory case's allocs/op are those of populating a whole
+		// store, not of one decision.
+		if strings.HasPrefix(c, "Memory/") {
+			aok = false
+		}
+		if aok {
+			acell = num(allocs, "allocs/op")
+		}
+		tg, hasTarget := targets[c]
+		met, tgText := "", ""
+		if hasTarget {
+			tgText = tg.text
+			met = verdict(tg, mt, fv, fok && bok, bv, allocs, aok)
+			if b, ok := r.bounded(c, subject); ok && !b {
+				met = "**no** (unbounded)"
+			}
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, fcell, cell(bn, bv, bok), ratio(fv, bv, fok && bok),
+			cell(ln, lv, lok), ratio(fv, lv, fok && lok), acell, tgText, met)
+	}
+
+	p("\nAll figures (ratio: the library's figure ÷ the best peer's; for ns/op and B/key lower is better, for decisions/s higher):\n\n")
+	p("| case | library | figure | ÷ best peer | ns/op | B/op | allocs/op |\n")
+	p("|---|---|---|---|---|---|---|\n")
+	for _, c := range r.cases {
+		mt := metricOf(c)
+		_, bv, bok := r.bestPeer(c, mt)
+		for _, lib := range r.libs[c] {
+			name := lib
+			if b, ok := r.bounded(c, lib); ok && !b {
+				name += " (unbounded)"
+			}
+			v, ok := r.median(c, lib, mt.unit)
+			fig := "—"
+			if ok {
+				fig = num(v, mt.unit) + " " + mt.unit
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s |\n", c, name, fig, ratio(v, bv, ok && bok),
+				fmtUnit(r, c, lib, "ns/op"), fmtUnit(r, c, lib, "B/op"), fmtUnit(r, c, lib, "allocs/op"))
+		}
+	}
+	if len(r.failures) > 0 {
+		p("\nFailed (a decision other than the case expects, or an error): %s\n", strings.Join(dedupe(r.failures), ", "))
+	}
+	return nil
+}
+
+func verdict(tg target, mt metric, fv float64, ok bool, bv, allocs float64, aok bool) string {
+	if !ok {
+		return "not measured"
+	}
+	q := fv / bv
+	good := q <= tg.ratio
+	if mt.higherIsBetter {
+		good = q >= tg.ratio
+	}
+	if tg.maxAllocs >= 0 && (!aok || allocs > tg.maxAllocs) {
+		good = false
+	}
+	if good {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func ratio(v, best float64, ok bool) string {
+	if !ok || best == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", v/best)
+}
+
+func fmtUnit(r *results, c, lib, unit string) string {
+	v, ok := r.median(c, lib, unit)
+	if !ok {
+		return "—"
+	}
+	return num(v, unit)
+}
+
+// num formats a figure with the precision its size deserves.
+func num(v float64, unit string) string {
+	switch {
+	case unit == "allocs/op" || unit == "B/op" || unit == "decisions/s":
+		return fmt.Sprintf("%.0f", math.Round(v))
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.1f", v)
+	}
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}

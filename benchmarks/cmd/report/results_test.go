@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkDecision/hot/floodgate-2   	 1000	  50.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkDecision/hot/sethvargo-2   	 1000	 100.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkDecision/hot/floodgate-2   	 1000	  70.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkDecision/hot/sethvargo-2   	 1000	 120.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkDecision/hot/floodgate-2   	 1000	  60.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkDecision/hot/sethvargo-2   	 1000	 110.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/100k/floodgate-2    	    1	 9 ns/op	 120.0 B/key	 262144 max-keys	 5 B/op	 3 allocs/op
+BenchmarkMemory/100k/sethvargo-2    	    1	 9 ns/op	 100.0 B/key	      0 max-keys	 5 B/op	 3 allocs/op
+BenchmarkMemory/100k/throttled-2    	    1	 9 ns/op	 150.0 B/key	 262144 max-keys	 5 B/op	 3 allocs/op
+--- FAIL: BenchmarkMiddleware/allowed/ulule-2
+PASS
+`
+
+func TestParseAndRatios(t *testing.T) {
+	r := newResults()
+	r.parse(strings.NewReader(sample))
+
+	tests := []struct {
+		c, lib, unit string
+		want         float64
+	}{
+		{"Decision/hot", "floodgate", "ns/op", 60},
+		{"Decision/hot", "sethvargo", "ns/op", 110},
+		{"Memory/100k", "floodgate", "B/key", 120},
+		{"Memory/100k", "throttled", "max-keys", 262144},
+	}
+	for _, tt := range tests {
+		got, ok := r.median(tt.c, tt.lib, tt.unit)
+		if !ok || got != tt.want {
+			t.Errorf("median(%s, %s, %s) = %v, %v; want %v", tt.c, tt.lib, tt.unit, got, ok, tt.want)
+		}
+	}
+
+	// The memory case compares with the best bounded peer only.
+	if name, v, ok := r.bestPeer("Memory/100k", metricOf("Memory/100k")); !ok || name != "throttled" || v != 150 {
+		t.Errorf("best bounded peer = %s %v %v, want throttled 150", name, v, ok)
+	}
+	if got := failedNames(sample); len(got) != 1 || got[0] != "Middleware/allowed/ulule" {
+		t.Errorf("failedNames = %q, want [Middleware/allowed/ulule]", got)
+	}
+
+	var out bytes.Buffer
+	if err := render(&out, machine{rounds: 3}, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Decision/hot | 60.0 | sethvargo 110 | 0.55 |",
+		"| Memory/100k | 120 | throttled 150 | 0.80 |",
+		"| Memory/100k | sethvargo (unbounded) | 100 B/key |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}

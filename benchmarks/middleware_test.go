@@ -1,0 +1,67 @@
+package benchmarks
+
+import (
+	"net/http"
+	"testing"
+)
+
+// BenchmarkMiddleware times a full ServeHTTP through each library's HTTP
+// middleware keyed by client IP: the allowed path over 100,000 populated
+// client addresses, and the denied path (429) on one hot client.
+func BenchmarkMiddleware(b *testing.B) {
+	addrs := clientIPs(populatedKeys)
+	for i := range addrs {
+		addrs[i] += ":40000"
+	}
+	for _, p := range peers() {
+		b.Run("allowed/"+p.name, func(b *testing.B) { benchMiddlewareAllowed(b, p, addrs) })
+	}
+	for _, p := range peers() {
+		b.Run("denied/"+p.name, func(b *testing.B) { benchMiddlewareDenied(b, p) })
+	}
+}
+
+// serve sends r from addr through h and fails unless the status is want.
+func serve(tb testing.TB, p peer, h http.Handler, w *recorder, r *http.Request, addr string, want int) {
+	r.RemoteAddr = addr
+	w.reset()
+	h.ServeHTTP(w, r)
+	if got := w.status(); got != want {
+		tb.Fatalf("%s: request from %s: status %d, want %d", p.name, addr, got, want)
+	}
+}
+
+func benchMiddlewareAllowed(b *testing.B, p peer, addrs []string) {
+	inst := build(b, p, allowQuota)
+	if inst.handler == nil {
+		b.Skipf("%s: no HTTP middleware", p.name)
+	}
+	h, w, r := inst.handler(okHandler), newRecorder(), newProbe()
+	for _, a := range addrs {
+		serve(b, p, h, w, r, a, http.StatusOK)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	j := 0
+	for i := 0; i < b.N; i++ {
+		serve(b, p, h, w, r, addrs[j], http.StatusOK)
+		if j++; j == len(addrs) {
+			j = 0
+		}
+	}
+}
+
+func benchMiddlewareDenied(b *testing.B, p peer) {
+	inst := build(b, p, denyQuota)
+	if inst.handler == nil {
+		b.Skipf("%s: no HTTP middleware", p.name)
+	}
+	const addr = hotKey + ":40000"
+	h, w, r := inst.handler(okHandler), newRecorder(), newProbe()
+	serve(b, p, h, w, r, addr, http.StatusOK)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		serve(b, p, h, w, r, addr, http.StatusTooManyRequests)
+	}
+}
