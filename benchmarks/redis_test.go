@@ -1,0 +1,144 @@
+package benchmarks
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisQuota never denies in a run: a million decisions a second per key
+// is far above what one Redis server answers in all.
+var redisQuota = quota{limit: 1_000_000, period: time.Second}
+
+// redisKeys is the number of distinct keys the Redis cases spread over.
+const redisKeys = 10_000
+
+// redisPopulated records the libraries whose keys are on the server.
+// Benchmarks run one at a time, so it needs no lock.
+var redisPopulated = map[string]bool{}
+
+// redisDecide is one Redis-backed decision; it is safe for concurrent use.
+type redisDecide func(ctx context.Context, key string) (bool, error)
+
+// redisPeer is a Redis-backed limiter under comparison.
+type redisPeer struct {
+	name  string
+	build func(c *redis.Client, q quota) (redisDecide, error)
+}
+
+func redisPeers() []redisPeer {
+	return []redisPeer{
+		{name: "redis_rate", build: buildRedisRate},
+	}
+}
+
+// buildRedisRate: go-redis/redis_rate, one GCRA script per decision.
+func buildRedisRate(c *redis.Client, q quota) (redisDecide, error) {
+	lim := redis_rate.NewLimiter(c)
+	l := redis_rate.Limit{Rate: q.limit, Burst: q.limit, Period: q.period}
+	return func(ctx context.Context, key string) (bool, error) {
+		res, err := lim.Allow(ctx, key, l)
+		if err != nil {
+			return false, err
+		}
+		return res.Allowed > 0, nil
+	}, nil
+}
+
+// BenchmarkRedis reports decisions per second against one loopback Redis
+// server from 1, 16 and 256 concurrent callers, over redisKeys populated
+// keys, every decision allowed. Each library gets its own key space.
+func BenchmarkRedis(b *testing.B) {
+	for _, callers := range []int{1, 16, 256} {
+		for _, p := range redisPeers() {
+			b.Run("callers="+strconv.Itoa(callers)+"/"+p.name, func(b *testing.B) {
+				benchRedis(b, p, callers)
+			})
+		}
+	}
+}
+
+func benchRedis(b *testing.B, p redisPeer, callers int) {
+	c := redisClient(b)
+	ctx := context.Background()
+	decide, err := p.build(c, redisQuota)
+	if err != nil {
+		b.Fatalf("%s: %v", p.name, err)
+	}
+	keys := make([]string, redisKeys)
+	for i := range keys {
+		keys[i] = p.name + ":" + clientIP(i)
+	}
+	// The keys stay on the server for the life of the process: populate
+	// them once per library, not on every b.N the framework tries.
+	if !redisPopulated[p.name] {
+		if err := runCallers(16, len(keys), func(i int) error { return expectAllowed(ctx, decide, keys[i]) }); err != nil {
+			b.Fatalf("%s: populating: %v", p.name, err)
+		}
+		redisPopulated[p.name] = true
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	err = runCallers(callers, b.N, func(i int) error { return expectAllowed(ctx, decide, keys[i%len(keys)]) })
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("%s: %v", p.name, err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+}
+
+// errDenied reports a denial in a case where every decision must be
+// allowed.
+type errDenied string
+
+func (e errDenied) Error() string { return "denied " + string(e) + ", want allowed" }
+
+func expectAllowed(ctx context.Context, decide redisDecide, key string) error {
+	ok, err := decide(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errDenied(key)
+	}
+	return nil
+}
+
+// runCallers runs do(0) … do(n-1) from the given number of goroutines and
+// returns the first error, after which the callers stop.
+func runCallers(callers, n int, do func(i int) error) error {
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+		stop    atomic.Bool
+	)
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := do(i); err != nil {
+					errOnce.Do(func() { first = err })
+					stop.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
