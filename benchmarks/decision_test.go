@@ -22,10 +22,13 @@ func BenchmarkDecision(b *testing.B) {
 }
 
 func benchDecisionHot(b *testing.B, p peer) {
-	call := build(b, p, allowQuota).newCaller()
-	populate(b, p, call, []string{hotKey})
-	b.ReportAllocs()
-	b.ResetTimer()
+	inst, fresh := reuse(b, p, allowQuota)
+	call := inst.newCaller()
+	if fresh {
+		populate(b, p, call, []string{hotKey})
+	}
+	cpu := startCPU(b)
+	defer cpu.report(b)
 	for i := 0; i < b.N; i++ {
 		if ok, err := call(hotKey); err != nil || !ok {
 			b.Fatalf("%s: decision %d on the hot key: allowed=%v err=%v, want allowed", p.name, i, ok, err)
@@ -34,10 +37,13 @@ func benchDecisionHot(b *testing.B, p peer) {
 }
 
 func benchDecisionSerial(b *testing.B, p peer, keys []string) {
-	call := build(b, p, allowQuota).newCaller()
-	populate(b, p, call, keys)
-	b.ReportAllocs()
-	b.ResetTimer()
+	inst, fresh := reuse(b, p, allowQuota)
+	call := inst.newCaller()
+	if fresh {
+		populate(b, p, call, keys)
+	}
+	cpu := startCPU(b)
+	defer cpu.report(b)
 	j := 0
 	for i := 0; i < b.N; i++ {
 		if ok, err := call(keys[j]); err != nil || !ok {
@@ -50,14 +56,16 @@ func benchDecisionSerial(b *testing.B, p peer, keys []string) {
 }
 
 func benchDecisionParallel(b *testing.B, p peer, keys []string) {
-	inst := build(b, p, allowQuota)
-	populate(b, p, inst.newCaller(), keys)
+	inst, fresh := reuse(b, p, allowQuota)
+	if fresh {
+		populate(b, p, inst.newCaller(), keys)
+	}
 	var (
 		started atomic.Int64
 		failed  atomic.Bool
 	)
-	b.ReportAllocs()
-	b.ResetTimer()
+	cpu := startCPU(b)
+	defer cpu.report(b)
 	b.RunParallel(func(pb *testing.PB) {
 		call := inst.newCaller()
 		// Start each goroutine far from the others in the key set, so

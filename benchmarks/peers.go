@@ -30,13 +30,14 @@ type quota struct {
 }
 
 var (
-	// allowQuota never denies: 16 million events per 16 ms refills one
-	// event per nanosecond, faster than any library decides, so the
-	// "allowed" cases stay allowed however long they run. The 16 ms of
-	// burst absorb a goroutine descheduled between reading the clock and
-	// deciding (GCRA peers deny a caller whose clock reading is older than
-	// the burst). floodgate's limit cap (2^24) bounds it.
-	allowQuota = quota{limit: 16_000_000, period: 16 * time.Millisecond}
+	// allowQuota never denies: 16 million events per 320 ms refills one
+	// event every 20 ns, faster than any library decides on one key, so
+	// the "allowed" cases stay allowed however long they run. The burst
+	// (320 ms worth) absorbs a goroutine descheduled between reading the
+	// clock and deciding: a GCRA peer denies a caller whose clock reading
+	// is older than its burst, which on a loaded machine happened with 16
+	// ms. floodgate's cap on a limit (2^24) bounds the burst.
+	allowQuota = quota{limit: 16_000_000, period: 320 * time.Millisecond}
 	// denyQuota allows one event an hour: after one priming call on a key,
 	// every call is denied for the rest of the run.
 	denyQuota = quota{limit: 1, period: time.Hour}

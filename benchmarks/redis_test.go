@@ -83,12 +83,11 @@ func benchRedis(b *testing.B, p redisPeer, callers int) {
 		}
 		redisPopulated[p.name] = true
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
+	cpu := startCPU(b)
 	start := time.Now()
 	err = runCallers(callers, b.N, func(i int) error { return expectAllowed(ctx, decide, keys[i%len(keys)]) })
 	elapsed := time.Since(start)
-	b.StopTimer()
+	cpu.report(b)
 	if err != nil {
 		b.Fatalf("%s: %v", p.name, err)
 	}

@@ -26,13 +26,12 @@ var redisServer struct {
 	err  error
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
+// stopRedis stops the server this process started, if any.
+func stopRedis() {
 	if redisServer.cmd != nil {
 		_ = redisServer.cmd.Process.Kill()
 		_ = redisServer.cmd.Wait()
 	}
-	os.Exit(code)
 }
 
 // redisClient returns a client of the shared server, with go-redis's

@@ -30,7 +30,7 @@ import (
 
 func main() {
 	count := flag.Int("count", 5, "rounds; each figure is the median over them")
-	benchtime := flag.String("benchtime", "300ms", "go test -benchtime of the timed cases")
+	benchtime := flag.String("benchtime", "200ms", "go test -benchtime of the timed cases")
 	bench := flag.String("bench", "^Benchmark(Decision|Middleware|Memory|Redis)$", "go test -bench pattern")
 	raw := flag.String("raw", "", "also write the raw go test output to this file")
 	flag.Parse()

@@ -41,7 +41,7 @@ func TestParseAndRatios(t *testing.T) {
 	}
 
 	// The memory case compares with the best bounded peer only.
-	if name, v, ok := r.bestPeer("Memory/100k", metricOf("Memory/100k")); !ok || name != "throttled" || v != 150 {
+	if name, v, ok := r.bestPeer("Memory/100k", metricsOf("Memory/100k")[0]); !ok || name != "throttled" || v != 150 {
 		t.Errorf("best bounded peer = %s %v %v, want throttled 150", name, v, ok)
 	}
 	if got := failedNames(sample); len(got) != 1 || got[0] != "Middleware/allowed/ulule" {
@@ -53,8 +53,8 @@ func TestParseAndRatios(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| Decision/hot | 60.0 | sethvargo 110 | 0.55 |",
-		"| Memory/100k | 120 | throttled 150 | 0.80 |",
+		"| Decision/hot | ns/op | 60.0 | sethvargo 110 | 0.55 |",
+		"| Memory/100k | B/key | 120 | throttled 150 | 0.80 |",
 		"| Memory/100k | sethvargo (unbounded) | 100 B/key |",
 	} {
 		if !strings.Contains(out.String(), want) {
