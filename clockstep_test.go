@@ -16,6 +16,15 @@ var clockStepLimiters = map[string]func(floodgate.Rate, func() time.Time) (flood
 	"token bucket, interval refill": func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
 		return floodgate.NewTokenBucket(r, floodgate.WithClock(now), floodgate.WithIntervalRefill())
 	},
+	"sliding log": func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
+		return floodgate.NewSlidingLog(r, floodgate.WithClock(now))
+	},
+	"sliding log, denied counted": func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
+		return floodgate.NewSlidingLog(r, floodgate.WithClock(now), floodgate.WithCountDenied())
+	},
+	"sliding counter": func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
+		return floodgate.NewSlidingCounter(r, floodgate.WithClock(now))
+	},
 }
 
 // A wall-clock step backwards (an NTP correction, an operator) must neither

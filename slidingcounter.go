@@ -147,6 +147,20 @@ func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
 	return nil
 }
 
+// Wait is WaitN(ctx, key, 1).
+func (sc *SlidingCounter) Wait(ctx context.Context, key string) error {
+	return WaitN(ctx, sc, key, 1)
+}
+
+// WaitN blocks until n events can be recorded for key and records them, or
+// returns early: with ErrWouldExceedDeadline when the context's deadline
+// comes before the wait would end, with the context's error when it ends,
+// and with ErrCostExceedsLimit when n can never fit. See the package-level
+// WaitN; waiters are not queued.
+func (sc *SlidingCounter) WaitN(ctx context.Context, key string, n int) error {
+	return WaitN(ctx, sc, key, n)
+}
+
 // Reset forgets key's counts, giving it its full quota back.
 func (sc *SlidingCounter) Reset(_ context.Context, key string) error {
 	return sc.store.remove(key)

@@ -205,6 +205,20 @@ func (l *SlidingLog) RefundN(_ context.Context, key string, n int) error {
 	return nil
 }
 
+// Wait is WaitN(ctx, key, 1).
+func (l *SlidingLog) Wait(ctx context.Context, key string) error {
+	return WaitN(ctx, l, key, 1)
+}
+
+// WaitN blocks until n events can be recorded for key and records them, or
+// returns early: with ErrWouldExceedDeadline when the context's deadline
+// comes before the wait would end, with the context's error when it ends,
+// and with ErrCostExceedsLimit when n can never fit. See the package-level
+// WaitN; waiters are not queued.
+func (l *SlidingLog) WaitN(ctx context.Context, key string, n int) error {
+	return WaitN(ctx, l, key, n)
+}
+
 // Reset forgets key's log, giving it its full quota back.
 func (l *SlidingLog) Reset(_ context.Context, key string) error {
 	return l.store.remove(key)
