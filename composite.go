@@ -10,7 +10,8 @@ import (
 // Refunder is implemented by limiters that can give back units an allowed
 // AllowN took, as if that call had not happened (within the limiter's own
 // bounds: a token bucket is never filled above its burst). Composite uses
-// it to undo a partial consumption; TokenBucket implements it.
+// it to undo a partial consumption; TokenBucket, SlidingLog and
+// SlidingCounter implement it.
 type Refunder interface {
 	RefundN(ctx context.Context, key string, n int) error
 }

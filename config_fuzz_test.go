@@ -67,3 +67,18 @@ func FuzzTokenBucketConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestWithShardsIsBounded(t *testing.T) {
+	for _, n := range []int{0, -4, 3, floodgate.MaxShards * 2} {
+		if _, err := floodgate.NewTokenBucket(floodgate.PerSecond(1), floodgate.WithMaxKeys(1<<30), floodgate.WithShards(n)); !errors.Is(err, floodgate.ErrInvalidOption) {
+			t.Errorf("WithShards(%d): err = %v, want ErrInvalidOption", n, err)
+		}
+	}
+	lim, err := floodgate.NewTokenBucket(floodgate.PerSecond(1), floodgate.WithMaxKeys(1<<20), floodgate.WithShards(floodgate.MaxShards))
+	if err != nil {
+		t.Fatalf("WithShards(MaxShards): %v", err)
+	}
+	if got := lim.Stats().MaxKeys; got != 1<<20 {
+		t.Fatalf("MaxKeys = %d, want %d", got, 1<<20)
+	}
+}

@@ -18,9 +18,14 @@ const (
 	// WithMaxKeys says otherwise. A token bucket costs about 120 bytes per
 	// tracked key (measured by BenchmarkTokenBucketBytesPerKey: 80 for
 	// simplelru's list entry, 16 for the bucket state, about 22 for the
-	// map slot), so the default bounds it to roughly 30 MiB; a sliding log
-	// adds 4 bytes per recorded event.
+	// map slot), so the default bounds it to roughly 30 MiB. A sliding
+	// log costs about 136 bytes plus 4 per event its ring holds (rounded up
+	// to an allocator size class; the ring grows with use, up to Limit):
+	// about 160 B per key at Limit 5, 550 B at Limit 100.
 	DefaultMaxKeys = 1 << 18
+	// MaxShards bounds WithShards: each shard costs a cache line and an
+	// LRU up front, and beyond a few per core more shards buy nothing.
+	MaxShards = 1 << 12
 	// DefaultMaxKeyLength is the longest key accepted unless
 	// WithMaxKeyLength says otherwise. Longer keys are refused with
 	// ErrKeyTooLong; they are never truncated (two clients would then share
@@ -133,13 +138,13 @@ func WithMaxKeyLength(n int) Option {
 }
 
 // WithShards sets the number of independently locked shards of the store.
-// It must be a power of two and at most the key bound. The default scales
-// with the key bound up to 64 shards, enough to keep lock contention low on
-// machines with many cores.
+// It must be a power of two, at most the key bound and at most MaxShards.
+// The default scales with the key bound up to 64 shards, enough to keep
+// lock contention low on machines with many cores.
 func WithShards(n int) Option {
 	return func(c *config) error {
-		if n <= 0 || n&(n-1) != 0 {
-			return fmt.Errorf("%w: shards %d must be a positive power of two", ErrInvalidOption, n)
+		if n <= 0 || n&(n-1) != 0 || n > MaxShards {
+			return fmt.Errorf("%w: shards %d must be a power of two in 1..%d", ErrInvalidOption, n, MaxShards)
 		}
 		c.shards = n
 		c.markStore("WithShards")
