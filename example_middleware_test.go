@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -66,4 +67,61 @@ func ExampleMiddleware() {
 	// {"resultCode":"BPLTE429","resultMessage":"요청이 너무 많습니다.","resultDetailMessage":"10분당 호출 한도를 초과했습니다. 잠시 후 다시 시도해주세요.","data":null}
 	// health check: 200
 	// 200 RateLimit: "default";r=0;t=600
+}
+
+// Sign-up abuse: limit by the nickname pattern (abc1, abc2 … → abc{NUM}),
+// 5 per minute, and fall back to the client IP with a more lenient limit
+// when no pattern can be formed. The selected policy names itself in the
+// RateLimit headers.
+func ExampleNewPolicyMiddleware() {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+
+	byNickname, err := floodgate.NewSlidingLog(floodgate.PerMinute(5), floodgate.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	byIP, err := floodgate.NewSlidingLog(floodgate.PerMinute(20), floodgate.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	clientIP, err := floodgate.KeyByIP()
+	if err != nil {
+		panic(err)
+	}
+	policies, err := floodgate.NewPolicySelector(
+		floodgate.Policy{Name: "nickname", Limiter: byNickname,
+			Key: floodgate.KeyByPattern(floodgate.KeyByJSONField("nickname", 4<<10))},
+		floodgate.Policy{Name: "ip", Limiter: byIP, Key: clientIP},
+	)
+	if err != nil {
+		panic(err)
+	}
+	limit, err := floodgate.NewPolicyMiddleware(policies)
+	if err != nil {
+		panic(err)
+	}
+	signup := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated) // the body is still there to decode
+	}))
+
+	post := func(nickname string) {
+		r := httptest.NewRequest(http.MethodPost, "/signup", strings.NewReader(`{"nickname":"`+nickname+`"}`))
+		r.RemoteAddr = "198.51.100.4:40000"
+		w := httptest.NewRecorder()
+		signup.ServeHTTP(w, r)
+		fmt.Printf("%-6s %d %s\n", nickname, w.Code, w.Header().Get("RateLimit"))
+	}
+	for _, nick := range []string{"abc1", "abc2", "abc3", "abc4", "abc5", "abc6", "xyz1", "jo"} {
+		post(nick)
+	}
+	// Output:
+	// abc1   201 "nickname";r=4;t=60
+	// abc2   201 "nickname";r=3;t=60
+	// abc3   201 "nickname";r=2;t=60
+	// abc4   201 "nickname";r=1;t=60
+	// abc5   201 "nickname";r=0;t=60
+	// abc6   429 "nickname";r=0;t=60
+	// xyz1   201 "nickname";r=4;t=60
+	// jo     201 "ip";r=19;t=60
 }
