@@ -1,0 +1,121 @@
+// Command server is floodgate's example service: the two scenarios the
+// library is built for, on the in-memory limiters.
+//
+//	go run ./examples/server [-addr :8080] [-trusted-proxy 10.0.0.0/8,192.0.2.1]
+//
+// Routes and limits:
+//
+//	GET  /auth/available/user_id?userId=…  10 per 10 minutes per client IP (token bucket);
+//	                                        denied with the service's BPLTE429 envelope
+//	POST /signup {"nickname":"…"}          5 per minute per nickname pattern (abc1, abc2 → abc{NUM}),
+//	                                        else 20 per minute per client IP (sliding log);
+//	                                        denied with application/problem+json
+//	POST /rewards/claim {"accountId":"…"}  1 per day per account (token bucket), within
+//	                                        30 per hour per client IP (sliding log)
+//	GET  /healthz                           not limited
+//
+// The client IP is the TCP peer unless the peer is one of the
+// -trusted-proxy CIDRs; then it is the right-most untrusted address of
+// X-Forwarded-For. Logs are JSON lines (log/slog) on standard error. The
+// server stops on SIGINT or SIGTERM, giving requests in flight up to
+// 10 seconds.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// shutdownGrace bounds how long a stopping server waits for requests in
+// flight.
+const shutdownGrace = 10 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx is done, then shuts down gracefully. ready, if not
+// nil, is told the address listened on (tests listen on port 0).
+func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr string)) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(logOut)
+	addr := fs.String("addr", ":8080", "address to listen on")
+	trusted := fs.String("trusted-proxy", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For is believed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	proxies, err := parsePrefixes(*trusted)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(logOut, nil))
+	handler, err := newServer(config{TrustedProxies: proxies, Logger: logger})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler: handler,
+		// Bounded reads and writes: a slow client cannot hold a
+		// connection, and so a goroutine, forever.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	logger.Info("listening", slog.String("addr", ln.Addr().String()), slog.Any("trusted_proxies", proxies))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", slog.String("grace", shutdownGrace.String()))
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func splitComma(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
