@@ -14,6 +14,16 @@
 //	                                        30 per hour per client IP (sliding log)
 //	GET  /healthz                           not limited
 //
+// When TURNSTILE_SECRET is set, POST /signup first requires a Cloudflare
+// Turnstile token in the CF-Turnstile-Response header, verified with that
+// secret, and only then counts against the nickname-pattern limit: bots
+// are refused (400 no token, 403 rejected, 503 while Cloudflare cannot be
+// reached) before they use up anyone's quota. To try it without a real
+// site, Cloudflare's dummy secret 1x0000000000000000000000000000000AA
+// accepts any token (2x…AA rejects every one, 3x…AA answers "already
+// spent"; the dummy sitekey 1x00000000000000000000AA gives the page the
+// token XXXX.DUMMY.TOKEN.XXXX); see package turnstile for all the keys.
+//
 // The client IP is the TCP peer unless the peer is one of the
 // -trusted-proxy CIDRs; then it is the right-most untrusted address of
 // X-Forwarded-For. Logs are JSON lines (log/slog) on standard error. The
@@ -65,7 +75,13 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil))
-	handler, err := newServer(config{TrustedProxies: proxies, Logger: logger})
+	cfg := config{TrustedProxies: proxies, Logger: logger}
+	if secret := os.Getenv("TURNSTILE_SECRET"); secret != "" {
+		if cfg.BotCheck, err = newBotCheck(secret, proxies, logger); err != nil {
+			return err
+		}
+	}
+	handler, err := newServer(cfg)
 	if err != nil {
 		return err
 	}
@@ -84,7 +100,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 	if err != nil {
 		return err
 	}
-	logger.Info("listening", slog.String("addr", ln.Addr().String()), slog.Any("trusted_proxies", proxies))
+	logger.Info("listening", slog.String("addr", ln.Addr().String()), slog.Any("trusted_proxies", proxies), slog.Bool("turnstile", cfg.BotCheck != nil))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/turnstile"
+)
+
+// dummySiteverify answers like Cloudflare's siteverify does for its dummy
+// secrets, and records the remoteip of each call.
+type dummySiteverify struct {
+	mu        sync.Mutex
+	remoteIPs []string
+}
+
+func (d *dummySiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	d.remoteIPs = append(d.remoteIPs, r.PostFormValue("remoteip"))
+	d.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch r.PostFormValue("secret") {
+	case "1x0000000000000000000000000000000AA":
+		io.WriteString(w, `{"success":true,"challenge_ts":"2026-03-01T12:00:00Z","hostname":"example.com","error-codes":[]}`)
+	case "2x0000000000000000000000000000000AA":
+		io.WriteString(w, `{"success":false,"error-codes":["invalid-input-response"]}`)
+	default:
+		io.WriteString(w, `{"success":false,"error-codes":["invalid-input-secret"]}`)
+	}
+}
+
+func (d *dummySiteverify) seen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.remoteIPs...)
+}
+
+// newBotCheckServer is newTestServer with the bot check on, verifying with
+// secret against a local dummy siteverify.
+func newBotCheckServer(t *testing.T, secret string, trusted ...string) (*testServer, *dummySiteverify) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		if os.Getenv("FLOODGATE_REQUIRE_SERVERS") == "1" {
+			t.Fatalf("no loopback listener for the dummy siteverify: %v", err)
+		}
+		t.Skipf("skipping: no loopback listener for the dummy siteverify: %v", err)
+	}
+	dummy := &dummySiteverify{}
+	sv := httptest.NewUnstartedServer(dummy)
+	sv.Listener.Close()
+	sv.Listener = l
+	sv.Start()
+	t.Cleanup(sv.Close)
+
+	var prefixes []netip.Prefix
+	for _, s := range trusted {
+		prefixes = append(prefixes, netip.MustParsePrefix(s))
+	}
+	logs := &bytes.Buffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	bot, err := newBotCheck(secret, prefixes, logger, turnstile.WithEndpoint(sv.URL))
+	if err != nil {
+		t.Fatalf("newBotCheck: %v", err)
+	}
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	h, err := newServer(config{TrustedProxies: prefixes, Logger: logger, Clock: clk.Now, BotCheck: bot})
+	if err != nil {
+		t.Fatalf("newServer: %v", err)
+	}
+	return &testServer{t: t, h: h, clock: clk, logs: logs}, dummy
+}
+
+func (s *testServer) signupWithToken(peer, nickname, token string, headers ...string) *httptest.ResponseRecorder {
+	body, _ := json.Marshal(map[string]string{"nickname": nickname})
+	if token != "" {
+		headers = append(headers, signupTokenHeader, token)
+	}
+	return s.do("POST", "/signup", peer, string(body), headers...)
+}
+
+func TestSignupBotCheck(t *testing.T) {
+	tests := []struct {
+		name   string
+		secret string
+		token  string
+		want   int
+	}{
+		{"good token", "1x0000000000000000000000000000000AA", "XXXX.DUMMY.TOKEN.XXXX", http.StatusCreated},
+		{"no token", "1x0000000000000000000000000000000AA", "", http.StatusBadRequest},
+		{"rejected token", "2x0000000000000000000000000000000AA", "XXXX.DUMMY.TOKEN.XXXX", http.StatusForbidden},
+		{"secret Cloudflare refuses", "0x4AAAAAAAnotARealSecret", "XXXX.DUMMY.TOKEN.XXXX", http.StatusInternalServerError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newBotCheckServer(t, tt.secret)
+			w := s.signupWithToken("203.0.113.1:5000", "abc1", tt.token)
+			if w.Code != tt.want {
+				t.Fatalf("status %d %s, want %d", w.Code, w.Body, tt.want)
+			}
+			if tt.want != http.StatusCreated && w.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("Content-Type %q, want application/problem+json", w.Header().Get("Content-Type"))
+			}
+			logged := strings.Contains(s.logs.String(), "turnstile misconfigured")
+			if logged != (tt.want == http.StatusInternalServerError) {
+				t.Errorf("misconfiguration logged %v for a %d; logs: %s", logged, tt.want, s.logs)
+			}
+			if strings.Contains(s.logs.String(), tt.secret) {
+				t.Errorf("logs leak the secret: %s", s.logs)
+			}
+		})
+	}
+}
+
+// Requests the bot check refuses never reach the nickname limit: after a
+// flood of them the pattern's quota is still whole.
+func TestBotCheckComesBeforeNicknameLimit(t *testing.T) {
+	s, _ := newBotCheckServer(t, "1x0000000000000000000000000000000AA")
+	for i := 0; i < 20; i++ {
+		if w := s.signupWithToken("198.51.100.1:5000", "abc"+strconv.Itoa(i), ""); w.Code != http.StatusBadRequest {
+			t.Fatalf("bot %d: status %d, want 400", i, w.Code)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		if w := s.signupWithToken("203.0.113.1:5000", "abc"+strconv.Itoa(100+i), "XXXX.DUMMY.TOKEN.XXXX"); w.Code != http.StatusCreated {
+			t.Fatalf("human %d: status %d %s, want 201", i, w.Code, w.Body)
+		}
+	}
+	if w := s.signupWithToken("203.0.113.1:5000", "abc200", "XXXX.DUMMY.TOKEN.XXXX"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("6th of abc{NUM}: status %d, want 429 from the nickname limit", w.Code)
+	}
+}
+
+func TestBotCheckRemoteIP(t *testing.T) {
+	tests := []struct {
+		name    string
+		trusted []string
+		peer    string
+		headers []string
+		want    string
+	}{
+		{"direct client", nil, "203.0.113.7:5000", nil, "203.0.113.7"},
+		{"IPv6 client keeps its full address", nil, "[2001:db8::1:2]:5000", nil, "2001:db8::1:2"},
+		{"untrusted peer's header is ignored", nil, "203.0.113.7:5000", []string{"X-Forwarded-For", "192.0.2.1"}, "203.0.113.7"},
+		{"client behind a trusted proxy", []string{"10.0.0.0/8"}, "10.0.0.2:5000", []string{"X-Forwarded-For", "198.51.100.20"}, "198.51.100.20"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, dummy := newBotCheckServer(t, "1x0000000000000000000000000000000AA", tt.trusted...)
+			if w := s.signupWithToken(tt.peer, "abc1", "XXXX.DUMMY.TOKEN.XXXX", tt.headers...); w.Code != http.StatusCreated {
+				t.Fatalf("status %d %s", w.Code, w.Body)
+			}
+			if got := dummy.seen(); len(got) != 1 || got[0] != tt.want {
+				t.Fatalf("remoteip sent %q, want [%q]", got, tt.want)
+			}
+		})
+	}
+}
