@@ -1,0 +1,52 @@
+// Package floodgate rate-limits net/http services and business code.
+//
+// # Limiters
+//
+// A [Limiter] answers one question — may this key spend n units now? — with
+// a [Decision] that says whether it may, how much quota remains, and how
+// long to wait before retrying or before the quota is whole again:
+//
+//	lim, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: 10, Period: 10 * time.Minute})
+//	if err != nil { ... }                    // invalid rates are errors, never panics
+//	d, err := lim.Allow(ctx, clientIP)
+//	if err == nil && !d.Allowed {
+//		// refuse; d.RetryAfter says when the same request can succeed
+//	}
+//
+// The in-memory limiters are:
+//
+//   - [TokenBucket]: capacity burst (default Rate.Limit), refilled
+//     continuously at Rate.Limit per Rate.Period, exactly as
+//     golang.org/x/time/rate; [WithIntervalRefill] refills the whole quota
+//     at once each period instead.
+//   - [SlidingLog]: at most Rate.Limit events in any window of Rate.Period
+//     ending now, exact; memory bounded by Rate.Limit timestamps per key.
+//   - [SlidingCounter]: the two-window weighted estimate of a sliding window
+//     in constant memory per key, for large limits.
+//
+// [All] combines limits on one key (10 per minute and 100 per hour), and
+// [FromRateLimiter] turns one *rate.Limiter into a server-wide cap. The
+// same semantics hold on Redis (module
+// github.com/floodgate-go/floodgate/redisstore), and the floodgatetest
+// package checks any Limiter against them.
+//
+// # The store
+//
+// Each in-memory limiter keeps per-key state in a sharded, bounded LRU
+// ([WithMaxKeys], default [DefaultMaxKeys]). Keys are hashed to 64 bits
+// with a per-process random seed, so memory per key does not depend on the
+// key and no request memory is retained. When the bound is reached, keys
+// whose state equals a fresh one are dropped first; dropping one that still
+// holds state resets a client's limit and is counted in Stats().EvictedLive.
+// There are no background goroutines, and time comes from a monotonic
+// clock unless [WithClock] injects one.
+//
+// # HTTP
+//
+// [Middleware] limits handlers: a [KeyFunc] names the client ([KeyByIP]
+// trusts forwarding headers only from configured proxies), denied requests
+// get 429 with Retry-After and a JSON body (RFC 9457 problem details by
+// default, or the service's own envelope), and every response carries the
+// IETF RateLimit-Policy and RateLimit headers. Errors from the key function
+// or the limiter follow an explicit policy.
+package floodgate
