@@ -1,0 +1,123 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// denyCache remembers, per client key, a denial Redis gave and until when
+// it holds, so that a flooding client is answered in process.
+//
+// Why that is exact: RetryAfter is the earliest time at which the same
+// request fits if nobody else consumes meanwhile. For each algorithm here
+// the state only moves away from "fits" when others consume (a later
+// theoretical arrival time, more events in the log, a higher count) and
+// moves towards it only as time passes (tokens refill, events age out, the
+// previous window's weight falls). So before RetryAfter has passed, Redis
+// would deny the same request whatever other instances do; only Reset
+// breaks that, and Reset clears the entry in this process. The entry starts
+// at the local time read before the request was sent, so it expires no
+// later than the true RetryAfter, and a request after that goes to Redis.
+//
+// An entry answers only requests of the same cost: a cheaper one may fit
+// sooner. The cache is sharded, each shard a bounded LRU behind its own
+// mutex; dropping an entry only costs a round trip.
+type denyCache struct {
+	seed   maphash.Seed
+	shards []denyShard
+	mask   uint64
+}
+
+type denyShard struct {
+	mu  sync.Mutex
+	lru *simplelru.LRU[string, denyEntry]
+}
+
+type denyEntry struct {
+	n         int
+	until     int64 // local ns at which the request fits
+	resetAt   int64 // local ns at which the key is back to its full quota
+	remaining int
+}
+
+const denyShards = 16
+
+func newDenyCache(maxKeys int) *denyCache {
+	n := denyShards
+	for n > 1 && n > maxKeys {
+		n /= 2
+	}
+	c := &denyCache{seed: maphash.MakeSeed(), shards: make([]denyShard, n), mask: uint64(n - 1)}
+	per, extra := maxKeys/n, maxKeys%n
+	for i := range c.shards {
+		size := per
+		if i < extra {
+			size++
+		}
+		// NewLRU fails only for a size below one, which per >= 1 rules out.
+		c.shards[i].lru, _ = simplelru.NewLRU[string, denyEntry](size, nil)
+	}
+	return c
+}
+
+func (c *denyCache) shard(key string) *denyShard {
+	return &c.shards[maphash.String(c.seed, key)&c.mask]
+}
+
+// lookup returns the cached denial of a request of cost n for key at local
+// time now, if one still holds.
+func (c *denyCache) lookup(key string, n int, now int64, limit int) (floodgate.Decision, bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e, ok := sh.lru.Get(key)
+	if ok && now >= e.until {
+		sh.lru.Remove(key)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || e.n != n {
+		return floodgate.Decision{}, false
+	}
+	d := floodgate.Decision{
+		Limit:      limit,
+		Remaining:  e.remaining,
+		RetryAfter: time.Duration(e.until - now),
+	}
+	if e.resetAt > now {
+		d.ResetAfter = time.Duration(e.resetAt - now)
+	}
+	return d, true
+}
+
+// store caches a denial that Redis gave for a request sent at local time
+// now.
+func (c *denyCache) store(key string, n int, now int64, d floodgate.Decision) {
+	if d.RetryAfter <= 0 {
+		return
+	}
+	e := denyEntry{
+		n:         n,
+		until:     now + int64(d.RetryAfter),
+		resetAt:   now + int64(d.ResetAfter),
+		remaining: d.Remaining,
+	}
+	// Clone: the key may be a slice of a request's memory.
+	key = strings.Clone(key)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	sh.lru.Add(key, e)
+	sh.mu.Unlock()
+}
+
+// remove forgets key.
+func (c *denyCache) remove(key string) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	sh.lru.Remove(key)
+	sh.mu.Unlock()
+}

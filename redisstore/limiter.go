@@ -1,0 +1,206 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// maxLimit mirrors the bound floodgate.Rate.Validate puts on a limit.
+const maxLimit = 1 << 24
+
+// maxMicros bounds every time and horizon the scripts handle, in
+// microseconds. Lua numbers are doubles, exact for integers below 2^53; a
+// time below 2^52 (the year 2112 as Unix microseconds) plus a horizon below
+// 2^50 (35 years) plus one cost of at most that horizon stays below 2^53.
+const (
+	maxMicros  = 1 << 52
+	maxHorizon = 1 << 50
+)
+
+// Compile-time checks that every Redis limiter is a floodgate.Limiter and
+// can be reset.
+var (
+	_ floodgate.Limiter  = (*TokenBucket)(nil)
+	_ floodgate.Resetter = (*TokenBucket)(nil)
+	_ floodgate.Limiter  = (*SlidingLog)(nil)
+	_ floodgate.Resetter = (*SlidingLog)(nil)
+	_ floodgate.Limiter  = (*SlidingCounter)(nil)
+	_ floodgate.Resetter = (*SlidingCounter)(nil)
+)
+
+// base is what every Redis limiter shares: the client, the key prefix, the
+// clock, the per-decision timeout, the fallback and the deny cache.
+type base struct {
+	client    Scripter
+	prefix    string
+	limit     int // Decision.Limit
+	timeout   time.Duration
+	maxKeyLen int
+
+	// now is the client clock (WithClock); nil means the scripts read the
+	// server's TIME. last holds the latest client time seen, in
+	// microseconds, so that a step backwards is held.
+	now   func() time.Time
+	last  atomic.Int64
+	epoch time.Time // origin of the local monotonic clock
+
+	fallback floodgate.Limiter
+	breaker  breaker
+	deny     *denyCache
+}
+
+// init sets up l in place (it holds atomics, which must not be copied).
+func (l *base) init(client Scripter, limit int, c config) error {
+	if client == nil {
+		return fmt.Errorf("%w: nil Scripter", floodgate.ErrInvalidOption)
+	}
+	l.client = client
+	l.prefix = c.prefix
+	l.limit = limit
+	l.timeout = c.timeout
+	l.maxKeyLen = c.maxKeyLen
+	l.now = c.now
+	l.epoch = time.Now()
+	l.fallback = c.fallback
+	l.breaker.interval = int64(c.probeInterval)
+	if c.denyCache > 0 {
+		l.deny = newDenyCache(c.denyCache)
+	}
+	return nil
+}
+
+// checkKey refuses keys longer than the configured bound.
+func (l *base) checkKey(key string) error {
+	if len(key) > l.maxKeyLen {
+		return fmt.Errorf("%w: %d bytes, at most %d", floodgate.ErrKeyTooLong, len(key), l.maxKeyLen)
+	}
+	return nil
+}
+
+// clock returns the local time in nanoseconds (for the deny cache and the
+// fallback's probe interval) and the time argument of the scripts: "" for
+// the server's TIME, or the client clock's reading in microseconds.
+func (l *base) clock() (local int64, arg string, err error) {
+	if l.now == nil {
+		return int64(time.Since(l.epoch)), "", nil
+	}
+	us := l.now().UnixMicro()
+	if us < 0 || us >= maxMicros {
+		return 0, "", fmt.Errorf("%w: clock reading %d us since 1970 is outside 0..2^52", floodgate.ErrInvalidOption, us)
+	}
+	for {
+		last := l.last.Load()
+		if us <= last {
+			us = last
+			break
+		}
+		if l.last.CompareAndSwap(last, us) {
+			break
+		}
+	}
+	return us * 1000, strconv.FormatInt(us, 10), nil
+}
+
+// evalFunc runs one algorithm's script for key at time arg (see clock).
+type evalFunc func(ctx context.Context, key string, n int, now string) (floodgate.Decision, error)
+
+// decide is the decision path shared by every limiter: the deny cache,
+// then Redis under the per-decision timeout, then on failure the fallback
+// if there is one.
+func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (floodgate.Decision, error) {
+	if err := l.checkKey(key); err != nil {
+		return floodgate.Decision{Limit: l.limit}, err
+	}
+	local, arg, err := l.clock()
+	if err != nil {
+		return floodgate.Decision{Limit: l.limit}, err
+	}
+	if l.deny != nil && n > 0 {
+		if d, ok := l.deny.lookup(key, n, local, l.limit); ok {
+			return d, nil
+		}
+	}
+	if l.fallback != nil && !l.breaker.tryRedis(local) {
+		return l.fallback.AllowN(ctx, key, n)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	d, err := eval(cctx, key, n, arg)
+	cancel()
+	if err != nil {
+		if l.fallback != nil && ctx.Err() == nil {
+			l.breaker.fail(local)
+			return l.fallback.AllowN(ctx, key, n)
+		}
+		return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
+	}
+	if l.fallback != nil {
+		l.breaker.succeed()
+	}
+	if !d.Allowed && l.deny != nil && n > 0 {
+		// The entry starts at local, read before the request was sent: the
+		// server decided at that time or later, so the entry never outlives
+		// the true RetryAfter.
+		l.deny.store(key, n, local, d)
+	}
+	return d, nil
+}
+
+// reset deletes keys (all of one client) and forgets the client in the
+// deny cache and the fallback.
+func (l *base) reset(ctx context.Context, key string, keys []string) error {
+	if err := l.checkKey(key); err != nil {
+		return err
+	}
+	if l.deny != nil {
+		l.deny.remove(key)
+	}
+	var errs []error
+	if r, ok := l.fallback.(floodgate.Resetter); ok {
+		errs = append(errs, r.Reset(ctx, key))
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	_, err := resetScript.run(cctx, l.client, keys, nil)
+	cancel()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrRedis, err))
+	}
+	return errors.Join(errs...)
+}
+
+// memberPrefix makes sliding-log members unique across calls and
+// processes: a random process nonce and a per-process counter.
+var (
+	processNonce = newNonce()
+	memberSeq    atomic.Uint64
+)
+
+func newNonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails since Go 1.24
+	return hex.EncodeToString(b[:])
+}
+
+func nextMemberPrefix() string {
+	return processNonce + ":" + strconv.FormatUint(memberSeq.Add(1), 36) + ":"
+}
+
+// expectInts checks the length of a script's reply.
+func expectInts(r []int64, n int) error {
+	if len(r) != n {
+		return fmt.Errorf("unexpected script reply %v: want %d integers", r, n)
+	}
+	return nil
+}
+
+// errBadReply reports a script reply out of the range it can take.
+func errBadReply(r []int64) error {
+	return fmt.Errorf("script reply %v out of range", r)
+}

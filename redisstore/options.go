@@ -1,0 +1,212 @@
+package redisstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Option configures a Redis limiter (NewTokenBucket, NewSlidingLog,
+// NewSlidingCounter). As in the in-memory limiters, an option that does not
+// apply to the limiter it is given to is an error wrapping
+// floodgate.ErrInvalidOption, never silently ignored.
+type Option func(*config) error
+
+// Defaults.
+const (
+	// DefaultTimeout bounds each decision's round trip unless WithTimeout
+	// says otherwise. A healthy Redis answers in well under a millisecond
+	// on a LAN; 100 ms leaves room for a busy server and a GC pause while
+	// keeping a dead one from stalling the requests it guards.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultProbeInterval is how long a limiter with a fallback answers
+	// locally after a failed round trip before it tries Redis again,
+	// unless WithProbeInterval says otherwise.
+	DefaultProbeInterval = time.Second
+)
+
+type config struct {
+	prefix        string
+	burst         int
+	burstSet      bool
+	now           func() time.Time
+	timeout       time.Duration
+	fallback      floodgate.Limiter
+	probeInterval time.Duration
+	probeSet      bool
+	denyCache     int
+	countDenied   bool
+	maxKeyLen     int
+}
+
+const (
+	kindTokenBucket = "token bucket"
+	kindSlidingLog  = "sliding log"
+	kindCounter     = "sliding counter"
+)
+
+func newConfig(kind string, opts []Option) (config, error) {
+	c := config{
+		prefix:        DefaultPrefix,
+		timeout:       DefaultTimeout,
+		probeInterval: DefaultProbeInterval,
+		maxKeyLen:     floodgate.DefaultMaxKeyLength,
+	}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil option", floodgate.ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	switch {
+	case c.burstSet && kind != kindTokenBucket:
+		return c, fmt.Errorf("%w: WithBurst applies to a token bucket, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.countDenied && kind != kindSlidingLog:
+		return c, fmt.Errorf("%w: WithCountDenied applies to a sliding log, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.countDenied && c.denyCache > 0:
+		// A denial answered in process is not recorded in Redis, so a
+		// persistent client would be released sooner than the log says.
+		return c, fmt.Errorf("%w: WithDenyCache cannot be combined with WithCountDenied", floodgate.ErrInvalidOption)
+	case c.probeSet && c.fallback == nil:
+		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
+	}
+	return c, nil
+}
+
+// WithPrefix sets the prefix of every Redis key the limiter writes
+// (default DefaultPrefix). Limiters with different policies need different
+// prefixes; see the key layout in the package documentation. The prefix
+// must not contain '{' or '}'.
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		if err := checkPrefix(p); err != nil {
+			return err
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithBurst sets the capacity of a token bucket (default Rate.Limit), as
+// floodgate.WithBurst does in memory. It applies only to NewTokenBucket.
+func WithBurst(n int) Option {
+	return func(c *config) error {
+		if n <= 0 || n > maxLimit {
+			return fmt.Errorf("%w: burst %d must be in 1..%d", floodgate.ErrInvalidOption, n, maxLimit)
+		}
+		c.burst, c.burstSet = n, true
+		return nil
+	}
+}
+
+// WithClock makes the limiter send the time, read from now, with each
+// decision instead of letting the script read the server's TIME. It exists
+// for tests (the floodgatetest conformance suite walks a fake timeline) and
+// simulations. In production keep the default: one clock, the server's,
+// serves every instance, so a skewed application clock cannot corrupt a
+// limit. Times are truncated to whole microseconds (the resolution of the
+// Redis state) and, as in memory, a step backwards is held at the latest
+// time this limiter has seen.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", floodgate.ErrInvalidOption)
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// WithTimeout bounds each decision's round trip to Redis (default
+// DefaultTimeout); a shorter deadline on the caller's context wins. With
+// go-redis the client must have ContextTimeoutEnabled set, or it bounds
+// network reads by its own ReadTimeout instead (see goredisstore).
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: timeout %s must be positive", floodgate.ErrInvalidOption, d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithFallback makes the limiter answer with l, a local limiter (usually an
+// in-memory floodgate limiter), while Redis cannot be reached, instead of
+// returning the error. After a failed round trip every decision goes to l
+// for the probe interval (WithProbeInterval); then one decision tries Redis
+// again, and on success the limiter is back on Redis.
+//
+// l's limit is per instance: with k instances behind a balancer, clients
+// get up to k times l's quota during an outage, and what they consumed in l
+// is not carried over to Redis (nor back). Size l accordingly, e.g. the
+// Redis rate divided by the instance count.
+func WithFallback(l floodgate.Limiter) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil fallback limiter", floodgate.ErrInvalidOption)
+		}
+		c.fallback = l
+		return nil
+	}
+}
+
+// WithProbeInterval sets how long decisions stay on the fallback after a
+// failed round trip before Redis is tried again (default
+// DefaultProbeInterval). It needs WithFallback.
+func WithProbeInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: probe interval %s must be positive", floodgate.ErrInvalidOption, d)
+		}
+		c.probeInterval, c.probeSet = d, true
+		return nil
+	}
+}
+
+// WithDenyCache keeps, in process, up to maxKeys keys that Redis denied,
+// each until its RetryAfter has passed, and answers them without a round
+// trip meanwhile. Under a flood from one client this turns thousands of
+// Redis calls into one per RetryAfter. The allow/deny answer is the one
+// Redis would give (see the package documentation for why); Remaining and
+// ResetAfter are those of the cached denial, aged by the time passed.
+//
+// Reset clears this process's entry only: other instances keep answering a
+// reset key as denied until their cached RetryAfter passes. It cannot be
+// combined with WithCountDenied, which must see every denied attempt.
+func WithDenyCache(maxKeys int) Option {
+	return func(c *config) error {
+		if maxKeys <= 0 {
+			return fmt.Errorf("%w: deny cache size %d must be positive", floodgate.ErrInvalidOption, maxKeys)
+		}
+		c.denyCache = maxKeys
+		return nil
+	}
+}
+
+// WithCountDenied makes a sliding log record denied attempts too, as
+// floodgate.WithCountDenied does in memory: a client that keeps trying
+// stays blocked. The log still holds at most Rate.Limit events per key. It
+// applies only to NewSlidingLog.
+func WithCountDenied() Option {
+	return func(c *config) error {
+		c.countDenied = true
+		return nil
+	}
+}
+
+// WithMaxKeyLength sets the longest client key, in bytes, the limiter
+// accepts (default floodgate.DefaultMaxKeyLength); longer keys get
+// floodgate.ErrKeyTooLong.
+func WithMaxKeyLength(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max key length %d must be positive", floodgate.ErrInvalidOption, n)
+		}
+		c.maxKeyLen = n
+		return nil
+	}
+}

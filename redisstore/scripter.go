@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+)
+
+// Scripter is all the limiters need from a Redis client: running a Lua
+// script, by its SHA1 digest or by its source, and reading back the array
+// of integers it replies with. The adapter packages goredisstore (go-redis
+// v9) and rueidisstore (rueidis) implement it; because each lives in its
+// own package, a program links only the client it uses.
+//
+// Keys are passed separately from arguments so that a cluster-aware client
+// routes the call to the node that owns their slot (every call of this
+// package passes keys of a single slot).
+type Scripter interface {
+	// EvalSha runs the cached script with the given SHA1 (EVALSHA). When
+	// the server does not hold the script it must return an error that
+	// wraps ErrNoScript, so that the limiter loads it with Eval.
+	EvalSha(ctx context.Context, sha1 string, keys, args []string) ([]int64, error)
+	// Eval runs the script source (EVAL), which also caches it on the
+	// server for later EvalSha calls.
+	Eval(ctx context.Context, script string, keys, args []string) ([]int64, error)
+}
+
+// ErrNoScript is wrapped by a Scripter's EvalSha error when the server
+// answered NOSCRIPT: it does not hold the script (it restarted, failed over
+// to a replica that never saw it, or ran SCRIPT FLUSH).
+var ErrNoScript = errors.New("redisstore: NOSCRIPT: script not cached on the server")
+
+// ErrRedis is wrapped, together with the cause, by every error of a
+// limiter that comes from the Redis round trip: the server could not be
+// reached, did not answer in time, or answered with an error.
+var ErrRedis = errors.New("redisstore: redis")
+
+// The scripts, one per algorithm plus one to reset a key. Each decision is
+// a single EVALSHA: one round trip, atomic on the server.
+var (
+	//go:embed scripts/tokenbucket.lua
+	tokenBucketSrc string
+	//go:embed scripts/slidinglog.lua
+	slidingLogSrc string
+	//go:embed scripts/slidingcounter.lua
+	slidingCounterSrc string
+	//go:embed scripts/reset.lua
+	resetSrc string
+
+	tokenBucketScript    = newScript(tokenBucketSrc)
+	slidingLogScript     = newScript(slidingLogSrc)
+	slidingCounterScript = newScript(slidingCounterSrc)
+	resetScript          = newScript(resetSrc)
+)
+
+// script is a Lua source with its SHA1, computed once.
+type script struct {
+	src string
+	sha string
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// run executes the script with EVALSHA and, if the server does not hold it,
+// once more with EVAL, which caches it for next time. A NOSCRIPT reply
+// means nothing ran, so the second attempt cannot double-charge.
+func (s *script) run(ctx context.Context, c Scripter, keys, args []string) ([]int64, error) {
+	r, err := c.EvalSha(ctx, s.sha, keys, args)
+	if errors.Is(err, ErrNoScript) {
+		r, err = c.Eval(ctx, s.src, keys, args)
+	}
+	return r, err
+}

@@ -1,0 +1,110 @@
+-- Sliding-window counter: check and count in one script.
+--
+-- KEYS[1]  the current fixed window: "w count"
+-- KEYS[2]  the window before it: "w count" (consulted only if it is w - 1)
+-- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[2]  n, the cost (0 reports without counting)
+-- ARGV[3]  limit
+-- ARGV[4]  period in microseconds
+-- ARGV[5]  origin of the fixed windows in microseconds (0: the Unix epoch)
+--
+-- The sliding window's estimate is prev·(period - elapsed)/period + cur;
+-- the request fits if cur + n <= limit and
+-- prev·(period - elapsed) <= (limit - cur - n)·period. Those products can
+-- pass 2^53, where Lua's doubles stop being exact, so they are compared as
+-- two limbs of base 2^25 (divisions by a power of two are exact).
+--
+-- Reply: {allowed, prev, cur, now}: the counts after the decision and the
+-- time, in microseconds since the origin, they are as of. The caller
+-- derives Remaining, RetryAfter and ResetAfter from them.
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local period = tonumber(ARGV[4])
+now = now - tonumber(ARGV[5])
+
+local function read(key)
+  local s = redis.call('GET', key)
+  if not s then
+    return nil, 0
+  end
+  local w, c = string.match(s, '^(%d+) (%d+)$')
+  if not w then
+    error('floodgate: malformed sliding counter state in ' .. key)
+  end
+  return tonumber(w), tonumber(c)
+end
+
+local function floordiv(a, b)
+  local r = a % b
+  return (a - r) / b
+end
+
+local w = floordiv(now, period)
+local w1, c1 = read(KEYS[1])
+if w1 and w1 > w then
+  -- The clock went back past the window this key was last counted in:
+  -- hold at that window's start rather than forget its events.
+  w = w1
+  now = w * period
+end
+local start = w * period
+local elapsed = now - start
+
+local prev, cur = 0, 0
+if w1 == w then
+  cur = c1
+  local w0, c0 = read(KEYS[2])
+  if w0 == w - 1 then
+    prev = c0
+  end
+elseif w1 == w - 1 then
+  prev = c1
+end
+
+local B = 33554432 -- 2^25
+-- mul returns a·b as (hi, lo) in base 2^25, for a < 2^25 and b < 2^50.
+local function mul(a, b)
+  local bl = b % B
+  local p2 = a * bl
+  local lo = p2 % B
+  return a * ((b - bl) / B) + (p2 - lo) / B, lo
+end
+
+local allowed = 0
+if cur + n <= limit then
+  local ah, al = mul(prev, period - elapsed)
+  local bh, bl = mul(limit - cur - n, period)
+  if ah < bh or (ah == bh and al <= bl) then
+    allowed = 1
+  end
+end
+
+local function ms(us)
+  local m = floordiv(us, 1000)
+  if us % 1000 > 0 then
+    m = m + 1
+  end
+  return m
+end
+
+if allowed == 1 and n > 0 then
+  cur = cur + n
+  -- Each key vanishes when its count stops weighing on the estimate: the
+  -- current window's at the end of the next window, the previous one's at
+  -- the end of this one.
+  redis.call('SET', KEYS[1], string.format('%d %d', w, cur), 'PX', ms(start + 2 * period - now))
+  if prev > 0 then
+    redis.call('SET', KEYS[2], string.format('%d %d', w - 1, prev), 'PX', ms(start + period - now))
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+return {allowed, prev, cur, now}

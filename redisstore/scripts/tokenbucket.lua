@@ -1,0 +1,66 @@
+-- GCRA token bucket: one decision, atomically.
+--
+-- KEYS[1]  the bucket: "tat frac", the theoretical arrival time as integer
+--          microseconds plus frac/limit of a microsecond (0 <= frac < limit)
+-- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[2]  n, the cost (0 reports without consuming)
+-- ARGV[3]  incq, ARGV[4] incr: n*period/limit = incq + incr/limit us
+-- ARGV[5]  tauq, ARGV[6] taur: burst*period/limit = tauq + taur/limit us
+-- ARGV[7]  limit
+--
+-- Every number stays an integer below 2^53 (checked by the caller's bounds),
+-- so Lua's doubles hold it exactly; the caller does every multiplication
+-- and division, the script only adds and compares.
+--
+-- Reply: {allowed, owed, frac, wait, wfrac}: after the decision the bucket
+-- is full again in owed + frac/limit us; when denied the request fits in
+-- wait + wfrac/limit us (wfrac may be negative: the caller borrows).
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local n = tonumber(ARGV[2])
+local incq, incr = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
+local limit = tonumber(ARGV[7])
+
+local tat, frac = now, 0
+local s = redis.call('GET', KEYS[1])
+if s then
+  local a, b = string.match(s, '^(%d+) (%d+)$')
+  if not a then
+    return redis.error_reply('ERR floodgate: malformed token bucket state')
+  end
+  a, b = tonumber(a), tonumber(b)
+  -- A bucket whose arrival time has passed is full: start from now.
+  if a >= now then
+    tat, frac = a, b
+  end
+end
+
+local ntat, nfrac = tat + incq, frac + incr
+if nfrac >= limit then
+  ntat, nfrac = ntat + 1, nfrac - limit
+end
+local ahead = ntat - now
+if ahead < tauq or (ahead == tauq and nfrac <= taur) then
+  if n > 0 then
+    local ttl = ntat - now
+    if nfrac > 0 then
+      ttl = ttl + 1
+    end
+    -- The key vanishes when the bucket is full again: its state then
+    -- equals a fresh one. PX takes whole milliseconds, rounded up.
+    local ms = (ttl - ttl % 1000) / 1000
+    if ttl % 1000 > 0 then
+      ms = ms + 1
+    end
+    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac), 'PX', ms)
+  end
+  return {1, ntat - now, nfrac, 0, 0}
+end
+return {0, tat - now, frac, ahead - tauq, nfrac - taur}

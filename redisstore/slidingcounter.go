@@ -1,0 +1,165 @@
+package redisstore
+
+import (
+	"context"
+	"math/bits"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// SlidingCounter is a sliding-window counter whose counts live in Redis, so
+// that every instance of a service shares them. It makes the decisions
+// floodgate.SlidingCounter makes in memory, with the same estimate and
+// error bound (see its documentation): fixed windows of Rate.Period, the
+// previous window's count weighted by the share of it still inside the
+// sliding window, a denied request counts nothing, a cost above Rate.Limit
+// is floodgate.ErrCostExceedsLimit.
+//
+// Each client has two keys in one slot (see the key layout in the package
+// documentation): the current window's count and the previous one's, each
+// tagged with its window number and expiring when it stops weighing on the
+// estimate. Windows are aligned on the Unix epoch, so every instance cuts
+// time the same way; with WithClock they are aligned on the limiter's
+// creation instead, as in memory. The script checks and counts in one
+// EVALSHA.
+//
+// A SlidingCounter is safe for concurrent use.
+type SlidingCounter struct {
+	base
+	rate      floodgate.Rate
+	period    int64 // Rate.Period in ns
+	limitArg  string
+	periodArg string
+	originArg string
+}
+
+// NewSlidingCounter returns a sliding-window counter on Redis allowing
+// about r.Limit events per r.Period, running its script through c. It
+// accepts WithPrefix, WithClock, WithTimeout, WithFallback,
+// WithProbeInterval, WithDenyCache and WithMaxKeyLength. The period must be
+// a whole number of microseconds.
+func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCounter, error) {
+	if err := checkRate(r); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(kindCounter, opts)
+	if err != nil {
+		return nil, err
+	}
+	sc := &SlidingCounter{
+		rate:      r,
+		period:    int64(r.Period),
+		limitArg:  strconv.Itoa(r.Limit),
+		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
+		originArg: "0",
+	}
+	if err = sc.base.init(c, r.Limit, cfg); err != nil {
+		return nil, err
+	}
+	if cfg.now != nil {
+		_, origin, err := sc.clock()
+		if err != nil {
+			return nil, err
+		}
+		sc.originArg = origin
+	}
+	return sc, nil
+}
+
+// Rate returns the rate the counter was created with.
+func (sc *SlidingCounter) Rate() floodgate.Rate { return sc.rate }
+
+// Allow is AllowN(ctx, key, 1).
+func (sc *SlidingCounter) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
+	return sc.AllowN(ctx, key, 1)
+}
+
+// AllowN counts n events for key if the estimated count in the Period
+// ending now leaves room for them, and reports the decision either way;
+// n == 0 reports without counting. A cost above Rate.Limit returns
+// floodgate.ErrCostExceedsLimit without a round trip. Errors of the round
+// trip wrap ErrRedis (unless a fallback answered).
+func (sc *SlidingCounter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	if err := checkCost(n, sc.rate.Limit); err != nil {
+		return floodgate.Decision{Limit: sc.rate.Limit}, err
+	}
+	return sc.decide(ctx, key, n, sc.eval)
+}
+
+// Reset forgets key's counts.
+func (sc *SlidingCounter) Reset(ctx context.Context, key string) error {
+	return sc.reset(ctx, key, sc.keys(key))
+}
+
+func (sc *SlidingCounter) keys(key string) []string {
+	tag := clientTag(sc.prefix, key)
+	return []string{tag + "sc:cur", tag + "sc:prev"}
+}
+
+func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	args := []string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg}
+	r, err := slidingCounterScript.run(ctx, sc.client, sc.keys(key), args)
+	if err == nil {
+		err = expectInts(r, 4)
+	}
+	if err != nil {
+		return floodgate.Decision{Limit: sc.rate.Limit}, err
+	}
+	limit := sc.rate.Limit
+	if r[1] < 0 || r[2] < 0 || r[1] > int64(limit) || r[2] > int64(limit) || r[3] < 0 || r[3] >= maxMicros {
+		return floodgate.Decision{Limit: limit}, errBadReply(r)
+	}
+	prev, cur := uint32(r[1]), uint32(r[2])
+	// The same arithmetic as the in-memory counter, in nanoseconds.
+	now64 := r[3] * 1000
+	start := now64 / sc.period * sc.period
+	elapsed := now64 - start
+	d := floodgate.Decision{Allowed: r[0] == 1, Limit: limit}
+	d.Remaining = max(limit-int(cur)-int(sc.share(prev, sc.period-elapsed)), 0)
+	switch {
+	case cur > 0:
+		d.ResetAfter = time.Duration(start + 2*sc.period - now64)
+	case prev > 0:
+		d.ResetAfter = time.Duration(start + sc.period - now64)
+	}
+	if !d.Allowed {
+		d.RetryAfter = max(time.Duration(sc.retryAt(start, prev, cur, uint32(n))-now64), 0)
+	}
+	return d, nil
+}
+
+// share returns ceil(prev·rest/Period): the previous window's events still
+// weighing on the estimate, rounded up to whole events.
+func (sc *SlidingCounter) share(prev uint32, rest int64) uint32 {
+	hi, lo := bits.Mul64(uint64(prev), uint64(rest))
+	q, r := bits.Div64(hi, lo, uint64(sc.period)) // rest <= Period: q <= prev
+	if r > 0 {
+		q++
+	}
+	return uint32(q)
+}
+
+// retryAt returns the earliest time at which estimate + n <= limit for a
+// denied request in the fixed window beginning at start: in this window if
+// the current count leaves room for n, in the next one otherwise.
+func (sc *SlidingCounter) retryAt(start int64, prev, cur, n uint32) int64 {
+	limit := uint32(sc.rate.Limit)
+	if cur+n <= limit {
+		return start + sc.elapsedFor(prev, limit-cur-n)
+	}
+	return start + sc.period + sc.elapsedFor(cur, limit-n)
+}
+
+// elapsedFor returns the smallest elapsed time e in [0, Period] with
+// count·(Period − e) <= room·Period, that is
+// Period − floor(room·Period/count).
+func (sc *SlidingCounter) elapsedFor(count, room uint32) int64 {
+	if room >= count {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(room), uint64(sc.period))
+	q, _ := bits.Div64(hi, lo, uint64(count)) // room < count: q < Period
+	return sc.period - int64(q)
+}

@@ -1,0 +1,122 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// SlidingLog is a sliding-log limiter whose logs live in Redis, so that
+// every instance of a service shares them. It makes the decisions
+// floodgate.SlidingLog makes in memory: at most Rate.Limit events in any
+// window of Rate.Period ending now, exactly; denied attempts are not
+// recorded unless WithCountDenied says so; a cost above Rate.Limit is
+// floodgate.ErrCostExceedsLimit.
+//
+// Each client's log is a sorted set of at most Rate.Limit members scored by
+// the event's time in integer microseconds; every member is unique to its
+// call (a process nonce and a counter), so events of the same microsecond
+// never collapse. The script removes the events that left the window,
+// checks, and only then adds; the key expires when its newest event leaves
+// the window. Each decision is one EVALSHA.
+//
+// A SlidingLog is safe for concurrent use.
+type SlidingLog struct {
+	base
+	rate        floodgate.Rate
+	countDenied string // "1" to record denied attempts
+	limitArg    string
+	periodArg   string
+}
+
+// NewSlidingLog returns a sliding log on Redis allowing r.Limit events per
+// r.Period, running its script through c. It accepts WithCountDenied,
+// WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
+// WithDenyCache (not together with WithCountDenied) and WithMaxKeyLength.
+// The period must be a whole number of microseconds.
+func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, error) {
+	if err := checkRate(r); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(kindSlidingLog, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &SlidingLog{
+		rate:      r,
+		limitArg:  strconv.Itoa(r.Limit),
+		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
+	}
+	if cfg.countDenied {
+		l.countDenied = "1"
+	}
+	if err = l.base.init(c, r.Limit, cfg); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Rate returns the rate the log was created with.
+func (l *SlidingLog) Rate() floodgate.Rate { return l.rate }
+
+// Allow is AllowN(ctx, key, 1).
+func (l *SlidingLog) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN records n events for key if the window has room for all n, and
+// reports the decision either way; n == 0 reports without recording. A
+// cost above Rate.Limit returns floodgate.ErrCostExceedsLimit without a
+// round trip. Errors of the round trip wrap ErrRedis (unless a fallback
+// answered).
+func (l *SlidingLog) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	if err := checkCost(n, l.rate.Limit); err != nil {
+		return floodgate.Decision{Limit: l.rate.Limit}, err
+	}
+	return l.decide(ctx, key, n, l.eval)
+}
+
+// Reset empties key's log.
+func (l *SlidingLog) Reset(ctx context.Context, key string) error {
+	return l.reset(ctx, key, []string{l.key(key)})
+}
+
+func (l *SlidingLog) key(key string) string { return clientTag(l.prefix, key) + "sl" }
+
+func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, nextMemberPrefix(), l.countDenied}
+	r, err := slidingLogScript.run(ctx, l.client, []string{l.key(key)}, args)
+	if err == nil {
+		err = expectInts(r, 4)
+	}
+	if err != nil {
+		return floodgate.Decision{Limit: l.rate.Limit}, err
+	}
+	d := floodgate.Decision{
+		Allowed:    r[0] == 1,
+		Limit:      l.rate.Limit,
+		Remaining:  l.rate.Limit - int(r[1]),
+		ResetAfter: micros(r[3]),
+	}
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	if !d.Allowed {
+		d.RetryAfter = micros(r[2])
+	}
+	return d, nil
+}
+
+// micros converts a non-negative count of microseconds from a script to a
+// Duration.
+func micros(us int64) time.Duration {
+	if us < 0 {
+		return 0
+	}
+	if us >= maxMicros*2 {
+		us = maxMicros * 2
+	}
+	return time.Duration(us) * time.Microsecond
+}

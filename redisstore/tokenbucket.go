@@ -1,0 +1,200 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// TokenBucket is a token-bucket limiter whose buckets live in Redis, so
+// that every instance of a service shares them. It makes the decisions
+// floodgate.TokenBucket makes in memory (greedy refill; see its
+// documentation): capacity burst (WithBurst, default Rate.Limit), Rate.Limit
+// tokens back per Rate.Period, denied requests take nothing, a cost above
+// the burst is floodgate.ErrCostExceedsLimit.
+//
+// The state is GCRA's theoretical arrival time in one string key per client
+// (see the key layout in the package documentation), kept exactly as
+// integer microseconds plus a fraction of Rate.Limit: no rounding
+// accumulates however the period divides, and a bucket's numbers equal the
+// in-memory bucket's at the same microsecond-aligned times. Each decision
+// is one EVALSHA; the key expires when the bucket is full again.
+//
+// A TokenBucket is safe for concurrent use.
+type TokenBucket struct {
+	base
+	rate   floodgate.Rate
+	burst  int
+	limit  uint64 // Rate.Limit
+	period uint64 // Rate.Period in microseconds
+	// Script arguments that do not change: tau = burst·Period/Limit as
+	// whole microseconds and remainder, and Limit.
+	tauQ, tauR, limitArg string
+}
+
+// NewTokenBucket returns a token bucket on Redis refilling r.Limit tokens
+// per r.Period, running its script through c. It accepts WithBurst,
+// WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
+// WithDenyCache and WithMaxKeyLength. The period must be a whole number of
+// microseconds, the resolution of the Redis state, and burst·Period/Limit
+// at most 2^50 µs (35 years).
+func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket, error) {
+	if err := checkRate(r); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(kindTokenBucket, opts)
+	if err != nil {
+		return nil, err
+	}
+	burst := r.Limit
+	if cfg.burstSet {
+		burst = cfg.burst
+	}
+	b := &TokenBucket{
+		rate:   r,
+		burst:  burst,
+		limit:  uint64(r.Limit),
+		period: uint64(r.Period / time.Microsecond),
+	}
+	hi, lo := bits.Mul64(uint64(burst), b.period)
+	if hi >= b.limit {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", floodgate.ErrInvalidRate, burst, r)
+	}
+	q, rem := bits.Div64(hi, lo, b.limit)
+	if q >= maxHorizon {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon for Redis (at most 2^50 us)", floodgate.ErrInvalidRate, burst, r)
+	}
+	b.tauQ = strconv.FormatUint(q, 10)
+	b.tauR = strconv.FormatUint(rem, 10)
+	b.limitArg = strconv.FormatUint(b.limit, 10)
+	if err = b.base.init(c, burst, cfg); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// checkRate validates r as floodgate does and adds the Redis limiters'
+// resolution: whole microseconds.
+func checkRate(r floodgate.Rate) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.Period%time.Microsecond != 0 {
+		return fmt.Errorf("%w: period %s is not a whole number of microseconds", floodgate.ErrInvalidRate, r.Period)
+	}
+	if r.Period/time.Microsecond >= maxHorizon {
+		return fmt.Errorf("%w: period %s is too long for Redis (at most 2^50 us)", floodgate.ErrInvalidRate, r.Period)
+	}
+	return nil
+}
+
+// Rate returns the rate the bucket was created with.
+func (b *TokenBucket) Rate() floodgate.Rate { return b.rate }
+
+// Burst returns the capacity of each bucket.
+func (b *TokenBucket) Burst() int { return b.burst }
+
+// Allow is AllowN(ctx, key, 1).
+func (b *TokenBucket) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
+	return b.AllowN(ctx, key, 1)
+}
+
+// AllowN takes n tokens from key's bucket if it holds n, and reports the
+// decision either way; n == 0 reports without taking. A cost above the
+// burst returns floodgate.ErrCostExceedsLimit without a round trip. Errors
+// of the round trip wrap ErrRedis (unless a fallback answered).
+func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	if err := checkCost(n, b.burst); err != nil {
+		return floodgate.Decision{Limit: b.burst}, err
+	}
+	return b.decide(ctx, key, n, b.eval)
+}
+
+// Reset refills key's bucket.
+func (b *TokenBucket) Reset(ctx context.Context, key string) error {
+	return b.reset(ctx, key, []string{b.key(key)})
+}
+
+func (b *TokenBucket) key(key string) string { return clientTag(b.prefix, key) + "tb" }
+
+func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	// n·Period/Limit: n <= burst, so the quotient is at most tau and the
+	// division cannot overflow (checked in NewTokenBucket).
+	hi, lo := bits.Mul64(uint64(n), b.period)
+	incQ, incR := bits.Div64(hi, lo, b.limit)
+	args := []string{now, strconv.Itoa(n),
+		strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
+		b.tauQ, b.tauR, b.limitArg}
+	r, err := tokenBucketScript.run(ctx, b.client, []string{b.key(key)}, args)
+	if err == nil {
+		err = expectInts(r, 5)
+	}
+	if err != nil {
+		return floodgate.Decision{Limit: b.burst}, err
+	}
+	owed, frac := r[1], r[2]
+	d := floodgate.Decision{Allowed: r[0] == 1, Limit: b.burst}
+	d.Remaining = b.burst - b.tokensCeil(owed, frac)
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	d.ResetAfter = b.ceilDuration(owed, frac)
+	if !d.Allowed {
+		wait, wfrac := r[3], r[4]
+		if wfrac < 0 {
+			wait, wfrac = wait-1, wfrac+int64(b.limit)
+		}
+		d.RetryAfter = b.ceilDuration(wait, wfrac)
+	}
+	return d, nil
+}
+
+// tokensCeil returns ceil((us + frac/Limit)·Limit/Period): the whole tokens
+// that a debt of that many microseconds stands for.
+func (b *TokenBucket) tokensCeil(us, frac int64) int {
+	if us < 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(us), b.limit)
+	lo, carry := bits.Add64(lo, uint64(frac), 0)
+	if hi+carry >= b.period { // only a corrupt reply gets here
+		return b.burst
+	}
+	q, r := bits.Div64(hi+carry, lo, b.period)
+	if r > 0 {
+		q++
+	}
+	return int(q)
+}
+
+// ceilDuration converts us + frac/Limit microseconds to a Duration rounded
+// up to the nanosecond, as the in-memory bucket rounds.
+func (b *TokenBucket) ceilDuration(us, frac int64) time.Duration {
+	if us < 0 {
+		return 0
+	}
+	if us >= maxMicros*2 { // only a corrupt reply gets here
+		us = maxMicros * 2
+	}
+	ns := us * 1000
+	if frac > 0 {
+		ns += (frac*1000 + int64(b.limit) - 1) / int64(b.limit)
+	}
+	return time.Duration(ns)
+}
+
+// checkCost validates n against the largest cost the limiter can ever allow,
+// with floodgate's sentinels.
+func checkCost(n, max int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: n = %d is negative", floodgate.ErrInvalidCost, n)
+	}
+	if n > max {
+		return fmt.Errorf("%w: n = %d, limit %d", floodgate.ErrCostExceedsLimit, n, max)
+	}
+	return nil
+}
