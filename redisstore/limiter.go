@@ -13,6 +13,14 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
+// clientClockMinTTL is the shortest expiry of a key written on a client
+// clock. Redis expires keys by its own clock, which a test's fake clock
+// does not move: held still for a burst of decisions, a key could vanish
+// in real time while its state still counts in the fake one. A key kept
+// longer is harmless: every script treats state that has aged out on the
+// limiter's clock as fresh, whatever Redis still holds.
+const clientClockMinTTL = 10 * time.Second
+
 // maxLimit mirrors the bound floodgate.Rate.Validate puts on a limit.
 const maxLimit = 1 << 24
 
@@ -51,6 +59,9 @@ type base struct {
 	now   func() time.Time
 	last  atomic.Int64
 	epoch time.Time // origin of the local monotonic clock
+	// minTTL is the shortest expiry, in milliseconds, the scripts set: "0"
+	// on the server's clock, clientClockMinTTL with a client clock.
+	minTTL string
 
 	fallback floodgate.Limiter
 	breaker  breaker
@@ -69,6 +80,10 @@ func (l *base) init(client Scripter, limit int, c config) error {
 	l.maxKeyLen = c.maxKeyLen
 	l.now = c.now
 	l.epoch = time.Now()
+	l.minTTL = "0"
+	if c.now != nil {
+		l.minTTL = strconv.FormatInt(clientClockMinTTL.Milliseconds(), 10)
+	}
 	l.fallback = c.fallback
 	l.breaker.interval = int64(c.probeInterval)
 	if c.denyCache > 0 {

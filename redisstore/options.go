@@ -109,7 +109,9 @@ func WithBurst(n int) Option {
 // serves every instance, so a skewed application clock cannot corrupt a
 // limit. Times are truncated to whole microseconds (the resolution of the
 // Redis state) and, as in memory, a step backwards is held at the latest
-// time this limiter has seen.
+// time this limiter has seen. Since Redis expires keys by its own clock,
+// keys written on a client clock are kept for at least 10 s of real time,
+// so that a test holding its clock still does not lose state.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {

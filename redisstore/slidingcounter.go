@@ -99,7 +99,7 @@ func (sc *SlidingCounter) keys(key string) []string {
 }
 
 func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg}
+	args := []string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL}
 	r, err := slidingCounterScript.run(ctx, sc.client, sc.keys(key), args)
 	if err == nil {
 		err = expectInts(r, 4)
@@ -112,7 +112,8 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 		return floodgate.Decision{Limit: limit}, errBadReply(r)
 	}
 	prev, cur := uint32(r[1]), uint32(r[2])
-	// The same arithmetic as the in-memory counter, in nanoseconds.
+	// The same arithmetic as the in-memory counter, in nanoseconds; the
+	// waits are then rounded up to the microsecond.
 	now64 := r[3] * 1000
 	start := now64 / sc.period * sc.period
 	elapsed := now64 - start
@@ -120,12 +121,12 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 	d.Remaining = max(limit-int(cur)-int(sc.share(prev, sc.period-elapsed)), 0)
 	switch {
 	case cur > 0:
-		d.ResetAfter = time.Duration(start + 2*sc.period - now64)
+		d.ResetAfter = ceilMicros(start + 2*sc.period - now64)
 	case prev > 0:
-		d.ResetAfter = time.Duration(start + sc.period - now64)
+		d.ResetAfter = ceilMicros(start + sc.period - now64)
 	}
 	if !d.Allowed {
-		d.RetryAfter = max(time.Duration(sc.retryAt(start, prev, cur, uint32(n))-now64), 0)
+		d.RetryAfter = ceilMicros(sc.retryAt(start, prev, cur, uint32(n)) - now64)
 	}
 	return d, nil
 }
@@ -162,4 +163,13 @@ func (sc *SlidingCounter) elapsedFor(count, room uint32) int64 {
 	hi, lo := bits.Mul64(uint64(room), uint64(sc.period))
 	q, _ := bits.Div64(hi, lo, uint64(count)) // room < count: q < Period
 	return sc.period - int64(q)
+}
+
+// ceilMicros rounds a non-negative wait in nanoseconds up to the
+// microsecond, the resolution every Redis limiter reports in.
+func ceilMicros(ns int64) time.Duration {
+	if ns <= 0 {
+		return 0
+	}
+	return time.Duration((ns + 999) / 1000 * 1000)
 }

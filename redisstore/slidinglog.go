@@ -86,7 +86,7 @@ func (l *SlidingLog) Reset(ctx context.Context, key string) error {
 func (l *SlidingLog) key(key string) string { return clientTag(l.prefix, key) + "sl" }
 
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, nextMemberPrefix(), l.countDenied}
+	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, nextMemberPrefix(), l.countDenied, l.minTTL}
 	r, err := slidingLogScript.run(ctx, l.client, []string{l.key(key)}, args)
 	if err == nil {
 		err = expectInts(r, 4)

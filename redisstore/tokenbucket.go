@@ -128,7 +128,7 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 	incQ, incR := bits.Div64(hi, lo, b.limit)
 	args := []string{now, strconv.Itoa(n),
 		strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-		b.tauQ, b.tauR, b.limitArg}
+		b.tauQ, b.tauR, b.limitArg, b.minTTL}
 	r, err := tokenBucketScript.run(ctx, b.client, []string{b.key(key)}, args)
 	if err == nil {
 		err = expectInts(r, 5)
@@ -142,13 +142,13 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 	if d.Remaining < 0 {
 		d.Remaining = 0
 	}
-	d.ResetAfter = b.ceilDuration(owed, frac)
+	d.ResetAfter = ceilDuration(owed, frac)
 	if !d.Allowed {
 		wait, wfrac := r[3], r[4]
 		if wfrac < 0 {
 			wait, wfrac = wait-1, wfrac+int64(b.limit)
 		}
-		d.RetryAfter = b.ceilDuration(wait, wfrac)
+		d.RetryAfter = ceilDuration(wait, wfrac)
 	}
 	return d, nil
 }
@@ -172,19 +172,12 @@ func (b *TokenBucket) tokensCeil(us, frac int64) int {
 }
 
 // ceilDuration converts us + frac/Limit microseconds to a Duration rounded
-// up to the nanosecond, as the in-memory bucket rounds.
-func (b *TokenBucket) ceilDuration(us, frac int64) time.Duration {
-	if us < 0 {
-		return 0
-	}
-	if us >= maxMicros*2 { // only a corrupt reply gets here
-		us = maxMicros * 2
-	}
-	ns := us * 1000
+// up to the microsecond, the resolution of the Redis state.
+func ceilDuration(us, frac int64) time.Duration {
 	if frac > 0 {
-		ns += (frac*1000 + int64(b.limit) - 1) / int64(b.limit)
+		us++
 	}
-	return time.Duration(ns)
+	return micros(us)
 }
 
 // checkCost validates n against the largest cost the limiter can ever allow,

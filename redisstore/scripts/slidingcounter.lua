@@ -7,6 +7,7 @@
 -- ARGV[3]  limit
 -- ARGV[4]  period in microseconds
 -- ARGV[5]  origin of the fixed windows in microseconds (0: the Unix epoch)
+-- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
 --
 -- The sliding window's estimate is prev·(period - elapsed)/period + cur;
 -- the request fits if cur + n <= limit and
@@ -92,7 +93,7 @@ local function ms(us)
   if us % 1000 > 0 then
     m = m + 1
   end
-  return m
+  return math.max(m, tonumber(ARGV[6]))
 end
 
 if allowed == 1 and n > 0 then

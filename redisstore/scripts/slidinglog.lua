@@ -11,6 +11,7 @@
 -- ARGV[5]  a member prefix unique to this call
 -- ARGV[6]  "1" to record denied attempts too (the log still keeps at most
 --          limit members: the oldest are dropped)
+-- ARGV[7]  the shortest expiry in milliseconds (see WithClock)
 --
 -- Scores and times are integers below 2^53, exact in Lua's doubles.
 --
@@ -62,7 +63,7 @@ local function expire()
   if reset % 1000 > 0 then
     ms = ms + 1
   end
-  redis.call('PEXPIRE', key, ms)
+  redis.call('PEXPIRE', key, math.max(ms, tonumber(ARGV[7])))
   return reset
 end
 

@@ -7,6 +7,7 @@
 -- ARGV[3]  incq, ARGV[4] incr: n*period/limit = incq + incr/limit us
 -- ARGV[5]  tauq, ARGV[6] taur: burst*period/limit = tauq + taur/limit us
 -- ARGV[7]  limit
+-- ARGV[8]  the shortest expiry in milliseconds (see WithClock)
 --
 -- Every number stays an integer below 2^53 (checked by the caller's bounds),
 -- so Lua's doubles hold it exactly; the caller does every multiplication
@@ -59,6 +60,7 @@ if ahead < tauq or (ahead == tauq and nfrac <= taur) then
     if ttl % 1000 > 0 then
       ms = ms + 1
     end
+    ms = math.max(ms, tonumber(ARGV[8]))
     redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac), 'PX', ms)
   end
   return {1, ntat - now, nfrac, 0, 0}

@@ -1,0 +1,55 @@
+package redisstore_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// client is one Redis client under test, behind the Scripter interface.
+type client struct {
+	name string
+	s    redisstore.Scripter
+}
+
+// clients returns a go-redis and a rueidis client connected to addr, both
+// closed when t ends.
+func clients(t testing.TB, addr string) []client {
+	t.Helper()
+	return []client{goRedis(t, addr), rueidisClient(t, addr)}
+}
+
+func goRedis(t testing.TB, addr string) client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() })
+	return client{"go-redis", goredisstore.New(rdb)}
+}
+
+func rueidisClient(t testing.TB, addr string) client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return client{"rueidis", rueidisstore.New(c)}
+}
+
+// prefix returns a key prefix unique to this run, so that tests sharing a
+// server (REDIS_ADDR) never see each other's keys.
+func prefix(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "fgtest:" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,91 @@
+package redisstore_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+)
+
+// fakeClock is a manual clock shared by a Redis limiter and its in-memory
+// twin.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.t }
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestTokenBucketMatchesMemory walks random traffic through a Redis bucket
+// and floodgate.TokenBucket on one fake timeline and requires the same
+// Decision at every step, for rates whose period does not divide by the
+// limit and bursts other than the limit.
+func TestTokenBucketMatchesMemory(t *testing.T) {
+	addr := redistest.Shared(t)
+	cases := []struct {
+		rate  floodgate.Rate
+		burst int
+	}{
+		{floodgate.Rate{Limit: 3, Period: time.Second}, 3},
+		{floodgate.Rate{Limit: 7, Period: 10 * time.Minute}, 7},
+		{floodgate.Rate{Limit: 12, Period: 1001 * time.Millisecond}, 5},
+		{floodgate.Rate{Limit: 10, Period: time.Second}, 25},
+		{floodgate.Rate{Limit: 1000000, Period: time.Hour}, 1000},
+	}
+	for _, c := range clients(t, addr) {
+		for _, tc := range cases {
+			t.Run(c.name+"/"+tc.rate.String(), func(t *testing.T) {
+				clock := &fakeClock{t0}
+				mem, err := floodgate.NewTokenBucket(tc.rate, floodgate.WithBurst(tc.burst), floodgate.WithClock(clock.Now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rl, err := redisstore.NewTokenBucket(c.s, tc.rate, redisstore.WithBurst(tc.burst),
+					redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				compare(t, clock, mem, rl, tc.burst, tc.rate.Period)
+			})
+		}
+	}
+}
+
+// compare drives both limiters with the same random requests on two keys
+// and fails on the first Decision that differs.
+func compare(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity int, period time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, uint64(capacity)))
+	keys := []string{"a", "b{x}"}
+	step := max(period/time.Duration(4*capacity), time.Millisecond).Truncate(time.Millisecond)
+	for i := 0; i < 300; i++ {
+		key := keys[rng.IntN(len(keys))]
+		n := rng.IntN(min(capacity, 4) + 1)
+		if rng.IntN(10) == 0 {
+			n = capacity
+		}
+		want, werr := mem.AllowN(ctx, key, n)
+		want.RetryAfter, want.ResetAfter = roundUp(want.RetryAfter), roundUp(want.ResetAfter)
+		got, gerr := rl.AllowN(ctx, key, n)
+		if (werr == nil) != (gerr == nil) || got != want {
+			t.Fatalf("step %d at +%v, key %q, n=%d:\n redis  %+v (%v)\n memory %+v (%v)",
+				i, clock.t.Sub(t0), key, n, got, gerr, want, werr)
+		}
+		if rng.IntN(3) == 0 {
+			clock.t = clock.t.Add(step * time.Duration(rng.IntN(8)))
+		}
+		if !want.Allowed && rng.IntN(4) == 0 {
+			clock.t = clock.t.Add(want.RetryAfter)
+		}
+	}
+}
+
+// roundUp rounds an in-memory duration up to the microsecond, the
+// resolution of the Redis limiters.
+func roundUp(d time.Duration) time.Duration {
+	return (d + time.Microsecond - 1).Truncate(time.Microsecond)
+}
