@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
@@ -52,4 +53,38 @@ func prefix(t testing.TB) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "fgtest:" + hex.EncodeToString(b[:])
+}
+
+// limiter is what every Redis limiter is.
+type limiter interface {
+	floodgate.Limiter
+	floodgate.Resetter
+}
+
+// algo builds one algorithm's Redis limiter.
+type algo struct {
+	name string
+	new  func(s redisstore.Scripter, r floodgate.Rate, opts ...redisstore.Option) (limiter, error)
+}
+
+var algos = []algo{
+	{"TokenBucket", func(s redisstore.Scripter, r floodgate.Rate, opts ...redisstore.Option) (limiter, error) {
+		return redisstore.NewTokenBucket(s, r, opts...)
+	}},
+	{"SlidingLog", func(s redisstore.Scripter, r floodgate.Rate, opts ...redisstore.Option) (limiter, error) {
+		return redisstore.NewSlidingLog(s, r, opts...)
+	}},
+	{"SlidingCounter", func(s redisstore.Scripter, r floodgate.Rate, opts ...redisstore.Option) (limiter, error) {
+		return redisstore.NewSlidingCounter(s, r, opts...)
+	}},
+}
+
+// mustNew builds a limiter or fails t.
+func (a algo) mustNew(t testing.TB, s redisstore.Scripter, r floodgate.Rate, opts ...redisstore.Option) limiter {
+	t.Helper()
+	l, err := a.new(s, r, opts...)
+	if err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+	return l
 }

@@ -1,0 +1,121 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestKeysExpire checks, on the server's clock, that each algorithm's keys
+// are where the key layout says and expire when their state equals a fresh
+// one: PTTL is the time until then, rounded up to a millisecond (less the
+// few milliseconds the test itself takes). A report (n == 0) and a denied
+// request write nothing.
+func TestKeysExpire(t *testing.T) {
+	addr := redistest.Shared(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	rate := floodgate.Rate{Limit: 10, Period: time.Minute}
+	const slack = 500 * time.Millisecond
+
+	pttl := func(t *testing.T, key string, want time.Duration) {
+		t.Helper()
+		got, err := rdb.PTTL(ctx, key).Result()
+		if err != nil || got > want || got < want-slack {
+			t.Errorf("PTTL %s = %v (%v), want within %v below %v", key, got, err, slack, want)
+		}
+	}
+	absent := func(t *testing.T, keys ...string) {
+		t.Helper()
+		if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+			t.Errorf("%v: %d exist (%v), want none", keys, n, err)
+		}
+	}
+
+	for _, c := range clients(t, addr) {
+		t.Run(c.name, func(t *testing.T) {
+			p := prefix(t)
+			// "a{b}" also checks the escaping of braces in the stored name.
+			tag := p + ":{a%7Bb%7D}:"
+
+			tb, _ := redisstore.NewTokenBucket(c.s, rate, redisstore.WithPrefix(p))
+			mustAllowed(t, tb, "a{b}", 0, true)
+			absent(t, tag+"tb")
+			mustAllowed(t, tb, "a{b}", 1, true)
+			pttl(t, tag+"tb", 6*time.Second) // one token back in Period/Limit
+			mustAllowed(t, tb, "a{b}", 9, true)
+			pttl(t, tag+"tb", time.Minute)
+			mustAllowed(t, tb, "a{b}", 1, false)
+			pttl(t, tag+"tb", time.Minute)
+
+			sl, _ := redisstore.NewSlidingLog(c.s, rate, redisstore.WithPrefix(p))
+			mustAllowed(t, sl, "a{b}", 0, true)
+			absent(t, tag+"sl")
+			mustAllowed(t, sl, "a{b}", 10, true)
+			pttl(t, tag+"sl", time.Minute)
+			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 10 {
+				t.Errorf("log holds %d members after 10 events, want 10 distinct members", n)
+			}
+			mustAllowed(t, sl, "a{b}", 1, false)
+			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 10 {
+				t.Errorf("log holds %d members after a denial, want 10: denials are not recorded", n)
+			}
+
+			sc, _ := redisstore.NewSlidingCounter(c.s, rate, redisstore.WithPrefix(p))
+			mustAllowed(t, sc, "a{b}", 0, true)
+			absent(t, tag+"sc:cur", tag+"sc:prev")
+			mustAllowed(t, sc, "a{b}", 3, true)
+			// The current window's count weighs until the next window ends:
+			// between one and two periods from now.
+			got, err := rdb.PTTL(ctx, tag+"sc:cur").Result()
+			if err != nil || got <= rate.Period-slack || got > 2*rate.Period {
+				t.Errorf("PTTL sc:cur = %v (%v), want in (%v, %v]", got, err, rate.Period, 2*rate.Period)
+			}
+
+			for _, l := range []limiter{tb, sl, sc} {
+				if err := l.Reset(ctx, "a{b}"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			absent(t, tag+"tb", tag+"sl", tag+"sc:cur", tag+"sc:prev")
+		})
+	}
+}
+
+// TestNoScriptFallback: after SCRIPT FLUSH (as after a restart or a
+// failover) a decision loads its script with EVAL and goes on.
+func TestNoScriptFallback(t *testing.T) {
+	addr := redistest.Shared(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	for _, c := range clients(t, addr) {
+		for _, a := range algos {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				l := a.mustNew(t, c.s, floodgate.PerMinute(2), redisstore.WithPrefix(prefix(t)))
+				mustAllowed(t, l, "k", 1, true)
+				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				mustAllowed(t, l, "k", 1, true)
+				mustAllowed(t, l, "k", 1, false)
+			})
+		}
+	}
+}
+
+// mustAllowed requires AllowN to succeed with the given answer.
+func mustAllowed(t *testing.T, l floodgate.Limiter, key string, n int, allowed bool) floodgate.Decision {
+	t.Helper()
+	d, err := l.AllowN(context.Background(), key, n)
+	if err != nil || d.Allowed != allowed {
+		t.Fatalf("AllowN(%q, %d) = %+v, %v; want Allowed %v", key, n, d, err, allowed)
+	}
+	return d
+}
