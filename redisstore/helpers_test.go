@@ -1,9 +1,11 @@
 package redisstore_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
@@ -14,7 +16,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the fault tests make many on purpose.
+	redis.SetLogger(quiet{})
+	redistest.Main(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // client is one Redis client under test, behind the Scripter interface.
 type client struct {
@@ -31,7 +41,10 @@ func clients(t testing.TB, addr string) []client {
 
 func goRedis(t testing.TB, addr string) client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64,
+		DialTimeout: 200 * time.Millisecond, DialerRetries: 1,
+	})
 	t.Cleanup(func() { rdb.Close() })
 	return client{"go-redis", goredisstore.New(rdb)}
 }

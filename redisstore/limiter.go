@@ -159,11 +159,17 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	if l.fallback != nil {
 		l.breaker.succeed()
 	}
-	if !d.Allowed && l.deny != nil && n > 0 {
-		// The entry starts at local, read before the request was sent: the
-		// server decided at that time or later, so the entry never outlives
-		// the true RetryAfter.
-		l.deny.store(key, n, local, d)
+	if l.deny != nil && n > 0 {
+		if d.Allowed {
+			// This key consumed: a cached denial of another cost would
+			// now understate its RetryAfter.
+			l.deny.remove(key)
+		} else {
+			// The entry starts at local, read before the request was sent:
+			// the server decided at that time or later, so the entry never
+			// outlives the true RetryAfter.
+			l.deny.store(key, n, local, d)
+		}
 	}
 	return d, nil
 }

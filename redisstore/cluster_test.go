@@ -1,0 +1,75 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// TestCluster starts a three-master Redis Cluster and runs every algorithm
+// on many keys through both cluster clients: each key gets exactly its
+// quota (so each decision ran as one single-slot script, or Redis would
+// have refused it with CROSSSLOT), Reset works, and the keys spread over
+// all three masters (the hash tag is the client key, not a constant).
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	cl := redistest.StartCluster(t)
+	addrs := cl.Addrs()
+
+	crdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { crdb.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	ctx := context.Background()
+	const keys = 60
+	rate := floodgate.PerMinute(3)
+
+	for _, c := range []client{{"go-redis", goredisstore.New(crdb)}, {"rueidis", rueidisstore.New(rc)}} {
+		for _, a := range algos {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				p := prefix(t)
+				l := a.mustNew(t, c.s, rate, redisstore.WithPrefix(p))
+				for i := 0; i < keys; i++ {
+					key := fmt.Sprintf("client-%d", i)
+					if i%7 == 0 {
+						key += "{x}" // braces must not move the slot
+					}
+					for j := 0; j < rate.Limit; j++ {
+						mustAllowed(t, l, key, 1, true)
+					}
+					mustAllowed(t, l, key, 1, false)
+					if i%10 == 0 {
+						if err := l.Reset(ctx, key); err != nil {
+							t.Fatalf("Reset(%q): %v", key, err)
+						}
+						mustAllowed(t, l, key, 1, true)
+					}
+				}
+				// Every master holds some of the keys.
+				for _, s := range cl.Servers {
+					info, err := redistest.Info(s.Addr, "keyspace")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !strings.Contains(info, "db0:keys=") {
+						t.Errorf("master %s holds no keys: %q", s.Addr, info)
+					}
+				}
+			})
+		}
+	}
+}
