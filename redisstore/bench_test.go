@@ -1,0 +1,135 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// benchKeys is the populated key set every benchmark spreads its decisions
+// over.
+const benchKeys = 10000
+
+var benchKeyNames = func() []string {
+	k := make([]string, benchKeys)
+	for i := range k {
+		k[i] = "client-" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// BenchmarkDecisions measures decisions per second at 1, 16 and 256
+// concurrent callers for the token bucket on each client, and for
+// github.com/go-redis/redis_rate/v10 (GCRA on go-redis, the common choice)
+// on the same server and the same go-redis client, in the same run. Every
+// decision is allowed (the rate is generous), on a populated key set.
+func BenchmarkDecisions(b *testing.B) {
+	addr := redistest.Shared(b)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { rdb.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rc.Close)
+
+	rate := floodgate.Rate{Limit: 1000000, Period: time.Second}
+	decide := map[string]func(ctx context.Context, key string) error{}
+	for name, s := range map[string]redisstore.Scripter{"go-redis": goredisstore.New(rdb), "rueidis": rueidisstore.New(rc)} {
+		for _, a := range algos {
+			// A long timeout: the figures are throughput, and a shared
+			// machine stalls now and then.
+			l := a.mustNew(b, s, rate, redisstore.WithPrefix(prefix(b)), redisstore.WithTimeout(10*time.Second))
+			decide[name+"/"+a.name] = func(ctx context.Context, key string) error {
+				_, err := l.AllowN(ctx, key, 1)
+				return err
+			}
+		}
+	}
+	rr := redis_rate.NewLimiter(rdb)
+	rrLimit := redis_rate.PerSecond(rate.Limit)
+	rrPrefix := prefix(b) + ":"
+	decide["redis_rate"] = func(ctx context.Context, key string) error {
+		_, err := rr.Allow(ctx, rrPrefix+key, rrLimit)
+		return err
+	}
+
+	order := []string{"redis_rate", "go-redis/TokenBucket", "rueidis/TokenBucket",
+		"go-redis/SlidingLog", "rueidis/SlidingLog", "go-redis/SlidingCounter", "rueidis/SlidingCounter"}
+	for _, callers := range []int{1, 16, 256} {
+		for _, name := range order {
+			f := decide[name]
+			b.Run(fmt.Sprintf("callers=%d/%s", callers, name), func(b *testing.B) {
+				populate(b, f)
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				var next atomic.Int64
+				var failed atomic.Int64
+				var wg sync.WaitGroup
+				for g := 0; g < callers; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ctx := context.Background()
+						for {
+							i := next.Add(1)
+							if i > int64(b.N) {
+								return
+							}
+							if err := f(ctx, benchKeyNames[i%benchKeys]); err != nil {
+								failed.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				if failed.Load() > 0 {
+					b.Fatalf("%d of %d decisions failed", failed.Load(), b.N)
+				}
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+			})
+		}
+	}
+}
+
+// populate makes one decision on every benchmark key, so that the
+// benchmark runs on existing state.
+func populate(b *testing.B, f func(context.Context, string) error) {
+	b.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < benchKeys; i += 16 {
+				if err := f(ctx, benchKeyNames[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
