@@ -1,0 +1,110 @@
+// Package redisstore runs floodgate's limiters on Redis, so that every
+// instance of a service makes the same decision: per-instance memory limits
+// multiply by the instance count, a shared Redis does not. It works with a
+// single server, Sentinel, and Redis Cluster (and Valkey, which speaks the
+// same protocol), through go-redis v9 or rueidis.
+//
+// The limiters are TokenBucket, SlidingLog and SlidingCounter. They
+// implement floodgate.Limiter and floodgate.Resetter, take a floodgate.Rate
+// and options like their in-memory counterparts, and make the same
+// decisions: the floodgatetest conformance suite runs unchanged against
+// them. Each decision is one round trip, one Lua script (embedded in the
+// binary, run with EVALSHA and loaded with EVAL when the server answers
+// NOSCRIPT), atomic on the server.
+//
+// # Clients
+//
+// The limiters need only a Scripter, a two-method interface. The adapters
+// live in their own packages, so a program links only the client it uses:
+//
+//	import "github.com/floodgate-go/floodgate/redisstore/goredisstore" // go-redis v9
+//	import "github.com/floodgate-go/floodgate/redisstore/rueidisstore" // rueidis
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+//	probe, err := redisstore.NewTokenBucket(goredisstore.New(rdb),
+//		floodgate.Rate{Limit: 10, Period: 10 * time.Minute},
+//		redisstore.WithPrefix("fg:probe"))
+//
+//	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+//	signup, err := redisstore.NewSlidingLog(rueidisstore.New(c),
+//		floodgate.Rate{Limit: 5, Period: time.Minute},
+//		redisstore.WithPrefix("fg:signup"))
+//
+// rueidis pipelines concurrent calls automatically and is the faster
+// client under many concurrent callers; see the README for figures.
+//
+// # Key layout and expiry
+//
+// A client key k of a limiter with prefix p (WithPrefix, default
+// DefaultPrefix) is stored as p:{k}:tb (token bucket), p:{k}:sl (sliding
+// log) or p:{k}:sc:cur and p:{k}:sc:prev (sliding counter). Only the client
+// key stands inside the braces, the Cluster hash tag, so each decision
+// touches one slot and clients spread over every node; '%', '{' and '}' in
+// k are percent-escaped so they cannot move the tag. Give each policy its
+// own prefix: limiters sharing one share their clients' state.
+//
+// Every key expires (PEXPIRE) when its state equals a fresh one: a bucket
+// when it is full again, a log when its newest event leaves the window, a
+// counter's window when it stops weighing on the estimate. Nothing idle is
+// left in Redis.
+//
+// # Clock and resolution
+//
+// By default the scripts read the server's TIME, so that every instance
+// uses one clock and a skewed application clock cannot corrupt a limit.
+// WithClock sends the application's time instead, for tests (the
+// conformance suite's fake clock) and simulations.
+//
+// Times are integer microseconds. Lua numbers are doubles, exact for
+// integers below 2^53, so the scripts keep every number an integer below
+// that: the token bucket stores its theoretical arrival time as whole
+// microseconds plus a remainder in units of 1/Rate.Limit µs, so no rounding
+// accumulates whatever the rate, and products that could pass 2^53 are done
+// in Go with 128-bit arithmetic or, in the counter's script, in two limbs.
+// Periods must be whole microseconds. RetryAfter and ResetAfter are
+// reported rounded up to the microsecond; at microsecond-aligned times the
+// decisions are exactly those of the in-memory limiters.
+//
+// # Errors, timeouts and the fallback
+//
+// Each decision's round trip is bounded by a timeout (WithTimeout, default
+// DefaultTimeout = 100 ms). An error of the round trip is returned wrapping
+// ErrRedis with a Decision that does not allow: the caller's error policy
+// (floodgate's middleware: fail open, fail closed or custom) decides. With
+// WithFallback a local limiter, typically an in-memory floodgate limiter,
+// answers instead while Redis cannot be reached: after a failure all
+// decisions go to it for the probe interval (WithProbeInterval, default
+// DefaultProbeInterval = 1 s), then one decision tries Redis again, and
+// the limiter is back on Redis as soon as one succeeds. The fallback's
+// limit is per instance: with k instances a client may get k times its
+// quota during an outage, and nothing consumed in it carries over.
+//
+// # Retries
+//
+// A client that retries a script after a timeout or a dropped connection
+// may run it twice, when the first attempt reached the server: one request
+// charged twice. go-redis does that by default (MaxRetries: 3); the
+// goredisstore adapter marks its script calls as not retryable, so it
+// never happens whatever MaxRetries says. rueidis never retries a command
+// that writes. The limiters themselves never retry a decision; only a
+// NOSCRIPT reply, which means nothing ran, is followed by EVAL. A timeout
+// still leaves one ambiguity no client can remove: the script may have run
+// after the caller gave up, consuming for a request that was answered with
+// an error.
+//
+// # Deny cache
+//
+// WithDenyCache keeps, in process, keys that Redis denied until their
+// RetryAfter has passed and answers them without a round trip: a flood from
+// one client costs one Redis call per RetryAfter instead of one per
+// request (measured in the README: 3 commands per denied request without
+// the cache, about 0.01 with it). The answer is exact for these
+// algorithms: until RetryAfter the request cannot fit whatever other
+// instances do, since others can only consume more, and time only moves
+// the state towards "fits". Only Reset breaks that; it clears this
+// process's entry, not other instances'. The cached RetryAfter, Remaining
+// and ResetAfter are those of the denial, aged; when other instances
+// consume meanwhile, the true RetryAfter may be later. WithCountDenied
+// cannot be combined with it: denials answered in process would not be
+// recorded.
+package redisstore

@@ -1,0 +1,45 @@
+package goredisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// TestScriptIsNotRetried: a reply lost after the server ran the script
+// must not make go-redis run it again (MaxRetries is left at its default
+// of 3). The decision fails instead, and the key was charged once.
+func TestScriptIsNotRetried(t *testing.T) {
+	addr := redistest.Shared(t)
+	p := redistest.NewDropProxy(t, addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerHour(10),
+		redisstore.WithPrefix("goredisstore-test:"+t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.Allow(ctx, "k"); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	p.Armed.Store(true)
+	if _, err := lim.Allow(ctx, "k"); !errors.Is(err, redisstore.ErrRedis) {
+		t.Fatalf("Allow with the reply lost: err = %v, want an error wrapping ErrRedis", err)
+	}
+	d, err := lim.AllowN(ctx, "k", 0)
+	if err != nil || d.Remaining != 8 {
+		t.Fatalf("after one decision and one lost reply: %+v, %v; want Remaining 8 (charged once each)", d, err)
+	}
+}
