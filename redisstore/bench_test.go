@@ -53,7 +53,7 @@ func BenchmarkDecisions(b *testing.B) {
 			// A long timeout: the figures are throughput, and a shared
 			// machine stalls now and then.
 			l := a.mustNew(b, s, rate, redisstore.WithPrefix(prefix(b)), redisstore.WithTimeout(10*time.Second))
-			decide[name+"/"+a.name] = func(ctx context.Context, key string) error {
+			decide[a.name+"/"+name] = func(ctx context.Context, key string) error {
 				_, err := l.AllowN(ctx, key, 1)
 				return err
 			}
@@ -67,8 +67,8 @@ func BenchmarkDecisions(b *testing.B) {
 		return err
 	}
 
-	order := []string{"redis_rate", "go-redis/TokenBucket", "rueidis/TokenBucket",
-		"go-redis/SlidingLog", "rueidis/SlidingLog", "go-redis/SlidingCounter", "rueidis/SlidingCounter"}
+	order := []string{"redis_rate", "TokenBucket/go-redis", "TokenBucket/rueidis",
+		"SlidingLog/go-redis", "SlidingLog/rueidis", "SlidingCounter/go-redis", "SlidingCounter/rueidis"}
 	for _, callers := range []int{1, 16, 256} {
 		for _, name := range order {
 			f := decide[name]
