@@ -20,9 +20,10 @@ import (
 // The state is GCRA's theoretical arrival time in one string key per client
 // (see the key layout in the package documentation), kept exactly as
 // integer microseconds plus a fraction of Rate.Limit: no rounding
-// accumulates however the period divides, and a bucket's numbers equal the
-// in-memory bucket's at the same microsecond-aligned times. Each decision
-// is one EVALSHA; the key expires when the bucket is full again.
+// accumulates however the period divides. At microsecond-aligned times a
+// decision equals the in-memory bucket's, with RetryAfter and ResetAfter
+// rounded up to the microsecond. Each decision is one EVALSHA; the key
+// expires when the bucket is full again.
 //
 // A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
