@@ -22,7 +22,7 @@ const (
 	DefaultPolicyName = "default"
 	// DefaultLogKeys is how many client keys the denial log remembers in
 	// order to write at most one line per key per reset period (see
-	// WithLogger). Each costs about 100 bytes plus the key.
+	// WithLogger). Each costs about 150 bytes plus the length of the key.
 	DefaultLogKeys = 4096
 )
 

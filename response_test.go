@@ -205,7 +205,11 @@ func TestSFParserRejects(t *testing.T) {
 func TestQuotaHeadersParseAsStructuredFields(t *testing.T) {
 	clk := newFakeClock()
 	tb := mustTokenBucket(t, Rate{Limit: 10, Period: 10 * time.Minute}, WithClock(clk.Now))
-	for _, name := range []string{"default", `odd "name" \ here`} {
+	every := make([]byte, 0, 0x7f-0x20)
+	for c := byte(0x20); c < 0x7f; c++ {
+		every = append(every, c)
+	}
+	for _, name := range []string{"default", `odd "name" \ here`, string(every)} {
 		h := mustMiddleware(t, tb, WithPolicyName(name), WithKeyFunc(func(*http.Request) (string, error) { return name, nil }))(&countingHandler{})
 		for i := 0; i < 11; i++ {
 			w := serve(h, newRequest("GET", "/", "192.0.2.1:1"))
