@@ -7,8 +7,26 @@ import (
 	"strings"
 )
 
-// subject is the library the report is about; every other is a peer.
+// subject is the library the report is about. Its variants (another
+// client, say) are named subject + "-" + variant; every other library is a
+// peer.
 const subject = "floodgate"
+
+func isSubject(lib string) bool { return lib == subject || strings.HasPrefix(lib, subject+"-") }
+
+// subjects returns the variants of floodgate measured in case c.
+func (r *results) subjects(c string) []string {
+	var s []string
+	for _, lib := range r.libs[c] {
+		if isSubject(lib) {
+			s = append(s, lib)
+		}
+	}
+	if len(s) == 0 {
+		s = []string{subject} // shown as not measured
+	}
+	return s
+}
 
 // baseline is the hand-made peer; the summary also shows the best of the
 // published libraries without it.
@@ -68,7 +86,7 @@ func (r *results) best(c string, m metric, keep func(lib string) bool) (string, 
 		found bool
 	)
 	for _, lib := range r.libs[c] {
-		if lib == subject || !keep(lib) {
+		if isSubject(lib) || !keep(lib) {
 			continue
 		}
 		v, ok := r.median(c, lib, m.unit)
@@ -112,41 +130,8 @@ func render(w io.Writer, m machine, r *results) error {
 	p("| case | figure | floodgate | best peer | floodgate ÷ best peer | best library (no baseline) | floodgate ÷ best library | floodgate allocs/op | target | met |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.cases {
-		allocs, aok := r.median(c, subject, "allocs/op")
-		// The memory case's allocs/op are those of populating a whole
-		// store, not of one decision.
-		if strings.HasPrefix(c, "Memory/") {
-			aok = false
-		}
-		acell := "—"
-		if aok {
-			acell = num(allocs, "allocs/op")
-		}
-		for _, mt := range metricsOf(c) {
-			fv, fok := r.median(c, subject, mt.unit)
-			bn, bv, bok := r.bestPeer(c, mt)
-			ln, lv, lok := r.bestLibrary(c, mt)
-			cell := func(name string, v float64, ok bool) string {
-				if !ok {
-					return "—"
-				}
-				return fmt.Sprintf("%s %s", name, num(v, mt.unit))
-			}
-			fcell := "—"
-			if fok {
-				fcell = num(fv, mt.unit)
-			}
-			tg, hasTarget := targets[c]
-			met, tgText := "", ""
-			if hasTarget {
-				tgText = tg.text
-				met = verdict(tg, mt, fv, fok && bok, bv, allocs, aok)
-				if b, ok := r.bounded(c, subject); ok && !b {
-					met = "**no** (unbounded)"
-				}
-			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, mt.unit, fcell, cell(bn, bv, bok), ratio(fv, bv, fok && bok),
-				cell(ln, lv, lok), ratio(fv, lv, fok && lok), acell, tgText, met)
+		for _, lib := range r.subjects(c) {
+			r.summaryRows(p, c, lib)
 		}
 	}
 
@@ -231,4 +216,49 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// summaryRows prints the summary rows of floodgate variant lib in case c,
+// one per metric.
+func (r *results) summaryRows(p func(string, ...any), c, lib string) {
+	allocs, aok := r.median(c, lib, "allocs/op")
+	// The memory case's allocs/op are those of populating a whole store,
+	// not of one decision.
+	if strings.HasPrefix(c, "Memory/") {
+		aok = false
+	}
+	acell := "—"
+	if aok {
+		acell = num(allocs, "allocs/op")
+	}
+	name := c
+	if lib != subject {
+		name += " (" + lib + ")"
+	}
+	for _, mt := range metricsOf(c) {
+		fv, fok := r.median(c, lib, mt.unit)
+		bn, bv, bok := r.bestPeer(c, mt)
+		ln, lv, lok := r.bestLibrary(c, mt)
+		cell := func(name string, v float64, ok bool) string {
+			if !ok {
+				return "—"
+			}
+			return fmt.Sprintf("%s %s", name, num(v, mt.unit))
+		}
+		fcell := "—"
+		if fok {
+			fcell = num(fv, mt.unit)
+		}
+		tg, hasTarget := targets[c]
+		met, tgText := "", ""
+		if hasTarget {
+			tgText = tg.text
+			met = verdict(tg, mt, fv, fok && bok, bv, allocs, aok)
+			if b, ok := r.bounded(c, lib); ok && !b {
+				met = "**no** (unbounded)"
+			}
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, mt.unit, fcell, cell(bn, bv, bok), ratio(fv, bv, fok && bok),
+			cell(ln, lv, lok), ratio(fv, lv, fok && lok), acell, tgText, met)
+	}
 }
