@@ -110,9 +110,15 @@ func peers() []peer {
 func noStop() {}
 
 // buildFloodgate: a TokenBucket with its defaults (bounded store of
-// DefaultMaxKeys keys, monotonic clock).
+// DefaultMaxKeys keys, monotonic clock) behind NewMiddleware with its
+// defaults: keyed by the TCP peer's IP (KeyByIP), IETF RateLimit headers,
+// an RFC 9457 problem body on 429.
 func buildFloodgate(q quota) (instance, error) {
 	tb, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: q.limit, Period: q.period})
+	if err != nil {
+		return instance{}, err
+	}
+	mw, err := floodgate.NewMiddleware(tb)
 	if err != nil {
 		return instance{}, err
 	}
@@ -124,7 +130,8 @@ func buildFloodgate(q quota) (instance, error) {
 				return d.Allowed, err
 			}
 		},
-		stop: noStop,
+		handler: mw,
+		stop:    noStop,
 	}, nil
 }
 
