@@ -1,0 +1,110 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// FuzzQuotaHeaders formats the quota headers for arbitrary policy names and
+// decisions and parses them back with the strict RFC 9651 parser of
+// response_test.go: every name the middleware accepts must come back
+// unchanged, every value as an Integer equal to what was formatted, and
+// names it refuses must be refused with ErrInvalidOption, not sent.
+func FuzzQuotaHeaders(f *testing.F) {
+	f.Add("default", 10, 3, int64(0), int64(42*time.Second), int64(10*time.Minute), 10, true, uint8(0))
+	f.Add(`say "hi" \ back`, 5, 0, int64(1500*time.Millisecond), int64(time.Minute), int64(time.Minute), 5, false, uint8(2))
+	f.Add("nickname", 1<<24, 1<<24, int64(-1), int64(1), int64(1<<62), 3, true, uint8(1))
+	f.Add("é", 1, 0, int64(0), int64(0), int64(time.Second), 1, false, uint8(0))
+	f.Add("", 0, 0, int64(0), int64(0), int64(0), 0, false, uint8(3))
+	f.Fuzz(func(t *testing.T, name string, limit, remaining int, retryNS, resetNS, periodNS int64, rateLimit int, allowed bool, style uint8) {
+		if err := validPolicyName(name); err != nil {
+			if !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("validPolicyName(%q) = %v, not ErrInvalidOption", name, err)
+			}
+			if _, err := NewPolicySelector(Policy{Name: name, Limiter: nopLimiter{}, Key: KeyByMethod()}); err == nil {
+				t.Fatalf("a policy named %q was accepted", name)
+			}
+			return
+		}
+		// Only decisions a limiter can produce.
+		if limit < 0 || remaining < 0 || remaining > limit || retryNS < 0 || resetNS < 0 {
+			return
+		}
+		d := Decision{Allowed: allowed, Limit: limit, Remaining: remaining,
+			RetryAfter: time.Duration(retryNS), ResetAfter: time.Duration(resetNS)}
+		p := &policy{Policy: Policy{Name: name}, quoted: quotedSFString(name),
+			rate: Rate{Limit: rateLimit, Period: time.Duration(periodNS)}}
+		if p.rate.Validate() != nil {
+			p.rate = Rate{}
+		}
+		hs := HeaderStyle(style % 4)
+		h := http.Header{}
+		now := time.Unix(1_700_000_000, 0)
+		setQuotaHeaders(h, hs, p, d, !allowed, false, func() time.Time { return now })
+
+		if !allowed {
+			if got, want := h.Get("Retry-After"), strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10); got != want {
+				t.Fatalf("Retry-After = %q, want %q", got, want)
+			}
+		}
+		if hs.ietf() {
+			pol := parseOne(t, h, "RateLimit-Policy", name)
+			if pol.params["q"] != int64(limit) {
+				t.Fatalf("RateLimit-Policy q = %d, want %d", pol.params["q"], limit)
+			}
+			if w, ok := pol.params["w"]; ok && w <= 0 {
+				t.Fatalf("RateLimit-Policy w = %d: not a positive window", w)
+			}
+			rl := parseOne(t, h, "RateLimit", name)
+			if rl.params["r"] != int64(remaining) {
+				t.Fatalf("RateLimit r = %d, want %d", rl.params["r"], remaining)
+			}
+			wantT := ceilSeconds(d.ResetAfter)
+			if !allowed {
+				wantT = RetryAfterSeconds(d.RetryAfter)
+			}
+			if rl.params["t"] != wantT {
+				t.Fatalf("RateLimit t = %d, want %d", rl.params["t"], wantT)
+			}
+		} else if h.Get("RateLimit") != "" || h.Get("RateLimit-Policy") != "" {
+			t.Fatalf("style %d set IETF headers: %v", hs, h)
+		}
+		if hs.legacy() {
+			if got := h.Get("X-RateLimit-Limit"); got != strconv.Itoa(limit) {
+				t.Fatalf("X-RateLimit-Limit = %q, want %d", got, limit)
+			}
+			reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+			if err != nil || reset < now.Unix() {
+				t.Fatalf("X-RateLimit-Reset = %q: not an epoch second at or after now", h.Get("X-RateLimit-Reset"))
+			}
+		}
+	})
+}
+
+// parseOne parses header key as a one-member structured list named name.
+func parseOne(t *testing.T, h http.Header, key, name string) sfItem {
+	t.Helper()
+	vals := h.Values(key)
+	if len(vals) != 1 {
+		t.Fatalf("%s has %d values, want 1: %q", key, len(vals), vals)
+	}
+	items, err := parseSFList(vals[0])
+	if err != nil {
+		t.Fatalf("%s: %q does not parse as a structured field: %v", key, vals[0], err)
+	}
+	if len(items) != 1 || items[0].name != name {
+		t.Fatalf("%s: %q parsed to %+v, want one item named %q", key, vals[0], items, name)
+	}
+	return items[0]
+}
+
+// nopLimiter allows everything; it only gives NewPolicySelector a Limiter.
+type nopLimiter struct{}
+
+func (nopLimiter) AllowN(_ context.Context, _ string, _ int) (Decision, error) {
+	return Decision{Allowed: true}, nil
+}
