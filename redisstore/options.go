@@ -191,8 +191,9 @@ func WithDenyCache(maxKeys int) Option {
 
 // WithCountDenied makes a sliding log record denied attempts too, as
 // floodgate.WithCountDenied does in memory: a client that keeps trying
-// stays blocked. The log still holds at most Rate.Limit events per key. It
-// applies only to NewSlidingLog.
+// stays blocked, and the RetryAfter reported accounts for the denied
+// attempt itself. The log still holds at most Rate.Limit events per key,
+// the oldest dropped first. It applies only to NewSlidingLog.
 func WithCountDenied() Option {
 	return func(c *config) error {
 		c.countDenied = true

@@ -89,3 +89,62 @@ func compare(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity
 func roundUp(d time.Duration) time.Duration {
 	return (d + time.Microsecond - 1).Truncate(time.Microsecond)
 }
+
+// TestWindowsMatchMemory does the same for the sliding log (with and
+// without WithCountDenied) and the sliding counter against
+// floodgate.SlidingLog and floodgate.SlidingCounter.
+func TestWindowsMatchMemory(t *testing.T) {
+	addr := redistest.Shared(t)
+	rates := []floodgate.Rate{
+		{Limit: 3, Period: time.Second},
+		{Limit: 5, Period: time.Minute},
+		{Limit: 12, Period: 1001 * time.Millisecond},
+		{Limit: 100, Period: time.Hour},
+	}
+	type pair struct {
+		name string
+		mem  func(floodgate.Rate, func() time.Time) (floodgate.Limiter, error)
+		rl   func(redisstore.Scripter, floodgate.Rate, ...redisstore.Option) (floodgate.Limiter, error)
+	}
+	pairs := []pair{
+		{"SlidingLog",
+			func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
+				return floodgate.NewSlidingLog(r, floodgate.WithClock(now))
+			},
+			func(s redisstore.Scripter, r floodgate.Rate, o ...redisstore.Option) (floodgate.Limiter, error) {
+				return redisstore.NewSlidingLog(s, r, o...)
+			}},
+		{"SlidingLog/CountDenied",
+			func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
+				return floodgate.NewSlidingLog(r, floodgate.WithClock(now), floodgate.WithCountDenied())
+			},
+			func(s redisstore.Scripter, r floodgate.Rate, o ...redisstore.Option) (floodgate.Limiter, error) {
+				return redisstore.NewSlidingLog(s, r, append(o, redisstore.WithCountDenied())...)
+			}},
+		{"SlidingCounter",
+			func(r floodgate.Rate, now func() time.Time) (floodgate.Limiter, error) {
+				return floodgate.NewSlidingCounter(r, floodgate.WithClock(now))
+			},
+			func(s redisstore.Scripter, r floodgate.Rate, o ...redisstore.Option) (floodgate.Limiter, error) {
+				return redisstore.NewSlidingCounter(s, r, o...)
+			}},
+	}
+	for _, c := range clients(t, addr) {
+		for _, p := range pairs {
+			for _, r := range rates {
+				t.Run(c.name+"/"+p.name+"/"+r.String(), func(t *testing.T) {
+					clock := &fakeClock{t0}
+					mem, err := p.mem(r, clock.Now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rl, err := p.rl(c.s, r, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					compare(t, clock, mem, rl, r.Limit, r.Period)
+				})
+			}
+		}
+	}
+}

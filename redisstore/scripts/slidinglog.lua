@@ -71,19 +71,20 @@ if count + n <= limit then
   if n > 0 then
     add(n)
     count = count + n
-    return {1, count, 0, expire()}
   end
   return {1, count, 0, expire()}
 end
 
--- Denied. The request fits once the (count + n - limit) oldest events have
--- left the window, that is when the event at that rank does.
-local rank = count + n - limit - 1
-local e = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
-local retry = tonumber(e[2]) + period - now
+-- Denied. With ARGV[6], the attempt is recorded first (its events replace
+-- the oldest beyond limit), so that the wait reported accounts for it.
 if ARGV[6] == '1' and n > 0 then
   add(n)
   redis.call('ZREMRANGEBYRANK', key, 0, -(limit + 1))
   count = redis.call('ZCARD', key)
 end
+-- The request fits once the (count + n - limit) oldest events have left
+-- the window, that is when the event at that rank does.
+local rank = count + n - limit - 1
+local e = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
+local retry = tonumber(e[2]) + period - now
 return {0, count, retry, expire()}

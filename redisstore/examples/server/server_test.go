@@ -15,9 +15,18 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; TestRedisDownFallsBack makes some.
+	redis.SetLogger(quiet{})
+	redistest.Main(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 type fakeClock struct {
 	mu sync.Mutex
