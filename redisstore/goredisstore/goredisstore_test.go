@@ -12,7 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// redisAddr is the server the examples use (an example cannot skip, so
+// TestMain finds one first).
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	redistest.MainWithServer(m, func(addr string) { redisAddr = addr })
+}
 
 // TestScriptIsNotRetried: a reply lost after the server ran the script
 // must not make go-redis run it again (MaxRetries is left at its default

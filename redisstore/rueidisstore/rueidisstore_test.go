@@ -12,7 +12,13 @@ import (
 	"github.com/redis/rueidis"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// redisAddr is the server the examples use (an example cannot skip, so
+// TestMain finds one first).
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	redistest.MainWithServer(m, func(addr string) { redisAddr = addr })
+}
 
 // TestScriptIsNotRetried: a reply lost after the server ran the script
 // must not make rueidis run it again (it retries only read-only commands).

@@ -243,6 +243,32 @@ func Shared(tb testing.TB) string {
 	return shared.srv.Addr
 }
 
+// MainWithServer is Main for a package whose examples need a server too
+// (an example cannot skip): it gets the shared server first and hands its
+// address to use. When there is none it runs nothing and exits 0 after
+// saying how to run the tests, or 1 with FLOODGATE_REQUIRE_SERVERS=1.
+func MainWithServer(m *testing.M, use func(addr string)) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		dir, err := os.MkdirTemp("", "redistest-")
+		if err == nil {
+			shared.once.Do(func() { shared.srv, shared.err = start(dir, nil) })
+			err = shared.err
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "no Redis for these tests (%v): %s\n", err, howTo)
+			if os.Getenv("FLOODGATE_REQUIRE_SERVERS") == "1" {
+				os.Exit(1)
+			}
+			fmt.Println("SKIP: no Redis")
+			os.Exit(0)
+		}
+		addr = shared.srv.Addr
+	}
+	use(addr)
+	Main(m)
+}
+
 // Main runs the tests of a package that uses Shared and then stops the
 // shared server: call it from TestMain.
 func Main(m *testing.M) {
