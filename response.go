@@ -141,9 +141,11 @@ func policyField(quoted string, limit int, window time.Duration) string {
 
 // rateLimitField formats the RateLimit value: quoted;r=remaining;t=seconds.
 // It builds the value in a stack buffer so that the only allocation is the
-// resulting string.
+// resulting string. 64 bytes hold a 20-character name with the largest
+// numbers; a longer name spills to the heap, which is only slower. (The
+// buffer is zeroed on every call, so bigger is not free.)
 func rateLimitField(quoted string, remaining int, reset int64) string {
-	var buf [128]byte
+	var buf [64]byte
 	b := append(buf[:0], quoted...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(remaining), 10)

@@ -499,3 +499,50 @@ func BenchmarkMiddlewareBaseline(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkQuotaHeaders isolates the HTTP face of an allowed request: the
+// IETF fields for one decision, into a reused header map, no limiter.
+func BenchmarkQuotaHeaders(b *testing.B) {
+	p, err := newPolicy(Policy{Name: DefaultPolicyName, Limiter: mustBenchBucket(b), Key: func(*http.Request) (string, error) { return "", nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: 42 * time.Second}
+	h := make(http.Header, 4)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		clear(h)
+		setQuotaHeaders(h, HeadersIETF, p, d, false, false, time.Now)
+	}
+	if h.Get("RateLimit") != `"default";r=3;t=42` {
+		b.Fatalf("RateLimit %q", h.Get("RateLimit"))
+	}
+}
+
+// BenchmarkDeniedResponse isolates the HTTP face of a denial: headers,
+// Retry-After and the problem+json body, no limiter.
+func BenchmarkDeniedResponse(b *testing.B) {
+	p, err := newPolicy(Policy{Name: DefaultPolicyName, Limiter: mustBenchBucket(b), Key: func(*http.Request) (string, error) { return "", nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := Decision{Limit: 10, RetryAfter: 42 * time.Second, ResetAfter: 10 * time.Minute}
+	w := &benchWriter{h: make(http.Header, 4)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		w.reset()
+		setQuotaHeaders(w.h, HeadersIETF, p, d, true, false, time.Now)
+		ProblemDetails(w, nil, d)
+	}
+	if w.status != http.StatusTooManyRequests {
+		b.Fatalf("status %d", w.status)
+	}
+}
+
+func mustBenchBucket(b *testing.B) *TokenBucket {
+	tb, err := NewTokenBucket(Rate{Limit: 10, Period: 10 * time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tb
+}
