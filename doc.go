@@ -48,5 +48,9 @@
 // get 429 with Retry-After and a JSON body (RFC 9457 problem details by
 // default, or the service's own envelope), and every response carries the
 // IETF RateLimit-Policy and RateLimit headers. Errors from the key function
-// or the limiter follow an explicit policy.
+// or the limiter follow an explicit policy: fail closed (503) by default.
+// [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
+// picks the limit per request with a [PolicySelector] — for sign-ups, the
+// nickname pattern ([NormalizePattern]) when one can be formed, else the
+// client IP with a more lenient limit.
 package floodgate
