@@ -47,24 +47,7 @@ func FuzzTokenBucketConfig(f *testing.F) {
 			}
 			return
 		}
-		ctx := context.Background()
-		for step := 0; step < 4; step++ {
-			d, err := lim.AllowN(ctx, "k", n)
-			switch {
-			case err != nil:
-				if !errors.Is(err, floodgate.ErrCostExceedsLimit) && !errors.Is(err, floodgate.ErrInvalidCost) {
-					t.Fatalf("AllowN(%d): error %v wraps no sentinel", n, err)
-				}
-				if d.Allowed || d.RetryAfter != 0 {
-					t.Fatalf("AllowN(%d) failed with %v but reported %+v", n, err, d)
-				}
-			case d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0:
-				t.Fatalf("AllowN(%d) on %v: broken invariants %+v", n, r, d)
-			case d.Allowed && d.RetryAfter != 0:
-				t.Fatalf("allowed with RetryAfter %s", d.RetryAfter)
-			}
-			now = now.Add(time.Duration(period) / 3)
-		}
+		checkDecisions(t, lim, r, n, func() { now = now.Add(time.Duration(period) / 3) })
 	})
 }
 
@@ -124,23 +107,31 @@ func FuzzWindowConfig(f *testing.F) {
 		if burst || (counter && countDenied) {
 			t.Fatalf("an option that does not apply was accepted (burst %v, counter %v, countDenied %v)", burst, counter, countDenied)
 		}
-		ctx := context.Background()
-		for step := 0; step < 4; step++ {
-			d, err := lim.AllowN(ctx, "k", n)
-			switch {
-			case err != nil:
-				if !errors.Is(err, floodgate.ErrCostExceedsLimit) && !errors.Is(err, floodgate.ErrInvalidCost) {
-					t.Fatalf("AllowN(%d): error %v wraps no sentinel", n, err)
-				}
-				if d.Allowed || d.RetryAfter != 0 {
-					t.Fatalf("AllowN(%d) failed with %v but reported %+v", n, err, d)
-				}
-			case d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0:
-				t.Fatalf("AllowN(%d) on %v: broken invariants %+v", n, r, d)
-			case d.Allowed && d.RetryAfter != 0:
-				t.Fatalf("allowed with RetryAfter %s", d.RetryAfter)
-			}
-			now = now.Add(time.Duration(period) / 3)
-		}
+		checkDecisions(t, lim, r, n, func() { now = now.Add(time.Duration(period) / 3) })
 	})
+}
+
+// checkDecisions asks lim for n a few times, advancing the clock between
+// calls, and fails on any decision that breaks the Decision invariants or
+// any error that wraps no sentinel.
+func checkDecisions(t *testing.T, lim floodgate.Limiter, r floodgate.Rate, n int, advance func()) {
+	t.Helper()
+	ctx := context.Background()
+	for step := 0; step < 4; step++ {
+		d, err := lim.AllowN(ctx, "k", n)
+		switch {
+		case err != nil:
+			if !errors.Is(err, floodgate.ErrCostExceedsLimit) && !errors.Is(err, floodgate.ErrInvalidCost) {
+				t.Fatalf("AllowN(%d): error %v wraps no sentinel", n, err)
+			}
+			if d.Allowed || d.RetryAfter != 0 {
+				t.Fatalf("AllowN(%d) failed with %v but reported %+v", n, err, d)
+			}
+		case d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0:
+			t.Fatalf("AllowN(%d) on %v: broken invariants %+v", n, r, d)
+		case d.Allowed && d.RetryAfter != 0:
+			t.Fatalf("allowed with RetryAfter %s", d.RetryAfter)
+		}
+		advance()
+	}
 }
