@@ -100,9 +100,9 @@ func (l *base) checkKey(key string) error {
 	return nil
 }
 
-// clock returns the local time in nanoseconds (for the deny cache and the
-// fallback's probe interval) and the time argument of the scripts: "" for
-// the server's TIME, or the client clock's reading in microseconds.
+// clock returns the local time in nanoseconds (for the deny cache) and the
+// time argument of the scripts: "" for the server's TIME, or the client
+// clock's reading in microseconds.
 func (l *base) clock() (local int64, arg string, err error) {
 	if l.now == nil {
 		return int64(time.Since(l.epoch)), "", nil
@@ -143,15 +143,21 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 			return d, nil
 		}
 	}
-	if l.fallback != nil && !l.breaker.tryRedis(local) {
-		return l.fallback.AllowN(ctx, key, n)
+	// The probe interval is real time even on a client clock: it paces
+	// attempts to reach a server, which a fake clock knows nothing about.
+	var real int64
+	if l.fallback != nil {
+		real = int64(time.Since(l.epoch))
+		if !l.breaker.tryRedis(real) {
+			return l.fallback.AllowN(ctx, key, n)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	d, err := eval(cctx, key, n, arg)
 	cancel()
 	if err != nil {
 		if l.fallback != nil && ctx.Err() == nil {
-			l.breaker.fail(local)
+			l.breaker.fail(real)
 			return l.fallback.AllowN(ctx, key, n)
 		}
 		return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
