@@ -39,6 +39,7 @@ func unavailable(tb testing.TB, why string) {
 
 // Server is a redis-server process started by this package.
 type Server struct {
+	// Addr is the server's host:port on the loopback interface.
 	Addr string
 	port int
 	dir  string
