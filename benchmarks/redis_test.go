@@ -10,6 +10,12 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
 )
 
 // redisQuota never denies in a run: a million decisions a second per key
@@ -26,20 +32,59 @@ var redisPopulated = map[string]bool{}
 // redisDecide is one Redis-backed decision; it is safe for concurrent use.
 type redisDecide func(ctx context.Context, key string) (bool, error)
 
-// redisPeer is a Redis-backed limiter under comparison.
+// redisPeer is a Redis-backed limiter under comparison. build gets the
+// go-redis client every go-redis library shares and the server's address
+// for a library that brings its own client; stop closes what build opened.
 type redisPeer struct {
 	name  string
-	build func(c *redis.Client, q quota) (redisDecide, error)
+	build func(c *redis.Client, addr string, q quota) (decide redisDecide, stop func(), err error)
 }
 
 func redisPeers() []redisPeer {
 	return []redisPeer{
+		{name: "floodgate", build: buildFloodgateGoRedis},
+		{name: "floodgate-rueidis", build: buildFloodgateRueidis},
 		{name: "redis_rate", build: buildRedisRate},
 	}
 }
 
+// redisTimeout replaces redisstore's default 100 ms bound on a decision's
+// round trip: the figures are throughput, 256 callers share a pool of
+// connections, and on a shared machine a stall longer than 100 ms would
+// fail the case rather than slow it. redis_rate has no such bound.
+const redisTimeout = 10 * time.Second
+
+// buildFloodgateGoRedis: redisstore's token bucket on the shared go-redis
+// client, through goredisstore, as redisstore's README shows.
+func buildFloodgateGoRedis(c *redis.Client, _ string, q quota) (redisDecide, func(), error) {
+	return floodgateRedis(goredisstore.New(c), q, func() {})
+}
+
+// buildFloodgateRueidis: redisstore's token bucket on rueidis, which
+// pipelines concurrent commands on its connections by itself.
+func buildFloodgateRueidis(_ *redis.Client, addr string, q quota) (redisDecide, func(), error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return floodgateRedis(rueidisstore.New(rc), q, rc.Close)
+}
+
+func floodgateRedis(s redisstore.Scripter, q quota, stop func()) (redisDecide, func(), error) {
+	tb, err := redisstore.NewTokenBucket(s, floodgate.Rate{Limit: q.limit, Period: q.period},
+		redisstore.WithPrefix("bench-floodgate"), redisstore.WithTimeout(redisTimeout))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		d, err := tb.Allow(ctx, key)
+		return d.Allowed, err
+	}, stop, nil
+}
+
 // buildRedisRate: go-redis/redis_rate, one GCRA script per decision.
-func buildRedisRate(c *redis.Client, q quota) (redisDecide, error) {
+func buildRedisRate(c *redis.Client, _ string, q quota) (redisDecide, func(), error) {
 	lim := redis_rate.NewLimiter(c)
 	l := redis_rate.Limit{Rate: q.limit, Burst: q.limit, Period: q.period}
 	return func(ctx context.Context, key string) (bool, error) {
@@ -48,7 +93,7 @@ func buildRedisRate(c *redis.Client, q quota) (redisDecide, error) {
 			return false, err
 		}
 		return res.Allowed > 0, nil
-	}, nil
+	}, func() {}, nil
 }
 
 // BenchmarkRedis reports decisions per second against one loopback Redis
@@ -65,12 +110,13 @@ func BenchmarkRedis(b *testing.B) {
 }
 
 func benchRedis(b *testing.B, p redisPeer, callers int) {
-	c := redisClient(b)
+	c, addr := redisClient(b)
 	ctx := context.Background()
-	decide, err := p.build(c, redisQuota)
+	decide, stop, err := p.build(c, addr, redisQuota)
 	if err != nil {
 		b.Fatalf("%s: %v", p.name, err)
 	}
+	defer stop()
 	keys := make([]string, redisKeys)
 	for i := range keys {
 		keys[i] = p.name + ":" + clientIP(i)

@@ -34,10 +34,11 @@ func stopRedis() {
 	}
 }
 
-// redisClient returns a client of the shared server, with go-redis's
-// default options (a pool of 10 connections per GOMAXPROCS), which every
-// Redis library here is given alike.
-func redisClient(tb testing.TB) *redis.Client {
+// redisClient returns a client of the shared server and its address. The
+// client has go-redis's default options (a pool of 10 connections per
+// GOMAXPROCS) and ContextTimeoutEnabled, as redisstore's README asks, and
+// every go-redis library here shares it.
+func redisClient(tb testing.TB) (*redis.Client, string) {
 	tb.Helper()
 	redisServer.once.Do(func() { redisServer.addr, redisServer.err = findRedis() })
 	if redisServer.err != nil {
@@ -46,9 +47,9 @@ func redisClient(tb testing.TB) *redis.Client {
 		}
 		tb.Skipf("skipping the Redis cases: %v", redisServer.err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: redisServer.addr})
+	c := redis.NewClient(&redis.Options{Addr: redisServer.addr, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
-	return c
+	return c, redisServer.addr
 }
 
 func findRedis() (string, error) {
