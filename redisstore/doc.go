@@ -5,7 +5,8 @@
 // same protocol), through go-redis v9 or rueidis.
 //
 // The limiters are TokenBucket, SlidingLog and SlidingCounter. They
-// implement floodgate.Limiter and floodgate.Resetter, take a floodgate.Rate
+// implement floodgate.Limiter, floodgate.Resetter and floodgate.Refunder
+// (so floodgate.All can combine them), take a floodgate.Rate
 // and options like their in-memory counterparts, and make the same
 // decisions: the floodgatetest conformance suite runs unchanged against
 // them. Each decision is one round trip, one Lua script (embedded in the

@@ -34,14 +34,17 @@ const (
 )
 
 // Compile-time checks that every Redis limiter is a floodgate.Limiter and
-// can be reset.
+// can be reset and refunded.
 var (
 	_ floodgate.Limiter  = (*TokenBucket)(nil)
 	_ floodgate.Resetter = (*TokenBucket)(nil)
+	_ floodgate.Refunder = (*TokenBucket)(nil)
 	_ floodgate.Limiter  = (*SlidingLog)(nil)
 	_ floodgate.Resetter = (*SlidingLog)(nil)
+	_ floodgate.Refunder = (*SlidingLog)(nil)
 	_ floodgate.Limiter  = (*SlidingCounter)(nil)
 	_ floodgate.Resetter = (*SlidingCounter)(nil)
+	_ floodgate.Refunder = (*SlidingCounter)(nil)
 )
 
 // base is what every Redis limiter shares: the client, the key prefix, the
@@ -200,6 +203,30 @@ func (l *base) reset(ctx context.Context, key string, keys []string) error {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrRedis, err))
 	}
 	return errors.Join(errs...)
+}
+
+// refund runs a refund script for key under the per-decision timeout. It
+// does not go to the fallback: units taken from Redis are given back to
+// Redis or not at all. It drops the key's cached denial, which the refund
+// may have made too long.
+func (l *base) refund(ctx context.Context, key string, run func(ctx context.Context, now string) error) error {
+	if err := l.checkKey(key); err != nil {
+		return err
+	}
+	_, arg, err := l.clock()
+	if err != nil {
+		return err
+	}
+	if l.deny != nil {
+		l.deny.remove(key)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	err = run(cctx, arg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRedis, err)
+	}
+	return nil
 }
 
 // memberPrefix makes sliding-log members unique across calls and

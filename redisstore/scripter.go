@@ -37,7 +37,8 @@ var ErrNoScript = errors.New("redisstore: NOSCRIPT: script not cached on the ser
 // reached, did not answer in time, or answered with an error.
 var ErrRedis = errors.New("redisstore: redis")
 
-// The scripts, one per algorithm plus one to reset a key. Each decision is
+// The scripts: one decision per algorithm, one refund per algorithm, and
+// one to reset a key. Each decision is
 // a single EVALSHA: one round trip, atomic on the server.
 var (
 	//go:embed scripts/tokenbucket.lua
@@ -48,11 +49,21 @@ var (
 	slidingCounterSrc string
 	//go:embed scripts/reset.lua
 	resetSrc string
+	//go:embed scripts/tokenbucket_refund.lua
+	tokenBucketRefundSrc string
+	//go:embed scripts/slidinglog_refund.lua
+	slidingLogRefundSrc string
+	//go:embed scripts/slidingcounter_refund.lua
+	slidingCounterRefundSrc string
 
 	tokenBucketScript    = newScript(tokenBucketSrc)
 	slidingLogScript     = newScript(slidingLogSrc)
 	slidingCounterScript = newScript(slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
+
+	tokenBucketRefundScript    = newScript(tokenBucketRefundSrc)
+	slidingLogRefundScript     = newScript(slidingLogRefundSrc)
+	slidingCounterRefundScript = newScript(slidingCounterRefundSrc)
 )
 
 // script is a Lua source with its SHA1, computed once.

@@ -93,6 +93,25 @@ func (sc *SlidingCounter) Reset(ctx context.Context, key string) error {
 	return sc.reset(ctx, key, sc.keys(key))
 }
 
+// RefundN uncounts n events of key, as floodgate.SlidingCounter.RefundN
+// does: from the current fixed window and, if that holds fewer, from the
+// previous one. A negative n returns floodgate.ErrInvalidCost and n above
+// Rate.Limit floodgate.ErrCostExceedsLimit. The refund goes to Redis only,
+// never to the fallback.
+func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error {
+	if err := checkCost(n, sc.rate.Limit); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
+		_, err := slidingCounterRefundScript.run(ctx, sc.client, sc.keys(key),
+			[]string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL})
+		return err
+	})
+}
+
 func (sc *SlidingCounter) keys(key string) []string {
 	tag := clientTag(sc.prefix, key)
 	return []string{tag + "sc:cur", tag + "sc:prev"}

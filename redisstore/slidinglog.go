@@ -83,6 +83,27 @@ func (l *SlidingLog) Reset(ctx context.Context, key string) error {
 	return l.reset(ctx, key, []string{l.key(key)})
 }
 
+// RefundN removes the n newest events of key's log, giving back the units
+// of an allowed AllowN whose event did not happen, as
+// floodgate.SlidingLog.RefundN does, with the same caveat: if another event
+// was recorded for the key in between, the refund removes that one's
+// entries instead. A negative n returns floodgate.ErrInvalidCost and n above
+// Rate.Limit floodgate.ErrCostExceedsLimit. The refund goes to Redis only,
+// never to the fallback.
+func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
+	if err := checkCost(n, l.rate.Limit); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	return l.refund(ctx, key, func(ctx context.Context, now string) error {
+		_, err := slidingLogRefundScript.run(ctx, l.client, []string{l.key(key)},
+			[]string{now, strconv.Itoa(n), l.periodArg, l.minTTL})
+		return err
+	})
+}
+
 func (l *SlidingLog) key(key string) string { return clientTag(l.prefix, key) + "sl" }
 
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {

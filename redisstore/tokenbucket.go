@@ -120,6 +120,30 @@ func (b *TokenBucket) Reset(ctx context.Context, key string) error {
 	return b.reset(ctx, key, []string{b.key(key)})
 }
 
+// RefundN gives back n tokens that an allowed AllowN took from key's
+// bucket, as floodgate.TokenBucket.RefundN does: the theoretical arrival
+// time moves back by n·Period/Limit, but never below now, so a bucket never
+// holds more than its burst; a full bucket's key is deleted. floodgate.All
+// uses it to undo a partial consumption. A negative n returns
+// floodgate.ErrInvalidCost. The refund goes to Redis only, never to the
+// fallback.
+func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: refund of n = %d is negative", floodgate.ErrInvalidCost, n)
+	}
+	if n == 0 {
+		return nil
+	}
+	// More than the burst fills the bucket all the same.
+	hi, lo := bits.Mul64(uint64(min(n, b.burst)), b.period)
+	decQ, decR := bits.Div64(hi, lo, b.limit)
+	return b.refund(ctx, key, func(ctx context.Context, now string) error {
+		_, err := tokenBucketRefundScript.run(ctx, b.client, []string{b.key(key)},
+			[]string{now, strconv.FormatUint(decQ, 10), strconv.FormatUint(decR, 10), b.limitArg, b.minTTL})
+		return err
+	})
+}
+
 func (b *TokenBucket) key(key string) string { return clientTag(b.prefix, key) + "tb" }
 
 func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {

@@ -54,8 +54,8 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 	}
 }
 
-// compare drives both limiters with the same random requests on two keys
-// and fails on the first Decision that differs.
+// compare drives both limiters with the same random requests and refunds
+// on two keys and fails on the first Decision that differs.
 func compare(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity int, period time.Duration) {
 	t.Helper()
 	ctx := context.Background()
@@ -74,6 +74,17 @@ func compare(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity
 		if (werr == nil) != (gerr == nil) || got != want {
 			t.Fatalf("step %d at +%v, key %q, n=%d:\n redis  %+v (%v)\n memory %+v (%v)",
 				i, clock.t.Sub(t0), key, n, got, gerr, want, werr)
+		}
+		// Now and then give an allowed request back, on both.
+		if want.Allowed && n > 0 && rng.IntN(5) == 0 {
+			mr, ok1 := mem.(floodgate.Refunder)
+			rr, ok2 := rl.(floodgate.Refunder)
+			if !ok1 || !ok2 {
+				t.Fatalf("RefundN: in memory %v, on Redis %v", ok1, ok2)
+			}
+			if err1, err2 := mr.RefundN(ctx, key, n), rr.RefundN(ctx, key, n); err1 != nil || err2 != nil {
+				t.Fatalf("step %d: RefundN: in memory %v, on Redis %v", i, err1, err2)
+			}
 		}
 		if rng.IntN(3) == 0 {
 			clock.t = clock.t.Add(step * time.Duration(rng.IntN(8)))

@@ -1,0 +1,44 @@
+-- Gives back tokens an allowed decision took: the theoretical arrival time
+-- moves back by n*period/limit, but never below now (a bucket never holds
+-- more than its burst). A full bucket's key is deleted.
+--
+-- KEYS[1]  the bucket, as in tokenbucket.lua
+-- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[2]  decq, ARGV[3] decr: n*period/limit = decq + decr/limit us
+-- ARGV[4]  limit
+-- ARGV[5]  the shortest expiry in milliseconds (see WithClock)
+
+local s = redis.call('GET', KEYS[1])
+if not s then
+  return {0}
+end
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local a, b = string.match(s, '^(%d+) (%d+)$')
+if not a then
+  return redis.error_reply('ERR floodgate: malformed token bucket state')
+end
+local tat = tonumber(a) - tonumber(ARGV[2])
+local frac = tonumber(b) - tonumber(ARGV[3])
+if frac < 0 then
+  tat, frac = tat - 1, frac + tonumber(ARGV[4])
+end
+if tat < now or (tat == now and frac == 0) then
+  redis.call('DEL', KEYS[1])
+  return {1}
+end
+local ttl = tat - now
+if frac > 0 then
+  ttl = ttl + 1
+end
+local ms = (ttl - ttl % 1000) / 1000
+if ttl % 1000 > 0 then
+  ms = ms + 1
+end
+redis.call('SET', KEYS[1], string.format('%d %d', tat, frac), 'PX', math.max(ms, tonumber(ARGV[5])))
+return {1}
