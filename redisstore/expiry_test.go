@@ -53,6 +53,14 @@ func TestKeysExpire(t *testing.T) {
 			pttl(t, tag+"tb", time.Minute)
 			mustAllowed(t, tb, "a{b}", 1, false)
 			pttl(t, tag+"tb", time.Minute)
+			if err := tb.RefundN(ctx, "a{b}", 5); err != nil {
+				t.Fatal(err)
+			}
+			pttl(t, tag+"tb", 30*time.Second)
+			if err := tb.RefundN(ctx, "a{b}", 5); err != nil {
+				t.Fatal(err)
+			}
+			absent(t, tag+"tb") // full again: nothing to keep
 
 			sl, _ := redisstore.NewSlidingLog(c.s, rate, redisstore.WithPrefix(p))
 			mustAllowed(t, sl, "a{b}", 0, true)
@@ -66,6 +74,10 @@ func TestKeysExpire(t *testing.T) {
 			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 10 {
 				t.Errorf("log holds %d members after a denial, want 10: denials are not recorded", n)
 			}
+			if err := sl.RefundN(ctx, "a{b}", 10); err != nil {
+				t.Fatal(err)
+			}
+			absent(t, tag+"sl") // empty again
 
 			sc, _ := redisstore.NewSlidingCounter(c.s, rate, redisstore.WithPrefix(p))
 			mustAllowed(t, sc, "a{b}", 0, true)
