@@ -47,6 +47,8 @@ type Server struct {
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
+	// resume continues a process stopped by Pause; nil when running.
+	resume func() error
 }
 
 // Start starts a redis-server on a free loopback port, with persistence
@@ -156,6 +158,12 @@ func (s *Server) Stop() {
 func (s *Server) stopLocked() {
 	if s.cmd == nil {
 		return
+	}
+	// A stopped process holds its signals until continued: resume it
+	// first, so that it dies now and a later Restart finds it gone.
+	if s.resume != nil {
+		_ = s.resume()
+		s.resume = nil
 	}
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
