@@ -11,7 +11,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
-	"go.uber.org/goleak"
 )
 
 // countingLimiter counts the decisions a fallback answers.
@@ -32,21 +31,7 @@ func (c *countingLimiter) AllowN(ctx context.Context, key string, n int) (floodg
 // error. Either way nothing panics, decisions come from Redis again soon
 // after it returns, and once the clients are closed no goroutine is left.
 func TestServerRestart(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	// Registered first, so it runs last: after the clients and the server
-	// have been closed by their own cleanups.
-	t.Cleanup(func() {
-		// go-redis's background dialer, started while the server was
-		// down, sleeps a second between probes before it sees that its
-		// pool was closed: give it two.
-		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-			if goleak.Find(ignore) == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		goleak.VerifyNone(t, ignore)
-	})
+	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 
 	for _, withFallback := range []bool{false, true} {

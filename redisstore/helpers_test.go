@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
@@ -25,6 +26,25 @@ func TestMain(m *testing.M) {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// verifyNoLeaks checks, when t ends, that no goroutine started since the
+// call is left. Call it first: its cleanup then runs last, after the
+// clients and servers are closed by theirs. go-redis's background dialer,
+// started while a server was down, sleeps a second between probes before
+// it sees its pool closed, so the check gives stragglers three.
+func verifyNoLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+			if goleak.Find(ignore) == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		goleak.VerifyNone(t, ignore)
+	})
+}
 
 // client is one Redis client under test, behind the Scripter interface.
 type client struct {

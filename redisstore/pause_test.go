@@ -17,7 +17,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
-	"go.uber.org/goleak"
 )
 
 // The figures of the fault test. The Redis timeout is twice the default:
@@ -105,20 +104,7 @@ var errorPolicies = []errorPolicy{
 // Every limiter runs on a frozen clock and every phase counts under its own
 // key, so the number of requests a bucket lets through is exact.
 func TestPauseKillRestartUnderLoad(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	// Registered first, so it runs last, after the subtests' clients and
-	// servers are closed. go-redis's background dialer, started while the
-	// server was down, sleeps a second between probes before it sees its
-	// pool closed: give it three.
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-			if goleak.Find(ignore) == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		goleak.VerifyNone(t, ignore)
-	})
+	verifyNoLeaks(t)
 	for _, pol := range errorPolicies {
 		for _, cl := range []struct {
 			name string
