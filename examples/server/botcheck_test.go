@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate/turnstile"
 )
@@ -65,22 +63,14 @@ func newBotCheckServer(t *testing.T, secret string, trusted ...string) (*testSer
 	sv.Start()
 	t.Cleanup(sv.Close)
 
-	var prefixes []netip.Prefix
-	for _, s := range trusted {
-		prefixes = append(prefixes, netip.MustParsePrefix(s))
-	}
-	logs := &bytes.Buffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	bot, err := newBotCheck(secret, prefixes, logger, turnstile.WithEndpoint(sv.URL))
-	if err != nil {
-		t.Fatalf("newBotCheck: %v", err)
-	}
-	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	h, err := newServer(config{TrustedProxies: prefixes, Logger: logger, Clock: clk.Now, BotCheck: bot})
-	if err != nil {
-		t.Fatalf("newServer: %v", err)
-	}
-	return &testServer{t: t, h: h, clock: clk, logs: logs}, dummy
+	s := buildTestServer(t, trusted, func(prefixes []netip.Prefix, logger *slog.Logger) func(http.Handler) http.Handler {
+		bot, err := newBotCheck(secret, prefixes, logger, turnstile.WithEndpoint(sv.URL))
+		if err != nil {
+			t.Fatalf("newBotCheck: %v", err)
+		}
+		return bot
+	})
+	return s, dummy
 }
 
 func (s *testServer) signupWithToken(peer, nickname, token string, headers ...string) *httptest.ResponseRecorder {

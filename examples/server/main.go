@@ -33,32 +33,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-	"time"
+
+	"github.com/floodgate-go/floodgate/internal/exampleapp"
 )
 
-// shutdownGrace bounds how long a stopping server waits for requests in
-// flight.
-const shutdownGrace = 10 * time.Second
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "server:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleapp.Main(run) }
 
 // run serves until ctx is done, then shuts down gracefully. ready, if not
 // nil, is told the address listened on (tests listen on port 0).
@@ -70,7 +53,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	proxies, err := parsePrefixes(*trusted)
+	proxies, err := exampleapp.ParsePrefixes(*trusted)
 	if err != nil {
 		return err
 	}
@@ -85,53 +68,6 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler: handler,
-		// Bounded reads and writes: a slow client cannot hold a
-		// connection, and so a goroutine, forever.
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	logger.Info("listening", slog.String("addr", ln.Addr().String()), slog.Any("trusted_proxies", proxies), slog.Bool("turnstile", cfg.BotCheck != nil))
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down", slog.String("grace", shutdownGrace.String()))
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	logger.Info("stopped")
-	return nil
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
+	return exampleapp.Serve(ctx, *addr, handler, logger, ready,
+		slog.Any("trusted_proxies", proxies), slog.Bool("turnstile", cfg.BotCheck != nil))
 }

@@ -14,51 +14,50 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/exampleapp"
 )
 
 // End-to-end tests of the example server: the real handler, limiters and
 // middleware, on a fake clock, with requests from chosen peer addresses.
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type testServer struct {
 	t     *testing.T
 	h     http.Handler
-	clock *fakeClock
+	clock *floodgatetest.Clock
 	logs  *bytes.Buffer
 }
 
 func newTestServer(t *testing.T, trusted ...string) *testServer {
 	t.Helper()
-	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	return buildTestServer(t, trusted, nil)
+}
+
+// buildTestServer builds the server on a fake clock, trusting the given
+// proxies; botCheck, if not nil, makes its bot check from the same
+// proxies and logger.
+func buildTestServer(t *testing.T, trusted []string, botCheck func([]netip.Prefix, *slog.Logger) func(http.Handler) http.Handler) *testServer {
+	t.Helper()
 	var prefixes []netip.Prefix
 	for _, s := range trusted {
 		prefixes = append(prefixes, netip.MustParsePrefix(s))
 	}
 	logs := &bytes.Buffer{}
-	h, err := newServer(config{TrustedProxies: prefixes, Logger: slog.New(slog.NewJSONHandler(logs, nil)), Clock: clk.Now})
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	cfg := config{TrustedProxies: prefixes, Logger: logger}
+	if botCheck != nil {
+		cfg.BotCheck = botCheck(prefixes, logger)
+	}
+	clk := floodgatetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	cfg.Clock = clk.Now
+	h, err := newServer(cfg)
 	if err != nil {
 		t.Fatalf("newServer: %v", err)
 	}
 	return &testServer{t: t, h: h, clock: clk, logs: logs}
 }
 
-// do sends a request from peer (host:port) with optional headers.
 func (s *testServer) do(method, target, peer, body string, headers ...string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
 	r.RemoteAddr = peer
@@ -353,25 +352,6 @@ func TestIPv6Aggregation(t *testing.T) {
 	}
 }
 
-func TestParsePrefixes(t *testing.T) {
-	got, err := parsePrefixes(" 10.0.0.0/8, 192.0.2.1 ,2001:db8::/32,")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"10.0.0.0/8", "192.0.2.1/32", "2001:db8::/32"}
-	if len(got) != len(want) {
-		t.Fatalf("got %v", got)
-	}
-	for i := range want {
-		if got[i].String() != want[i] {
-			t.Fatalf("got %v, want %v", got, want)
-		}
-	}
-	if _, err := parsePrefixes("10.0.0.0/33"); err == nil {
-		t.Fatal("accepted an invalid prefix")
-	}
-}
-
 // run listens, serves real HTTP on loopback, and stops on cancellation.
 func TestRunServesAndShutsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -404,7 +384,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run after cancel: %v", err)
 		}
-	case <-time.After(shutdownGrace + 5*time.Second):
+	case <-time.After(exampleapp.ShutdownGrace + 5*time.Second):
 		t.Fatal("server did not stop")
 	}
 	if !strings.Contains(logs.String(), `"msg":"stopped"`) {

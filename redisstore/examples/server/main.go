@@ -32,13 +32,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
+	"github.com/floodgate-go/floodgate/internal/exampleapp"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
 	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
@@ -46,18 +41,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// shutdownGrace bounds how long a stopping server waits for requests in
-// flight.
-const shutdownGrace = 10 * time.Second
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "server:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleapp.Main(run) }
 
 // connect returns a Scripter on the Redis at addrs through the named
 // client, and a function that closes the client.
@@ -93,11 +77,11 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	proxies, err := parsePrefixes(*trusted)
+	proxies, err := exampleapp.ParsePrefixes(*trusted)
 	if err != nil {
 		return err
 	}
-	scripter, closeRedis, err := connect(*client, splitComma(*redisAddr))
+	scripter, closeRedis, err := connect(*client, exampleapp.SplitComma(*redisAddr))
 	if err != nil {
 		return err
 	}
@@ -107,42 +91,6 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	logger.Info("listening", slog.String("addr", ln.Addr().String()),
+	return exampleapp.Serve(ctx, *addr, handler, logger, ready,
 		slog.String("redis", *redisAddr), slog.String("client", *client))
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down", slog.String("grace", shutdownGrace.String()))
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	logger.Info("stopped")
-	return nil
 }

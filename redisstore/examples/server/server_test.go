@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,27 +28,10 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // instances builds n instances of the service, each with its own Redis
 // client (alternately rueidis and go-redis), on one Redis and one key
 // prefix, as n replicas behind a load balancer would be.
-func instances(t *testing.T, n int, clock *fakeClock) []http.Handler {
+func instances(t *testing.T, n int, clock *floodgatetest.Clock) []http.Handler {
 	t.Helper()
 	addr := redistest.Shared(t)
 	var b [6]byte
@@ -83,7 +66,7 @@ func do(h http.Handler, method, target, peer, body string) *httptest.ResponseRec
 // 10 minutes per client IP; the 11th probe, on either, gets the service's
 // envelope with Retry-After 60 s (one token back per minute).
 func TestProbeLimitIsShared(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := floodgatetest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	hs := instances(t, 2, clock)
 	const probe = "/auth/available/user_id?userId=bob"
 	for i := 0; i < 10; i++ {
@@ -110,7 +93,7 @@ func TestProbeLimitIsShared(t *testing.T) {
 // TestSignupPatternIsShared: five sign-ups per minute per nickname pattern
 // across instances; the sixth abc{NUM} is refused, another pattern is not.
 func TestSignupPatternIsShared(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := floodgatetest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	hs := instances(t, 3, clock)
 	for i := 1; i <= 5; i++ {
 		body := `{"nickname":"abc` + string(rune('0'+i)) + `"}`
