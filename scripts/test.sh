@@ -17,8 +17,8 @@ for mod in . redisstore benchmarks; do
 done
 
 for mod in "${modules[@]}"; do
-	echo "== module $mod: vet and test"
-	(cd "$mod" && go vet ./... && go test -race -shuffle=on -timeout 10m ./...)
+	echo "== module $mod: tidy, vet and test"
+	(cd "$mod" && go mod tidy -diff && go vet ./... && go test -race -shuffle=on -timeout 10m ./...)
 done
 
 for mod in "${modules[@]}"; do
