@@ -16,9 +16,9 @@ BenchmarkDecision/hot/sethvargo-2   	 1000	 110.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkMemory/100k/floodgate-2    	    1	 9 ns/op	 120.0 B/key	 262144 max-keys	 5 B/op	 3 allocs/op
 BenchmarkMemory/100k/sethvargo-2    	    1	 9 ns/op	 100.0 B/key	      0 max-keys	 5 B/op	 3 allocs/op
 BenchmarkMemory/100k/throttled-2    	    1	 9 ns/op	 150.0 B/key	 262144 max-keys	 5 B/op	 3 allocs/op
-BenchmarkRedis/callers=256/floodgate-2          	 100	 9 ns/op	 20000 decisions/s	 5 B/op	 3 allocs/op
+BenchmarkRedis/callers=256/floodgate-2          	 100	 9 ns/op	 900 cpu-ns/op	 20000 decisions/s	 5 B/op	 3 allocs/op
 BenchmarkRedis/callers=256/floodgate-rueidis-2  	 100	 9 ns/op	 40000 decisions/s	 5 B/op	 3 allocs/op
-BenchmarkRedis/callers=256/redis_rate-2         	 100	 9 ns/op	 16000 decisions/s	 5 B/op	 3 allocs/op
+BenchmarkRedis/callers=256/redis_rate-2         	 100	 9 ns/op	 1000 cpu-ns/op	 16000 decisions/s	 5 B/op	 3 allocs/op
 --- FAIL: BenchmarkMiddleware/allowed/ulule-2
 PASS
 `
@@ -61,7 +61,9 @@ func TestParseAndRatios(t *testing.T) {
 		"| Memory/100k | sethvargo (unbounded) | 100 B/key |",
 		// Variants of floodgate are judged, not taken as peers; decisions/s
 		// is higher-is-better.
-		"| Redis/callers=256 | decisions/s | 20000 | redis_rate 16000 | 1.25 |",
+		"| Redis/callers=256 | decisions/s | 20000 | redis_rate 16000 | 1.25 | redis_rate 16000 | 1.25 | 3 | ≥ 1.5 | **no** |",
+		// The throughput target says nothing of CPU time.
+		"| Redis/callers=256 | cpu-ns/op | 900 | redis_rate 1000 | 0.90 | redis_rate 1000 | 0.90 | 3 |  |  |",
 		"| Redis/callers=256 (floodgate-rueidis) | decisions/s | 40000 | redis_rate 16000 | 2.50 |",
 	} {
 		if !strings.Contains(out.String(), want) {
