@@ -15,13 +15,13 @@ type Option func(*config) error
 // Defaults of the in-memory store.
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
-	// WithMaxKeys says otherwise. A token bucket costs about 120 bytes per
+	// WithMaxKeys says otherwise. A token bucket costs about 128 bytes per
 	// tracked key (measured by BenchmarkTokenBucketBytesPerKey: 80 for
-	// simplelru's list entry, 16 for the bucket state, about 22 for the
-	// map slot), so the default bounds it to roughly 30 MiB. A sliding
-	// log costs about 136 bytes plus 4 per event its ring holds (rounded up
-	// to an allocator size class; the ring grows with use, up to Limit):
-	// about 160 B per key at Limit 5, 550 B at Limit 100.
+	// simplelru's list entry, 24 for the bucket state and its recently-used
+	// mark, about 22 for the map slot), so the default bounds it to roughly
+	// 32 MiB. A sliding log costs about 152 bytes plus 4 per event its ring
+	// holds (rounded up to an allocator size class; the ring grows with
+	// use, up to Limit): about 176 B per key at Limit 5, 568 B at Limit 100.
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.
