@@ -33,7 +33,7 @@ func ExampleMiddleware() {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /auth/available/user_id", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"resultCode":"OK","data":true}`)
+		_, _ = fmt.Fprint(w, `{"resultCode":"OK","data":true}`)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
 	handler := limit(mux) // outermost: a refused probe costs nothing more

@@ -614,7 +614,7 @@ func TestCountStatusWriterPassThrough(t *testing.T) {
 				t.Errorf("Hijack: %v", err)
 				return
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			_, _ = rw.WriteString("HTTP/1.1 418 I'm a teapot\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			_ = rw.Flush()
 		})))
@@ -623,7 +623,7 @@ func TestCountStatusWriterPassThrough(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET: %v", err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusTeapot {
 			t.Fatalf("status %d, want the hijacker's 418", resp.StatusCode)
 		}

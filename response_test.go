@@ -148,7 +148,7 @@ func (p *sfParser) str() (string, error) {
 
 func (p *sfParser) key() (string, error) {
 	start := p.i
-	if p.done() || !(p.s[p.i] >= 'a' && p.s[p.i] <= 'z' || p.s[p.i] == '*') {
+	if p.done() || (p.s[p.i] < 'a' || p.s[p.i] > 'z') && p.s[p.i] != '*' {
 		return "", fmt.Errorf("at %d: want a key", p.i)
 	}
 	for !p.done() {

@@ -184,7 +184,7 @@ func Example_keySprayStats() {
 	lim, _ := floodgate.NewTokenBucket(floodgate.PerMinute(10), floodgate.WithMaxKeys(2))
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		lim.Allow(ctx, fmt.Sprint("client-", i))
+		_, _ = lim.Allow(ctx, fmt.Sprint("client-", i))
 	}
 	st := lim.Stats()
 	fmt.Println(st.Keys, st.MaxKeys, st.EvictedIdle+st.EvictedLive)

@@ -107,11 +107,11 @@ func checkCostExceedsLimit(e *env) {
 	key := e.key("too-much")
 	c := e.cfg.capacity()
 	for _, n := range []int{c + 1, 2*c + 1, math.MaxInt32} {
-		e.allow(key, n) // checkDecision holds the rules for these
+		_, _ = e.allow(key, n) // checkDecision holds the rules for these
 	}
 	e.mustFull(key)
 	e.mustAllow(key, 1)
-	e.allow(key, c+1)
+	_, _ = e.allow(key, c+1)
 	if d := e.mustDeny(key, c); d.RetryAfter == never {
 		e.t.Errorf("%s: a request within the capacity got RetryAfter %v", e.where(key, c), d.RetryAfter)
 	}
@@ -121,11 +121,11 @@ func checkCostExceedsLimit(e *env) {
 // floodgate.ErrInvalidCost and consumes nothing.
 func checkNegativeCost(e *env) {
 	key := e.key("negative")
-	e.allow(key, -1)
-	e.allow(key, math.MinInt32)
+	_, _ = e.allow(key, -1)
+	_, _ = e.allow(key, math.MinInt32)
 	e.mustFull(key)
 	e.mustAllow(key, 1)
-	e.allow(key, -1)
+	_, _ = e.allow(key, -1)
 	if d, _ := e.allow(key, 0); d.Remaining != e.cfg.capacity()-1 {
 		e.t.Errorf("%s: Remaining %d after one unit and a negative cost, want %d",
 			e.where(key, 0), d.Remaining, e.cfg.capacity()-1)
@@ -263,7 +263,9 @@ func checkConcurrent(e *env) {
 		// Tell the model what happened, then compare the state.
 		if m := e.model(key); m != nil {
 			for i := 0; i < want; i++ {
-				m.allowN(e.now(), n)
+				if d, err := m.allowN(e.now(), n); err != nil || !d.Allowed {
+					e.t.Fatalf("n=%d: the model refused request %d of the %d the limiter allowed: %+v, %v", n, i+1, want, d, err)
+				}
 			}
 		}
 		if d, _ := e.allow(key, 0); d.Remaining != left {

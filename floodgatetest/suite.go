@@ -137,7 +137,7 @@ type tester interface {
 type testingT struct{ *testing.T }
 
 func (t testingT) run(name string, f func(t tester)) bool {
-	return t.T.Run(name, func(t *testing.T) { f(testingT{t}) })
+	return t.Run(name, func(t *testing.T) { f(testingT{t}) })
 }
 
 // setup is one configuration the suite tests: a rate and, for a token

@@ -347,7 +347,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			bug: func(l *modelLimiter, _ Config) {
 				l.before = func(m model, now time.Duration, n int) int {
 					if n == 0 {
-						m.allowN(now, 1)
+						_, _ = m.allowN(now, 1)
 					}
 					return n
 				}

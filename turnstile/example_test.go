@@ -19,11 +19,11 @@ func dummySiteverify(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch r.PostFormValue("secret") {
 	case "1x0000000000000000000000000000000AA":
-		io.WriteString(w, `{"success":true,"challenge_ts":"2026-12-01T08:00:00.000Z","hostname":"example.com","error-codes":[],"action":"signup","cdata":""}`)
+		_, _ = io.WriteString(w, `{"success":true,"challenge_ts":"2026-12-01T08:00:00.000Z","hostname":"example.com","error-codes":[],"action":"signup","cdata":""}`)
 	case "2x0000000000000000000000000000000AA":
-		io.WriteString(w, `{"success":false,"error-codes":["invalid-input-response"]}`)
+		_, _ = io.WriteString(w, `{"success":false,"error-codes":["invalid-input-response"]}`)
 	default:
-		io.WriteString(w, `{"success":false,"error-codes":["invalid-input-secret"]}`)
+		_, _ = io.WriteString(w, `{"success":false,"error-codes":["invalid-input-secret"]}`)
 	}
 }
 
@@ -80,7 +80,7 @@ func ExampleMiddleware() {
 	}
 	signup := botCheck(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, _ := turnstile.FromContext(r.Context())
-		fmt.Fprintf(w, "welcome %s (checked on %s)\n", r.FormValue("nickname"), res.Hostname)
+		_, _ = fmt.Fprintf(w, "welcome %s (checked on %s)\n", r.FormValue("nickname"), res.Hostname)
 	}))
 
 	post := func(form url.Values) {

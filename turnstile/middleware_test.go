@@ -370,7 +370,7 @@ func TestMiddlewareErrorHandler(t *testing.T) {
 			gotStatus, gotErr = status, err
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
-			io.WriteString(w, `{"resultCode":"BPLTE403","data":null}`)
+			_, _ = io.WriteString(w, `{"resultCode":"BPLTE403","data":null}`)
 		}))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, formRequest(url.Values{turnstile.FormField: {"tok"}}))

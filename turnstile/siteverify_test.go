@@ -75,7 +75,7 @@ func unreachableURL(t *testing.T) string {
 	t.Helper()
 	l := loopback(t)
 	u := "http://" + l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	return u
 }
 
@@ -90,7 +90,7 @@ func newFake(t *testing.T) *fakeSiteverify {
 		release:  make(chan struct{}),
 	}
 	srv := httptest.NewUnstartedServer(f)
-	srv.Listener.Close()
+	_ = srv.Listener.Close()
 	srv.Listener = l
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -108,7 +108,7 @@ func (f *fakeSiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if block {
 		// The server notices a client hanging up only once the body has
 		// been read, so read it, then hold until the client gives up.
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		select {
 		case <-r.Context().Done():
 		case <-f.release:
@@ -131,7 +131,7 @@ func (f *fakeSiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.status != 0 {
 			w.WriteHeader(f.status)
 		}
-		w.Write(f.raw)
+		_, _ = w.Write(f.raw)
 		return
 	}
 	if f.internalErrors > 0 {
@@ -141,7 +141,7 @@ func (f *fakeSiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PostForm.Get("idempotency_key")
 	if a, ok := f.answers[key]; ok && key != "" {
-		w.Write(a)
+		_, _ = w.Write(a)
 		return
 	}
 	a := f.decide(r.PostForm)
@@ -153,7 +153,7 @@ func (f *fakeSiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	w.Write(a)
+	_, _ = w.Write(a)
 }
 
 // decide answers one validation, spending the token; f.mu is held.
@@ -197,7 +197,7 @@ func answer(success bool, codes []string, fields map[string]string) []byte {
 
 func writeAnswer(w http.ResponseWriter, success bool, codes []string, fields map[string]string) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(answer(success, codes, fields))
+	_, _ = w.Write(answer(success, codes, fields))
 }
 
 // seen returns a copy of the calls received so far.

@@ -299,9 +299,11 @@ func (v *Verifier) attempt(ctx context.Context, body string) (_ *Result, retry b
 		return nil, true, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer func() {
-		// Drain a little so the connection can be reused, then close.
+		// Drain a little so the connection can be reused, then close; the
+		// answer is read (or its error returned) by now, so a close error
+		// cannot change the outcome.
 		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}()
 	if resp.StatusCode >= 500 {
 		return nil, true, fmt.Errorf("%w: siteverify answered HTTP %d", ErrUnavailable, resp.StatusCode)

@@ -31,11 +31,11 @@ func (d *dummySiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch r.PostFormValue("secret") {
 	case "1x0000000000000000000000000000000AA":
-		io.WriteString(w, `{"success":true,"challenge_ts":"2026-03-01T12:00:00Z","hostname":"example.com","error-codes":[]}`)
+		_, _ = io.WriteString(w, `{"success":true,"challenge_ts":"2026-03-01T12:00:00Z","hostname":"example.com","error-codes":[]}`)
 	case "2x0000000000000000000000000000000AA":
-		io.WriteString(w, `{"success":false,"error-codes":["invalid-input-response"]}`)
+		_, _ = io.WriteString(w, `{"success":false,"error-codes":["invalid-input-response"]}`)
 	default:
-		io.WriteString(w, `{"success":false,"error-codes":["invalid-input-secret"]}`)
+		_, _ = io.WriteString(w, `{"success":false,"error-codes":["invalid-input-secret"]}`)
 	}
 }
 
@@ -58,7 +58,7 @@ func newBotCheckServer(t *testing.T, secret string, trusted ...string) (*testSer
 	}
 	dummy := &dummySiteverify{}
 	sv := httptest.NewUnstartedServer(dummy)
-	sv.Listener.Close()
+	_ = sv.Listener.Close()
 	sv.Listener = l
 	sv.Start()
 	t.Cleanup(sv.Close)

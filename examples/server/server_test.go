@@ -374,7 +374,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"data":false`) || resp.Header.Get("RateLimit") != `"user_id_probe";r=9;t=60` {
 		t.Fatalf("status %d, RateLimit %q, body %s", resp.StatusCode, resp.Header.Get("RateLimit"), body)
 	}

@@ -60,7 +60,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(2)
 	}
-	rep.print(os.Stdout)
+	if err := rep.print(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen: writing the report:", err)
+		os.Exit(2)
+	}
 	if rep.unexpected > 0 {
 		os.Exit(1)
 	}
@@ -195,7 +198,7 @@ func run(ctx context.Context, c config) (*report, error) {
 	rep.rssPeak = max(rep.rssPeak, rep.rssEnd, rep.rssStart)
 	rep.unexpected = rep.transport
 	for s, n := range rep.statuses {
-		if !(s >= 200 && s < 300) && s != http.StatusTooManyRequests {
+		if (s < 200 || s >= 300) && s != http.StatusTooManyRequests {
 			rep.unexpected += n
 		}
 	}
@@ -215,7 +218,7 @@ func do(ctx context.Context, client *http.Client, target, ip string) (int, time.
 		return 0, 0, err
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	d := time.Since(t0)
 	if err != nil {
 		return 0, 0, err
@@ -255,9 +258,17 @@ func (r *report) percentile(p float64) time.Duration {
 	return r.latencies[i]
 }
 
-func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "requests      %d in %s (%.0f req/s)\n", r.requests, r.elapsed.Round(time.Millisecond), float64(r.requests)/r.elapsed.Seconds())
-	fmt.Fprintf(w, "latency       p50 %s  p90 %s  p99 %s  max %s\n",
+// print writes the report to w. It returns the first write error: a report
+// lost to a closed stdout must not pass for a clean run.
+func (r *report) print(w io.Writer) error {
+	var err error
+	p := func(format string, a ...any) {
+		if err == nil {
+			_, err = fmt.Fprintf(w, format, a...)
+		}
+	}
+	p("requests      %d in %s (%.0f req/s)\n", r.requests, r.elapsed.Round(time.Millisecond), float64(r.requests)/r.elapsed.Seconds())
+	p("latency       p50 %s  p90 %s  p99 %s  max %s\n",
 		r.percentile(0.50), r.percentile(0.90), r.percentile(0.99), r.percentile(1))
 	codes := make([]int, 0, len(r.statuses))
 	for s := range r.statuses {
@@ -265,16 +276,17 @@ func (r *report) print(w io.Writer) {
 	}
 	slices.Sort(codes)
 	for _, s := range codes {
-		fmt.Fprintf(w, "status %d    %d\n", s, r.statuses[s])
+		p("status %d    %d\n", s, r.statuses[s])
 	}
-	fmt.Fprintf(w, "unexpected    %d (transport errors %d)\n", r.unexpected, r.transport)
+	p("unexpected    %d (transport errors %d)\n", r.unexpected, r.transport)
 	if r.firstFailure != "" {
-		fmt.Fprintf(w, "first error   %s\n", r.firstFailure)
+		p("first error   %s\n", r.firstFailure)
 	}
 	if r.rssStart > 0 {
-		fmt.Fprintf(w, "server RSS    start %.1f MiB  end %.1f MiB  peak %.1f MiB\n",
+		p("server RSS    start %.1f MiB  end %.1f MiB  peak %.1f MiB\n",
 			mib(r.rssStart), mib(r.rssEnd), mib(r.rssPeak))
 	}
+	return err
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

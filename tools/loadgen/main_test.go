@@ -73,7 +73,9 @@ func TestRunReportsUnexpectedStatuses(t *testing.T) {
 		t.Fatalf("statuses %v, unexpected %d: want 10 × 500 counted as unexpected", rep.statuses, rep.unexpected)
 	}
 	var out strings.Builder
-	rep.print(&out)
+	if err := rep.print(&out); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(out.String(), "unexpected    10") {
 		t.Fatalf("report does not show the failures:\n%s", out.String())
 	}
