@@ -39,7 +39,7 @@ var benchKeyNames = func() []string {
 func BenchmarkDecisions(b *testing.B) {
 	addr := redistest.Shared(b)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	b.Cleanup(func() { rdb.Close() })
+	b.Cleanup(func() { _ = rdb.Close() })
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		b.Fatal(err)

@@ -28,7 +28,7 @@ func TestCluster(t *testing.T) {
 	addrs := cl.Addrs()
 
 	crdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { crdb.Close() })
+	t.Cleanup(func() { _ = crdb.Close() })
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)

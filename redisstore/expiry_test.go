@@ -19,7 +19,7 @@ import (
 func TestKeysExpire(t *testing.T) {
 	addr := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	rate := floodgate.Rate{Limit: 10, Period: time.Minute}
 	const slack = 500 * time.Millisecond
@@ -105,7 +105,7 @@ func TestKeysExpire(t *testing.T) {
 func TestNoScriptFallback(t *testing.T) {
 	addr := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	for _, c := range clients(t, addr) {
 		for _, a := range algos {

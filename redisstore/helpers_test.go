@@ -65,7 +65,7 @@ func goRedis(t testing.TB, addr string) client {
 		Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64,
 		DialTimeout: 200 * time.Millisecond, DialerRetries: 1,
 	})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	return client{"go-redis", goredisstore.New(rdb)}
 }
 

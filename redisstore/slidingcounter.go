@@ -55,7 +55,7 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
 		originArg: "0",
 	}
-	if err = sc.base.init(c, r.Limit, cfg); err != nil {
+	if err = sc.init(c, r.Limit, cfg); err != nil {
 		return nil, err
 	}
 	if cfg.now != nil {

@@ -52,7 +52,7 @@ func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, e
 	if cfg.countDenied {
 		l.countDenied = "1"
 	}
-	if err = l.base.init(c, r.Limit, cfg); err != nil {
+	if err = l.init(c, r.Limit, cfg); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -72,7 +72,7 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	b.tauQ = strconv.FormatUint(q, 10)
 	b.tauR = strconv.FormatUint(rem, 10)
 	b.limitArg = strconv.FormatUint(b.limit, 10)
-	if err = b.base.init(c, burst, cfg); err != nil {
+	if err = b.init(c, burst, cfg); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -18,7 +18,7 @@ func ExampleNew() {
 		Addr:                  redisAddr, // e.g. "localhost:6379"
 		ContextTimeoutEnabled: true,      // lets the per-decision timeout reach the socket
 	})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 
 	// 2 per minute per client; the prefix names the policy.
 	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerMinute(2),

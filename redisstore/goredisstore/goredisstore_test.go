@@ -27,7 +27,7 @@ func TestScriptIsNotRetried(t *testing.T) {
 	addr := redistest.Shared(t)
 	p := redistest.NewDropProxy(t, addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerHour(10),
 		redisstore.WithPrefix("goredisstore-test:"+t.Name()))

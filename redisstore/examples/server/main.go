@@ -59,7 +59,7 @@ func connect(client string, addrs []string) (redisstore.Scripter, func(), error)
 	case "go-redis":
 		// Several addresses make a ClusterClient.
 		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		return goredisstore.New(c), func() { c.Close() }, nil
+		return goredisstore.New(c), func() { _ = c.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("-client %q: want rueidis or go-redis", client)
 }

@@ -117,7 +117,7 @@ func TestRedisDownFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	_ = ln.Close() // nothing listens there now
 	// go-redis dials lazily (rueidis would refuse to start).
 	s, closeRedis, err := connect("go-redis", []string{dead})
 	if err != nil {
@@ -162,7 +162,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit") == "" || !strings.Contains(string(body), "BPLTE200") {
 		t.Fatalf("GET: %d %v %s", resp.StatusCode, resp.Header, body)
 	}

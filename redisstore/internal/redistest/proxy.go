@@ -32,7 +32,7 @@ func NewDropProxy(t testing.TB, to string) *DropProxy {
 	p := &DropProxy{ln: ln, to: to}
 	p.wg.Add(1)
 	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
 	return p
 }
 
@@ -45,14 +45,14 @@ func (p *DropProxy) serve() {
 		}
 		s, err := net.Dial("tcp", p.to)
 		if err != nil {
-			c.Close()
+			_ = c.Close()
 			continue
 		}
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
+		go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); _ = s.Close() }()
 		go func() {
 			defer p.wg.Done()
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			buf := make([]byte, 64<<10)
 			for {
 				n, err := s.Read(buf)
@@ -60,7 +60,7 @@ func (p *DropProxy) serve() {
 					return
 				}
 				if p.Armed.CompareAndSwap(true, false) {
-					s.Close()
+					_ = s.Close()
 					return
 				}
 				if _, err := c.Write(buf[:n]); err != nil {

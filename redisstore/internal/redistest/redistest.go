@@ -100,7 +100,7 @@ func freePort() (int, error) {
 			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
+		_ = l.Close()
 		if port+10000 > 65535 {
 			continue
 		}
@@ -108,7 +108,7 @@ func freePort() (int, error) {
 		if err != nil {
 			continue
 		}
-		bus.Close()
+		_ = bus.Close()
 		return port, nil
 	}
 	return 0, errors.New("redistest: no free loopback port pair found")
@@ -130,10 +130,10 @@ func (s *Server) Restart() error {
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		log.Close()
+		_ = log.Close()
 		return err
 	}
-	log.Close()
+	_ = log.Close()
 	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -178,7 +178,7 @@ func Do(addr string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := fmt.Fprintf(c, "%s\r\n", strings.Join(args, " ")); err != nil {
 		return "", err
@@ -197,7 +197,7 @@ func Bulk(addr string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := fmt.Fprintf(c, "%s\r\n", strings.Join(args, " ")); err != nil {
 		return "", err
@@ -284,7 +284,7 @@ func Main(m *testing.M) {
 	code := m.Run()
 	if shared.srv != nil {
 		shared.srv.Stop()
-		os.RemoveAll(shared.srv.dir)
+		_ = os.RemoveAll(shared.srv.dir)
 	}
 	os.Exit(code)
 }
