@@ -52,7 +52,7 @@ func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	bin := filepath.Join(tmp, "benchmarks.test")
 	build := exec.Command("go", "test", "-c", "-o", bin, ".")
 	build.Dir, build.Stdout, build.Stderr = dir, progress, progress
@@ -74,7 +74,7 @@ func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) e
 			if pass[1] == "" {
 				continue
 			}
-			fmt.Fprintf(progress, "round %d/%d: %s\n", round, count, pass[1])
+			_, _ = fmt.Fprintf(progress, "round %d/%d: %s\n", round, count, pass[1])
 			args := append([]string{"-test.run", "^$", "-test.benchmem"}, pass...)
 			cmd := exec.Command(bin, args...)
 			cmd.Dir = dir
@@ -86,7 +86,7 @@ func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) e
 			if runErr != nil {
 				// A failed case (a library that denied in an "allowed"
 				// case, say) is reported as missing; the others stand.
-				fmt.Fprintf(progress, "round %d: %v (failed cases are left out of the table)\n", round, runErr)
+				_, _ = fmt.Fprintf(progress, "round %d: %v (failed cases are left out of the table)\n", round, runErr)
 				res.failures = append(res.failures, failedNames(buf.String())...)
 			}
 		}
@@ -155,7 +155,7 @@ func machineInfo() machine {
 				break
 			}
 		}
-		f.Close()
+		_ = f.Close()
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) >= 3 {

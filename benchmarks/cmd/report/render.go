@@ -124,7 +124,13 @@ func (r *results) bestLibrary(c string, m metric) (string, float64, bool) {
 }
 
 func render(w io.Writer, m machine, r *results) error {
-	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	// The first write error is the one returned; later writes are skipped.
+	var err error
+	p := func(format string, a ...any) {
+		if err == nil {
+			_, err = fmt.Fprintf(w, format, a...)
+		}
+	}
 	p("Machine: %s, %d CPUs (shared with other work: compare figures within this run only), %s, %s, %s; load average at start %s.\n",
 		m.cpu, m.cpus, m.osArch, m.goVersion, m.date.Format("2006-01-02 15:04 MST"), m.load)
 	p("Each figure is the median of %d rounds (-benchtime %s; the memory case one store per round). "+
@@ -161,7 +167,7 @@ func render(w io.Writer, m machine, r *results) error {
 	if len(r.failures) > 0 {
 		p("\nFailed (a decision other than the case expects, or an error): %s\n", strings.Join(dedupe(r.failures), ", "))
 	}
-	return nil
+	return err
 }
 
 func verdict(tg target, mt metric, fv float64, ok bool, bv, allocs float64, aok bool) string {
