@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
@@ -30,7 +31,10 @@ func TestScriptIsNotRetried(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerHour(10),
-		redisstore.WithPrefix("goredisstore-test:"+t.Name()))
+		redisstore.WithPrefix("goredisstore-test:"+t.Name()),
+		// The test is about retries, not latency: a generous timeout keeps
+		// a slow reconnect on a loaded machine from failing it.
+		redisstore.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
