@@ -41,6 +41,10 @@ var ErrRedis = errors.New("redisstore: redis")
 // one to reset a key. Each decision is
 // a single EVALSHA: one round trip, atomic on the server.
 var (
+	// prelude holds the helpers the decision and refund scripts share; it
+	// is prepended to each of them, so each is still one EVAL.
+	//go:embed scripts/prelude.lua
+	prelude string
 	//go:embed scripts/tokenbucket.lua
 	tokenBucketSrc string
 	//go:embed scripts/slidinglog.lua
@@ -56,14 +60,14 @@ var (
 	//go:embed scripts/slidingcounter_refund.lua
 	slidingCounterRefundSrc string
 
-	tokenBucketScript    = newScript(tokenBucketSrc)
-	slidingLogScript     = newScript(slidingLogSrc)
-	slidingCounterScript = newScript(slidingCounterSrc)
+	tokenBucketScript    = newScript(prelude + tokenBucketSrc)
+	slidingLogScript     = newScript(prelude + slidingLogSrc)
+	slidingCounterScript = newScript(prelude + slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
-	tokenBucketRefundScript    = newScript(tokenBucketRefundSrc)
-	slidingLogRefundScript     = newScript(slidingLogRefundSrc)
-	slidingCounterRefundScript = newScript(slidingCounterRefundSrc)
+	tokenBucketRefundScript    = newScript(prelude + tokenBucketRefundSrc)
+	slidingLogRefundScript     = newScript(prelude + slidingLogRefundSrc)
+	slidingCounterRefundScript = newScript(prelude + slidingCounterRefundSrc)
 )
 
 // script is a Lua source with its SHA1, computed once.

@@ -19,13 +19,7 @@
 -- the decision; when denied, the request fits in retry us; the log is empty
 -- again in reset us.
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock_us(ARGV[1])
 local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -59,11 +53,7 @@ local function expire()
     return 0
   end
   local reset = tonumber(newest[2]) + period - now
-  local ms = (reset - reset % 1000) / 1000
-  if reset % 1000 > 0 then
-    ms = ms + 1
-  end
-  redis.call('PEXPIRE', key, math.max(ms, tonumber(ARGV[7])))
+  redis.call('PEXPIRE', key, expiry_ms(reset, ARGV[7]))
   return reset
 end
 

@@ -14,21 +14,11 @@ local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if #newest == 0 then
   return {0}
 end
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock_us(ARGV[1])
 local reset = tonumber(newest[2]) + tonumber(ARGV[3]) - now
 if reset <= 0 then
   redis.call('DEL', key)
   return {0}
 end
-local ms = (reset - reset % 1000) / 1000
-if reset % 1000 > 0 then
-  ms = ms + 1
-end
-redis.call('PEXPIRE', key, math.max(ms, tonumber(ARGV[4])))
+redis.call('PEXPIRE', key, expiry_ms(reset, ARGV[4]))
 return {1}

@@ -17,13 +17,7 @@
 -- is full again in owed + frac/limit us; when denied the request fits in
 -- wait + wfrac/limit us (wfrac may be negative: the caller borrows).
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
 local incq, incr = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -55,13 +49,8 @@ if ahead < tauq or (ahead == tauq and nfrac <= taur) then
       ttl = ttl + 1
     end
     -- The key vanishes when the bucket is full again: its state then
-    -- equals a fresh one. PX takes whole milliseconds, rounded up.
-    local ms = (ttl - ttl % 1000) / 1000
-    if ttl % 1000 > 0 then
-      ms = ms + 1
-    end
-    ms = math.max(ms, tonumber(ARGV[8]))
-    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac), 'PX', ms)
+    -- equals a fresh one.
+    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac), 'PX', expiry_ms(ttl, ARGV[8]))
   end
   return {1, ntat - now, nfrac, 0, 0}
 end

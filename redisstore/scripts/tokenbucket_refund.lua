@@ -12,13 +12,7 @@ local s = redis.call('GET', KEYS[1])
 if not s then
   return {0}
 end
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock_us(ARGV[1])
 local a, b = string.match(s, '^(%d+) (%d+)$')
 if not a then
   return redis.error_reply('ERR floodgate: malformed token bucket state')
@@ -36,9 +30,5 @@ local ttl = tat - now
 if frac > 0 then
   ttl = ttl + 1
 end
-local ms = (ttl - ttl % 1000) / 1000
-if ttl % 1000 > 0 then
-  ms = ms + 1
-end
-redis.call('SET', KEYS[1], string.format('%d %d', tat, frac), 'PX', math.max(ms, tonumber(ARGV[5])))
+redis.call('SET', KEYS[1], string.format('%d %d', tat, frac), 'PX', expiry_ms(ttl, ARGV[5]))
 return {1}
