@@ -1,12 +1,8 @@
 package goredisstore_test
 
 import (
-	"context"
-	"errors"
 	"testing"
-	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
@@ -23,33 +19,11 @@ func TestMain(m *testing.M) {
 
 // TestScriptIsNotRetried: a reply lost after the server ran the script
 // must not make go-redis run it again (MaxRetries is left at its default
-// of 3). The decision fails instead, and the key was charged once.
+// of 3).
 func TestScriptIsNotRetried(t *testing.T) {
-	addr := redistest.Shared(t)
-	p := redistest.NewDropProxy(t, addr)
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	ctx := context.Background()
-	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerHour(10),
-		redisstore.WithPrefix("goredisstore-test:"+t.Name()),
-		// The test is about retries, not latency: a generous timeout keeps
-		// a slow reconnect on a loaded machine from failing it.
-		redisstore.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lim.Reset(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lim.Allow(ctx, "k"); err != nil { // loads the script
-		t.Fatal(err)
-	}
-	p.Armed.Store(true)
-	if _, err := lim.Allow(ctx, "k"); !errors.Is(err, redisstore.ErrRedis) {
-		t.Fatalf("Allow with the reply lost: err = %v, want an error wrapping ErrRedis", err)
-	}
-	d, err := lim.AllowN(ctx, "k", 0)
-	if err != nil || d.Remaining != 8 {
-		t.Fatalf("after one decision and one lost reply: %+v, %v; want Remaining 8 (charged once each)", d, err)
-	}
+	redistest.CheckScriptNotRetried(t, func(t *testing.T, addr string) redisstore.Scripter {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return goredisstore.New(rdb)
+	})
 }
