@@ -3,7 +3,8 @@ package floodgate
 import (
 	"context"
 	"math"
-	"math/bits"
+
+	"github.com/floodgate-go/floodgate/internal/estimate"
 )
 
 // SlidingCounter is an in-memory sliding-window counter: the constant-memory
@@ -48,6 +49,7 @@ type SlidingCounter struct {
 	rate   Rate
 	limit  int
 	period int64 // Rate.Period in ns
+	est    estimate.Counter
 	store  *store[scState]
 }
 
@@ -73,7 +75,8 @@ func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &SlidingCounter{rate: r, limit: r.Limit, period: int64(r.Period)}
+	sc := &SlidingCounter{rate: r, limit: r.Limit, period: int64(r.Period),
+		est: estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)}}
 	if sc.store, err = newStore(c, sc.freshAt); err != nil {
 		return nil, err
 	}
@@ -193,16 +196,16 @@ func (sc *SlidingCounter) decide(st *scState, now int64, n int) Decision {
 	d := Decision{Limit: sc.limit}
 	// estimate + n <= limit ⇔ cur + n <= limit and
 	// prev·(Period − elapsed) <= (limit − cur − n)·Period.
-	if cur+uint32(n) <= limit && !sc.above(prev, sc.period-elapsed, limit-cur-uint32(n)) {
+	if cur+uint32(n) <= limit && !sc.est.Above(prev, sc.period-elapsed, limit-cur-uint32(n)) {
 		d.Allowed = true
 		if n > 0 {
 			cur += uint32(n)
 			st.window, st.prev, st.cur = w, prev, cur
 		}
 	} else {
-		d.RetryAfter = durationNS(sc.retryAt(start, prev, cur, uint32(n)) - now)
+		d.RetryAfter = durationNS(sc.est.RetryAt(start, prev, cur, uint32(n)) - now)
 	}
-	d.Remaining = max(sc.limit-int(cur)-int(sc.share(prev, sc.period-elapsed)), 0)
+	d.Remaining = max(sc.limit-int(cur)-int(sc.est.Share(prev, sc.period-elapsed)), 0)
 	switch {
 	case cur > 0: // the current window's events weigh until the next one ends
 		d.ResetAfter = durationNS(start + 2*sc.period - now)
@@ -210,52 +213,6 @@ func (sc *SlidingCounter) decide(st *scState, now int64, n int) Decision {
 		d.ResetAfter = durationNS(start + sc.period - now)
 	}
 	return d
-}
-
-// above reports whether prev·rest > room·Period.
-func (sc *SlidingCounter) above(prev uint32, rest int64, room uint32) bool {
-	ah, al := bits.Mul64(uint64(prev), uint64(rest))
-	bh, bl := bits.Mul64(uint64(room), uint64(sc.period))
-	return ah > bh || (ah == bh && al > bl)
-}
-
-// share returns ceil(prev·rest/Period): the previous window's events still
-// weighing on the estimate, rounded up to whole events.
-func (sc *SlidingCounter) share(prev uint32, rest int64) uint32 {
-	hi, lo := bits.Mul64(uint64(prev), uint64(rest))
-	q, r := bits.Div64(hi, lo, uint64(sc.period)) // rest <= Period: q <= prev
-	if r > 0 {
-		q++
-	}
-	return uint32(q)
-}
-
-// retryAt returns the earliest time at which estimate + n <= limit, for a
-// denied request in the fixed window beginning at start. The estimate only
-// falls as time passes (it is continuous at window boundaries, where the
-// current count becomes the previous one at full weight), so that time is
-// when the previous count's share has shrunk enough: in this window if the
-// current count leaves room for n, in the next one otherwise.
-func (sc *SlidingCounter) retryAt(start int64, prev, cur, n uint32) int64 {
-	limit := uint32(sc.limit)
-	if cur+n <= limit {
-		// Denied, so prev > 0 and prev·Period > (limit−cur−n)·Period.
-		return start + sc.elapsedFor(prev, limit-cur-n)
-	}
-	// Denied with cur+n > limit >= n, so cur > 0.
-	return start + sc.period + sc.elapsedFor(cur, limit-n)
-}
-
-// elapsedFor returns the smallest elapsed time e in [0, Period] with
-// count·(Period − e) <= room·Period, that is
-// Period − floor(room·Period/count); count is positive.
-func (sc *SlidingCounter) elapsedFor(count, room uint32) int64 {
-	if room >= count {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(room), uint64(sc.period))
-	q, _ := bits.Div64(hi, lo, uint64(count)) // room < count: q < Period
-	return sc.period - int64(q)
 }
 
 // freshAt is when the estimate falls to zero and the counts equal fresh

@@ -2,11 +2,11 @@ package redisstore
 
 import (
 	"context"
-	"math/bits"
 	"strconv"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/estimate"
 )
 
 // SlidingCounter is a sliding-window counter whose counts live in Redis, so
@@ -29,7 +29,8 @@ import (
 type SlidingCounter struct {
 	base
 	rate      floodgate.Rate
-	period    int64 // Rate.Period in ns
+	period    int64            // Rate.Period in ns
+	est       estimate.Counter // the same arithmetic as in memory
 	limitArg  string
 	periodArg string
 	originArg string
@@ -51,6 +52,7 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 	sc := &SlidingCounter{
 		rate:      r,
 		period:    int64(r.Period),
+		est:       estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)},
 		limitArg:  strconv.Itoa(r.Limit),
 		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
 		originArg: "0",
@@ -137,7 +139,7 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 	start := now64 / sc.period * sc.period
 	elapsed := now64 - start
 	d := floodgate.Decision{Allowed: r[0] == 1, Limit: limit}
-	d.Remaining = max(limit-int(cur)-int(sc.share(prev, sc.period-elapsed)), 0)
+	d.Remaining = max(limit-int(cur)-int(sc.est.Share(prev, sc.period-elapsed)), 0)
 	switch {
 	case cur > 0:
 		d.ResetAfter = ceilMicros(start + 2*sc.period - now64)
@@ -145,43 +147,9 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 		d.ResetAfter = ceilMicros(start + sc.period - now64)
 	}
 	if !d.Allowed {
-		d.RetryAfter = ceilMicros(sc.retryAt(start, prev, cur, uint32(n)) - now64)
+		d.RetryAfter = ceilMicros(sc.est.RetryAt(start, prev, cur, uint32(n)) - now64)
 	}
 	return d, nil
-}
-
-// share returns ceil(prev·rest/Period): the previous window's events still
-// weighing on the estimate, rounded up to whole events.
-func (sc *SlidingCounter) share(prev uint32, rest int64) uint32 {
-	hi, lo := bits.Mul64(uint64(prev), uint64(rest))
-	q, r := bits.Div64(hi, lo, uint64(sc.period)) // rest <= Period: q <= prev
-	if r > 0 {
-		q++
-	}
-	return uint32(q)
-}
-
-// retryAt returns the earliest time at which estimate + n <= limit for a
-// denied request in the fixed window beginning at start: in this window if
-// the current count leaves room for n, in the next one otherwise.
-func (sc *SlidingCounter) retryAt(start int64, prev, cur, n uint32) int64 {
-	limit := uint32(sc.rate.Limit)
-	if cur+n <= limit {
-		return start + sc.elapsedFor(prev, limit-cur-n)
-	}
-	return start + sc.period + sc.elapsedFor(cur, limit-n)
-}
-
-// elapsedFor returns the smallest elapsed time e in [0, Period] with
-// count·(Period − e) <= room·Period, that is
-// Period − floor(room·Period/count).
-func (sc *SlidingCounter) elapsedFor(count, room uint32) int64 {
-	if room >= count {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(room), uint64(sc.period))
-	q, _ := bits.Div64(hi, lo, uint64(count)) // room < count: q < Period
-	return sc.period - int64(q)
 }
 
 // ceilMicros rounds a non-negative wait in nanoseconds up to the
