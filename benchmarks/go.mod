@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/didip/tollbooth/v7 v7.0.2
-	github.com/floodgate-go/floodgate v0.0.0
-	github.com/floodgate-go/floodgate/redisstore v0.0.0
+	github.com/floodgate-go/floodgate v0.2.0
+	github.com/floodgate-go/floodgate/redisstore v0.2.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
@@ -28,9 +28,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-// The benchmarks measure the floodgate of this checkout, never a published
-// version.
-replace (
-	github.com/floodgate-go/floodgate => ../
-	github.com/floodgate-go/floodgate/redisstore => ../redisstore
-)

@@ -2,10 +2,9 @@ module github.com/floodgate-go/floodgate/redisstore
 
 go 1.26.0
 
-replace github.com/floodgate-go/floodgate => ../
 
 require (
-	github.com/floodgate-go/floodgate v0.0.0
+	github.com/floodgate-go/floodgate v0.2.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/redis/go-redis/v9 v9.23.0

@@ -18,7 +18,12 @@ done
 
 for mod in "${modules[@]}"; do
 	echo "== module $mod: tidy, vet and test"
-	(cd "$mod" && go mod tidy -diff && go vet ./... && go test -race -shuffle=on -timeout 10m ./...)
+	# A nested module requires the root at its release version, which the
+	# module proxy does not have before it is tagged: go.work points those
+	# requirements at this checkout, and "go mod tidy" (which ignores go.work)
+	# can only check the root module.
+	if [[ "$mod" == . ]]; then (go mod tidy -diff); fi
+	(cd "$mod" && go vet ./... && go test -race -shuffle=on -timeout 10m ./...)
 done
 
 for mod in "${modules[@]}"; do
