@@ -41,6 +41,10 @@ if [[ -z "$root_path" ]]; then
 fi
 
 source="${1:-HEAD}"
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	echo "release-check: needs a git checkout of the repository (it tags a copy of a commit)" >&2
+	exit 1
+fi
 work="$(mktemp -d)"
 cleanup() {
 	# The module cache is read-only by design; make it removable.
