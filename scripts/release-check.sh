@@ -33,7 +33,6 @@
 #                      it for its "go mod tidy" check of nested modules)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo_root="$PWD"
 root_path="$(go mod edit -json | sed -n 's/^\t\t"Path": "\(.*\)"$/\1/p' | head -n1)"
 if [[ -z "$root_path" ]]; then
 	echo "release-check: cannot read the root module path from go.mod" >&2
@@ -221,8 +220,9 @@ func init() {
 }
 EOF
 	fi
+	mapfile -t pkgs < <(cut -d' ' -f1 "$dir/packages")
 	if ! {
-		"${consumer[@]}" build $(cut -d' ' -f1 "$dir/packages") &&
+		"${consumer[@]}" build "${pkgs[@]}" &&
 			"${consumer[@]}" run . >"$dir/out"
 	} >>"$log" 2>&1; then
 		cat "$log" >&2

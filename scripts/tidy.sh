@@ -41,7 +41,7 @@ for mod in "${modules[@]}"; do
 	rc=0
 	out="$(cd "$mod" && GOWORK=off GOFLAGS=-mod=mod GOSUMDB=off GOMODCACHE="$tmp/modcache" \
 		GOPROXY="file://$proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" \
-		GOPRIVATE= GONOPROXY= GONOSUMDB= go mod tidy "${diff[@]}" 2>"$tmp/err")" || rc=$?
+		GOPRIVATE='' GONOPROXY='' GONOSUMDB='' go mod tidy "${diff[@]}" 2>"$tmp/err")" || rc=$?
 	if ((${#diff[@]} == 0)); then
 		if ((rc != 0)); then
 			cat "$tmp/err" >&2
