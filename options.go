@@ -96,7 +96,7 @@ func newConfig(kind string, opts []Option) (config, error) {
 
 // WithBurst sets the capacity of a token bucket: the number of events that
 // may happen at once after a quiet spell. The default is Rate.Limit. It
-// must be positive and applies only to NewTokenBucket.
+// must be in 1..2^24, like Rate.Limit, and applies only to NewTokenBucket.
 func WithBurst(n int) Option {
 	return func(c *config) error {
 		if n <= 0 || n > maxLimit {
