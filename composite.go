@@ -265,6 +265,21 @@ func merge(ds []Decision, allowed bool) Decision {
 	return out
 }
 
+// unlimited reports whether every one of c's limiters is unlimited right
+// now, so that a Composite nested in another is left out of the outer
+// decision as its limiters are of its own.
+func (c *Composite) unlimited() bool {
+	if !c.mayBeUnlimited {
+		return false
+	}
+	for _, l := range c.limiters {
+		if u, ok := l.(unbounded); !ok || !u.unlimited() {
+			return false
+		}
+	}
+	return true
+}
+
 // RefundN gives n units back to every limiter that implements Refunder,
 // so that a Composite can itself be part of a Composite. Errors are
 // joined.
@@ -295,8 +310,9 @@ func (c *Composite) Reset(ctx context.Context, key string) error {
 }
 
 var (
-	_ Limiter  = (*Composite)(nil)
-	_ Refunder = (*Composite)(nil)
-	_ Resetter = (*Composite)(nil)
-	_ Refunder = (*TokenBucket)(nil)
+	_ Limiter   = (*Composite)(nil)
+	_ Refunder  = (*Composite)(nil)
+	_ Resetter  = (*Composite)(nil)
+	_ unbounded = (*Composite)(nil)
+	_ Refunder  = (*TokenBucket)(nil)
 )

@@ -237,8 +237,13 @@ func TestCompositeWithUnlimitedRateLimiter(t *testing.T) {
 				clk.Advance(time.Hour)
 			}
 
+			nested := mustAll(t, newTestBucket(t, PerMinute(3), clk), mustAll(t, inf))
+			d, err := nested.AllowN(ctx, "k", 3)
+			require.NoError(t, err, "a Composite of unlimited limiters is unlimited too")
+			assert.Equal(t, Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: time.Minute}, d)
+
 			only := mustAll(t, inf)
-			d, err := only.AllowN(ctx, "k", 1_000_000)
+			d, err = only.AllowN(ctx, "k", 1_000_000)
 			require.NoError(t, err, "no limit at all: any cost")
 			assert.Equal(t, Decision{Allowed: true, Limit: burst, Remaining: burst}, d)
 		})
