@@ -17,7 +17,7 @@
 //
 // When TURNSTILE_SECRET is set, POST /signup first requires a Cloudflare
 // Turnstile token in the CF-Turnstile-Response header, verified with that
-// secret, and only then counts against the nickname-pattern limit: bots
+// secret, and only then counts against the sign-up limits: bots
 // are refused (400 no token, 403 rejected, 503 while Cloudflare cannot be
 // reached) before they use up anyone's quota. To try it without a real
 // site, Cloudflare's dummy secret 1x0000000000000000000000000000000AA
