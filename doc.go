@@ -24,8 +24,13 @@
 //   - [SlidingCounter]: the two-window weighted estimate of a sliding window
 //     in constant memory per key, for large limits.
 //
+// A Rate's Limit is at most 2^24 events per period (see [Rate] for larger
+// rates), and each option may be given once: anything else is an error
+// from the constructor.
+//
 // [All] combines limits on one key (10 per minute and 100 per hour), and
-// [FromRateLimiter] turns one *rate.Limiter into a server-wide cap. The
+// [FromRateLimiter] turns one *rate.Limiter into a server-wide cap (at
+// rate.Inf, no cap at all, also inside All). The
 // same semantics hold on Redis (module
 // github.com/floodgate-go/floodgate/redisstore), and the floodgatetest
 // package checks any Limiter against them.
