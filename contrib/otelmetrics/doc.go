@@ -1,0 +1,3 @@
+// Package otelmetrics exports floodgate's decisions and limiter state
+// through OpenTelemetry instruments.
+package otelmetrics
