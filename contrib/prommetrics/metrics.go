@@ -244,18 +244,26 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
-	return m.observeEvent
-}
-
-func (m *Metrics) observeEvent(ev floodgate.DecisionEvent) {
-	if ev.AfterHandler {
-		return
+	// A middleware reports few policies, usually one, and the same name
+	// string every time: remembering the last one's counters saves the map
+	// lookup, a third of the hook's cost.
+	var last atomic.Pointer[policyCounters]
+	return func(ev floodgate.DecisionEvent) {
+		if ev.AfterHandler {
+			return
+		}
+		pc := last.Load()
+		if pc == nil || pc.label != ev.Policy {
+			if pc = m.policy(ev.Policy); pc.label == ev.Policy {
+				last.Store(pc)
+			}
+		}
+		o := classify(ev.Decision.Allowed, ev.Err)
+		if o == denied && !ev.Blocked {
+			o = dryRunDenied
+		}
+		pc.c[o].Inc()
 	}
-	o := classify(ev.Decision.Allowed, ev.Err)
-	if o == denied && !ev.Blocked {
-		o = dryRunDenied
-	}
-	m.policy(ev.Policy).c[o].Inc()
 }
 
 // Observe counts a decision made outside the middleware, from business
