@@ -62,10 +62,11 @@
 //
 // # Cost and cardinality
 //
-// Counting a decision costs a lock-free map lookup and an atomic add, with
-// no allocation. The histogram records synchronously with attributes built
-// once per limiter; timing an in-memory decision would cost about as much
-// as the decision itself, which is why Watch exists.
+// Counting a decision costs an atomic add, after a lock-free map lookup
+// that each hook skips while its policy stays the same, with no
+// allocation. The histogram records synchronously with attributes built
+// once per limiter; timing an in-memory decision costs more than the
+// decision itself, which is why Watch exists.
 //
 // Attribute values are the names given to Watch and Limiter, and the
 // policy names the middleware or Observe reports; never a key or an

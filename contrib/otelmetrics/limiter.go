@@ -53,7 +53,7 @@ func (m *Metrics) Watch(name string, l floodgate.Limiter) error {
 // that returns l's rate, or the zero Rate if l reports none.
 //
 // Timing is meant for the limiters whose time matters, those on Redis:
-// reading the clock twice costs about as much as an in-memory decision
+// reading the clock twice can cost more than an in-memory decision
 // itself, which Watch observes for free.
 func (m *Metrics) Limiter(name string, l floodgate.Limiter) (floodgate.Limiter, error) {
 	if l == nil {

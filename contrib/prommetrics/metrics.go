@@ -106,8 +106,8 @@ func WithBuckets(bounds ...float64) Option {
 //   - limiters, with Limiter (latency, store and Redis state) or Watch
 //     (store and Redis state only), under a name of your choosing.
 //
-// Counting a decision costs a map lookup without a lock and one atomic
-// add. Store sizes and Redis state are read from the limiters' Stats when
+// Counting a decision costs one atomic add, after a lock-free map lookup
+// that each hook skips while its policy stays the same. Store sizes and Redis state are read from the limiters' Stats when
 // Prometheus scrapes, never on the request path. A Metrics is safe for
 // concurrent use.
 type Metrics struct {
