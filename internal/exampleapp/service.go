@@ -41,6 +41,10 @@ type Config struct {
 	// Turnstile verification, say) is refused before it costs the
 	// nickname's quota, or its IP's, anything. Nil: no bot check.
 	BotCheck func(http.Handler) http.Handler
+	// DecisionHook, when set, is every limit's decision hook
+	// (floodgate.WithDecisionHook), e.g. the metrics of
+	// contrib/prommetrics. Nil: none.
+	DecisionHook func(floodgate.DecisionEvent)
 }
 
 // The limits of the example, in one place.
@@ -92,6 +96,9 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	mwOpts := []floodgate.MiddlewareOption{floodgate.WithLogger(cfg.Logger)}
 	if cfg.Clock != nil {
 		mwOpts = append(mwOpts, floodgate.WithWallClock(cfg.Clock))
+	}
+	if cfg.DecisionHook != nil {
+		mwOpts = append(mwOpts, floodgate.WithDecisionHook(cfg.DecisionHook))
 	}
 	var ipOpts []floodgate.IPOption
 	if len(cfg.TrustedProxies) > 0 {
