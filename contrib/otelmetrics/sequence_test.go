@@ -68,25 +68,31 @@ func TestKnownSequence(t *testing.T) {
 	}
 
 	got := points(t, reader)
-	// The sign-up body is read by the first policy's key function, which
-	// fails before any policy is selected: the policy attribute is empty.
+	// The sign-up passes the per-IP ceiling (allowed), then its body is
+	// read by the first nickname policy's key function, which fails before
+	// any policy is selected: the policy attribute is empty.
 	wantPoints(t, only(got, "floodgate.decisions"), map[string]float64{
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":        10,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":         2,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}": 0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe}":          0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=}":                     0,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=}":                      0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=}":              0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=}":                       1,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":            10,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":             2,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}":     0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe}":              0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling}":        1,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_ip_ceiling}":         0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_ip_ceiling}": 0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_ip_ceiling}":          0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=}":                         0,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=}":                          0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=}":                  0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=}":                           1,
 	})
 	want := map[string]float64{}
-	for _, name := range []string{"probe", "signup-nickname", "signup-ip", "reward-ip", "reward-account"} {
+	for _, name := range []string{"probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip", "reward-account"} {
 		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.keys.max{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
 	}
 	want["floodgate.store.keys{floodgate.limiter=probe}"] = 1
+	want["floodgate.store.keys{floodgate.limiter=signup-ceiling}"] = 1
 	wantPoints(t, only(got, "floodgate.store"), want)
 }

@@ -147,10 +147,12 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	for _, mt := range family(t, families, "floodgate_decisions_total", dto.MetricType_COUNTER).GetMetric() {
 		decisions[label(mt, "policy")+"/"+label(mt, "outcome")] = mt.GetCounter().GetValue()
 	}
-	// The signup body is read by the first policy's key function, which
-	// fails before any policy is selected: the policy label is empty.
+	// The sign-up passes the per-IP ceiling (allowed), then its body is
+	// read by the first nickname policy's key function, which fails before
+	// any policy is selected: the policy label is empty.
 	want := map[string]float64{
 		"user_id_probe/allowed": 10, "user_id_probe/denied": 2, "user_id_probe/error": 0, "user_id_probe/dry_run_denied": 0,
+		"signup_ip_ceiling/allowed": 1, "signup_ip_ceiling/denied": 0, "signup_ip_ceiling/error": 0, "signup_ip_ceiling/dry_run_denied": 0,
 		"/allowed": 0, "/denied": 0, "/error": 1, "/dry_run_denied": 0,
 	}
 	if len(decisions) != len(want) {
@@ -166,7 +168,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	for _, mt := range family(t, families, "floodgate_store_keys", dto.MetricType_GAUGE).GetMetric() {
 		stores[label(mt, "limiter")] = mt.GetGauge().GetValue()
 	}
-	wantStores := map[string]float64{"probe": 1, "signup-nickname": 0, "signup-ip": 0, "reward-ip": 0, "reward-account": 0}
+	wantStores := map[string]float64{"probe": 1, "signup-ceiling": 1, "signup-nickname": 0, "signup-ip": 0, "reward-ip": 0, "reward-account": 0}
 	if len(stores) != len(wantStores) {
 		t.Errorf("store series %v, want %v", stores, wantStores)
 	}
