@@ -39,6 +39,13 @@ type counters struct{ before, beforeAfterNext, after, handler atomic.Int32 }
 // limit, a middleware after it and the handler, on a real server.
 func engine(t *testing.T, limit gin.HandlerFunc, h gin.HandlerFunc) (*httptest.Server, *counters) {
 	t.Helper()
+	r, n := router(limit, h)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv, n
+}
+
+func router(limit gin.HandlerFunc, h gin.HandlerFunc) (*gin.Engine, *counters) {
 	n := &counters{}
 	r := gin.New()
 	r.Use(func(c *gin.Context) {
@@ -50,9 +57,7 @@ func engine(t *testing.T, limit gin.HandlerFunc, h gin.HandlerFunc) (*httptest.S
 		n.handler.Add(1)
 		h(c)
 	})
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	return srv, n
+	return r, n
 }
 
 func post(t *testing.T, srv *httptest.Server, body string) *http.Response {
@@ -133,7 +138,10 @@ func TestCountStatusThroughGin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, n := engine(t, limit, func(c *gin.Context) {
+			// In process: the handler's Flush sends the response before
+			// the middleware has counted it, and a client on the network
+			// could overtake the count.
+			r, n := router(limit, func(c *gin.Context) {
 				var in struct{ Password string }
 				if err := c.ShouldBindJSON(&in); err != nil {
 					c.AbortWithStatus(http.StatusBadRequest)
@@ -153,9 +161,10 @@ func TestCountStatusThroughGin(t *testing.T) {
 				{"right", 200}, {"wrong", 401}, {"right", 429}, {"wrong", 429},
 			}
 			for i, s := range steps {
-				resp := post(t, srv, `{"Password":"`+s.password+`"}`)
-				if resp.StatusCode != s.want {
-					t.Fatalf("step %d (%s): %d, want %d", i, s.password, resp.StatusCode, s.want)
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/login", bytes.NewBufferString(`{"Password":"`+s.password+`"}`)))
+				if w.Code != s.want {
+					t.Fatalf("step %d (%s): %d, want %d", i, s.password, w.Code, s.want)
 				}
 			}
 			if got := n.handler.Load(); got != 6 {
