@@ -393,19 +393,28 @@ func deniedStatus(d floodgate.Decision) error {
 	return st.Err()
 }
 
-// quotaHeaders are the headers floodgate sets that travel as metadata.
-var quotaHeaders = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Retry-After"}
+// quotaHeaders are the headers floodgate sets that travel as metadata:
+// the canonical header key, and the metadata key (lower case, as gRPC
+// requires).
+var quotaHeaders = [...]struct{ header, md string }{
+	{"Ratelimit-Policy", "ratelimit-policy"},
+	{"Ratelimit", "ratelimit"},
+	{"X-Ratelimit-Limit", "x-ratelimit-limit"},
+	{"X-Ratelimit-Remaining", "x-ratelimit-remaining"},
+	{"X-Ratelimit-Reset", "x-ratelimit-reset"},
+	{"Retry-After", "retry-after"},
+}
 
 // sendQuota copies floodgate's quota headers into the response header
-// metadata, under their names in lower case.
+// metadata.
 func sendQuota(c *call, h http.Header) {
 	var md metadata.MD
 	for _, k := range quotaHeaders {
-		if vs := h[k]; len(vs) > 0 {
+		if vs := h[k.header]; len(vs) > 0 {
 			if md == nil {
 				md = make(metadata.MD, 3)
 			}
-			md[strings.ToLower(k)] = vs
+			md[k.md] = vs
 		}
 	}
 	if md != nil {
