@@ -78,8 +78,8 @@ type Route struct {
 // route a ServeMux holding all the table's patterns would route it to, so
 // the rule that applies is the route that runs. ServeMux's own rules
 // choose: the most specific pattern wins, a GET pattern takes HEAD
-// requests (unless a HEAD pattern exists), host patterns win over
-// host-less ones, and paths are cleaned. A request that no route matches,
+// requests (unless a HEAD pattern exists), a host pattern wins over a
+// host-less one that is no more specific, and paths are cleaned. A request that no route matches,
 // or that the mux would redirect or answer with 404 or 405, is not
 // limited; add a route for "/" to limit those by a default policy.
 //
