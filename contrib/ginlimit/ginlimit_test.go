@@ -285,3 +285,47 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("codes %s, want [200,429,429]", b)
 	}
 }
+
+// TestHijackThroughGin: a handler that takes over the connection (a
+// WebSocket upgrade, say) does so through the middleware's writer, which
+// counts it as status 101.
+func TestHijackThroughGin(t *testing.T) {
+	limit, err := ginlimit.New(bucket(t, 1),
+		floodgate.WithCountStatus(func(s int) bool { return s == http.StatusSwitchingProtocols }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int32
+	done := make(chan struct{}, 2) // a request's chain, the count included, is over
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.Next(); done <- struct{}{} })
+	r.POST("/login", limit, func(c *gin.Context) {
+		handled.Add(1)
+		conn, rw, err := c.Writer.Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return
+		}
+		defer func() { _ = conn.Close() }() // the raw response below is all there is
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+		_ = rw.Flush()
+	})
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	for i, want := range []int{101, 429} {
+		resp := post(t, srv, `{}`)
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+		// The client has its answer as soon as the handler writes it; the
+		// count comes after the handler returns.
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request's chain never finished")
+		}
+	}
+	if handled.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1", handled.Load())
+	}
+}
