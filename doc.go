@@ -57,5 +57,11 @@
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the
-// client IP with a more lenient limit.
+// client IP with a more lenient limit. [NewRoutes] and
+// [NewRouteMiddleware] give each route its own policies in one middleware,
+// matched by an http.ServeMux itself so that the rule that applies is the
+// route that runs (HEAD with GET, most specific pattern first);
+// [MatchPattern] scopes a middleware to one pattern the same way. The
+// nested modules contrib/grpclimit and contrib/ginlimit carry the same
+// middleware to gRPC servers and gin.
 package floodgate

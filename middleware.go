@@ -151,15 +151,6 @@ func WithOnly(match func(r *http.Request) bool) MiddlewareOption {
 	}
 }
 
-// MatchRoute returns a predicate, for WithOnly or WithSkip, that matches
-// requests with exactly this method and URL path (the decoded
-// Request.URL.Path, so percent-encoded spellings of the path match too).
-func MatchRoute(method, path string) func(r *http.Request) bool {
-	return func(r *http.Request) bool {
-		return r.Method == method && r.URL.Path == path
-	}
-}
-
 // WithDeniedHandler replaces the response to a denied request (default
 // ProblemDetails, RFC 9457 problem+json). StaticJSON builds one for a
 // service's own JSON envelope.

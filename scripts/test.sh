@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 fuzztime="${FUZZTIME:-3s}"
 
 modules=()
-for mod in . redisstore benchmarks contrib/prommetrics contrib/otelmetrics; do
+for mod in . redisstore benchmarks contrib/prommetrics contrib/otelmetrics contrib/grpclimit contrib/ginlimit; do
 	[[ -f "$mod/go.mod" ]] && modules+=("$mod")
 done
 
