@@ -141,7 +141,7 @@ func TestPolicyMiddlewareHeaders(t *testing.T) {
 	}{
 		{"X-User", "bob", `"user";q=5;w=60`, `"user";r=4;t=12`, 200},
 		{"X-Ip", "1.2.3.4", `"ip";q=10;w=30`, `"ip";r=9;t=3`, 200},
-		{"", "", "", "", 503}, // no policy applies: fail closed
+		{"", "", "", "", 400}, // no policy applies: the client sent no key
 	}
 	for _, tt := range tests {
 		r := newRequest("GET", "/", "192.0.2.1:1")
