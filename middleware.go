@@ -390,7 +390,9 @@ func WithDryRun() MiddlewareOption {
 // after the reservation.
 //
 // Every policy's limiter must implement Refunder (all of this package's
-// and redisstore's do); NewMiddleware refuses one that does not. The
+// and redisstore's do, except SharedLimiter); NewMiddleware refuses one
+// that does not. A Composite gives back to those of its limiters that
+// can: a SharedLimiter inside one keeps what it took. The
 // handler sees a wrapped ResponseWriter that keeps http.Flusher,
 // http.Hijacker, io.ReaderFrom and http.ResponseController working
 // (Unwrap); a hijacked connection counts as status 101.

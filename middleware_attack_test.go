@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -631,4 +632,34 @@ func TestMiddlewareReportsLiveEvictions(t *testing.T) {
 	if len(lines) != 2 || lines[1]["evicted_live"] != float64(180) {
 		t.Fatalf("log %v: want a second line a minute later with the 180 evicted since", lines)
 	}
+}
+
+// io.Copy to the wrapped writer of WithCountStatus keeps the wrapped
+// writer's ReadFrom (sendfile), and records the status as written.
+func TestCountStatusWriterReadFrom(t *testing.T) {
+	var used bool
+	rf := &readFromRecorder{ResponseWriter: nil, used: &used}
+	rec := &benchWriter{h: http.Header{}}
+	rf.ResponseWriter = rec
+	sw := &statusWriter{ResponseWriter: rf}
+	n, err := io.Copy(sw, struct{ io.Reader }{strings.NewReader("body")}) // no WriteTo: io.Copy must use ReadFrom
+	if err != nil || n != 4 || !used || sw.statusCode() != http.StatusOK {
+		t.Fatalf("io.Copy: %d, %v; ReadFrom used %v; status %d", n, err, used, sw.statusCode())
+	}
+	// Without a ReadFrom below, the copy still works.
+	sw = &statusWriter{ResponseWriter: &benchWriter{h: http.Header{}}}
+	if n, err := sw.ReadFrom(strings.NewReader("body")); err != nil || n != 4 {
+		t.Fatalf("ReadFrom without one below: %d, %v", n, err)
+	}
+}
+
+// readFromRecorder is a ResponseWriter with its own ReadFrom.
+type readFromRecorder struct {
+	http.ResponseWriter
+	used *bool
+}
+
+func (r *readFromRecorder) ReadFrom(src io.Reader) (int64, error) {
+	*r.used = true
+	return io.Copy(r.ResponseWriter, src)
 }
