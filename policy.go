@@ -29,8 +29,9 @@ type Policy struct {
 // meaningful signal. It holds an ordered list of policies and selects the
 // first whose key function yields a key: a key function that returns an
 // error wrapping ErrNoKey passes the request on to the next policy; any
-// other error stops the selection and is returned, so a broken key function
-// never silently lets a request fall through to a weaker limit.
+// other error (or one that also wraps ErrInvalidOption, a misconfiguration)
+// stops the selection and is returned, so a broken key function never
+// silently lets a request fall through to a weaker limit.
 //
 // Sign-up abuse is the typical case: limit by the normalized nickname
 // (abc1, abc2 → abc{NUM}) 5 per minute when a pattern can be formed, else
