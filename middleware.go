@@ -822,7 +822,11 @@ func (m *middleware) logClient(r *http.Request, policy string, status int, err e
 	if !ok {
 		return
 	}
-	l.LogAttrs(r.Context(), slog.LevelDebug, "rate limiter refused a request it could not key",
+	msg := "rate limiter refused a request for the client's own doing"
+	if status == StatusClientClosedRequest {
+		msg = "client went away during the rate limit decision"
+	}
+	l.LogAttrs(r.Context(), slog.LevelDebug, msg,
 		slog.String("policy", policy),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
@@ -943,8 +947,9 @@ func (l *denialLog) admit(key string, now time.Time, period time.Duration) (ok b
 }
 
 // statusWriter records the status of a response for WithCountStatus. It
-// forwards Flush, Hijack and ReadFrom, and Unwrap lets http.ResponseController reach
-// the other optional methods (deadlines, full duplex) of the writer below.
+// forwards Flush, Hijack and ReadFrom, and Unwrap lets
+// http.ResponseController reach the other optional methods (deadlines,
+// full duplex) of the writer below.
 type statusWriter struct {
 	http.ResponseWriter
 	status int

@@ -75,7 +75,10 @@ type policyFieldCache struct {
 
 // rateLimitSlots is the size of each policy's table of RateLimit values:
 // enough for the pairs one busy second produces on a small quota.
-const rateLimitSlots = 64
+const (
+	rateLimitBits  = 6
+	rateLimitSlots = 1 << rateLimitBits
+)
 
 type rateLimitValue struct {
 	remaining int
@@ -157,20 +160,13 @@ func (p *policy) policyField(limit int) ([]string, int64) {
 	return c.value[:], c.window
 }
 
-// policyValue returns the RateLimit-Policy value for a quota of limit
-// units.
-func (p *policy) policyValue(limit int) string {
-	v, _ := p.policyField(limit)
-	return v[0]
-}
-
 // rateLimitField returns the RateLimit value for remaining units and t
 // seconds, from the policy's table when a recent request had the same.
 func (p *policy) rateLimitField(remaining int, t int64) []string {
 	// Fibonacci hashing of the pair: remaining and t both vary in their
 	// low bits, which the top bits of the product mix.
 	h := (uint64(remaining)*31 + uint64(t)) * 0x9e3779b97f4a7c15
-	slot := &p.rateLimit[h>>(64-6)] // 6 bits: rateLimitSlots
+	slot := &p.rateLimit[h>>(64-rateLimitBits)]
 	if v := slot.Load(); v != nil && v.remaining == remaining && v.t == t {
 		return v.value[:]
 	}
@@ -189,9 +185,10 @@ func (p *policy) rateLimitField(remaining int, t int64) []string {
 // The values never lie, whatever the limiter reports: counts are clamped
 // to what they can mean (Remaining within [0, Limit]), waits saturate
 // instead of wrapping, and RateLimit's t is at most the policy's window
-// w, as the draft requires (a sliding log's wait rounded up, or a sliding
-// counter's estimate across two windows, can exceed it; Retry-After keeps
-// the exact wait).
+// w, so that no client reads a reset beyond the window the policy
+// advertises (a sliding log's wait rounded up, or a sliding counter's
+// estimate across two windows, can exceed it; Retry-After keeps the
+// exact wait).
 //
 // The values returned are shared with other responses (header values are
 // never written in place: Header.Set and Header.Add replace or reallocate
