@@ -12,6 +12,11 @@ import (
 
 // HeaderStyle selects the quota headers the middleware sets on allowed and
 // denied responses.
+//
+// The header values (and the Content-Type of the bodies written here) are
+// shared between responses, so that a request allocates nothing for them:
+// a handler may replace them (Header.Set, Header.Add, Header.Del) but must
+// not write into their slices in place.
 type HeaderStyle int
 
 // Header styles.
