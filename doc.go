@@ -52,8 +52,11 @@
 // trusts forwarding headers only from configured proxies), denied requests
 // get 429 with Retry-After and a JSON body (RFC 9457 problem details by
 // default, or the service's own envelope), and every response carries the
-// IETF RateLimit-Policy and RateLimit headers. Errors from the key function
-// or the limiter follow an explicit policy: fail closed (503) by default.
+// IETF RateLimit-Policy and RateLimit headers. A failing limiter or store
+// follows an explicit policy: fail closed (503) by default, or fail open;
+// what the client caused (no key, a bad address or body) is a 400 under
+// either, a misconfiguration a 500, and a client that hangs up mid-decision
+// never reaches the handler ([ErrorStatus], [WithFailOpen]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the
