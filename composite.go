@@ -44,10 +44,26 @@ type Refunder interface {
 // both cases Remaining is the smallest over all limiters and ResetAfter the
 // longest.
 //
+// A limiter without a limit at the moment of the call (a SharedLimiter
+// over rate.Inf) is left out of the decision: it allows every cost, so
+// neither its Limit (the rate.Limiter's burst, which rate.Inf ignores, and
+// may be 0) nor its Remaining must read as a cap. All of tb and such a
+// limiter decides exactly as tb alone.
+//
 // A Composite is safe for concurrent use if its limiters are.
 type Composite struct {
 	limiters []Limiter // in the order they are consumed: Refunders first
+	// mayBeUnlimited reports that some limiter implements unbounded, so
+	// AllowN must check which are unlimited on each call.
+	mayBeUnlimited bool
 }
+
+// unbounded is implemented by limiters that may have no limit at all, for
+// a while or for good: a SharedLimiter whose rate.Limiter is at rate.Inf
+// (its limit can be changed at run time). While unlimited such a limiter
+// allows every cost and keeps no state, so leaving it out of a decision
+// changes nothing but the Decision's numbers.
+type unbounded interface{ unlimited() bool }
 
 // All returns a Composite that allows a request only if every one of
 // limiters does. It needs at least one limiter and refuses nil ones with
@@ -63,6 +79,9 @@ func All(limiters ...Limiter) (*Composite, error) {
 		}
 		if _, ok := l.(Refunder); ok {
 			c.limiters = append(c.limiters, l)
+		}
+		if _, ok := l.(unbounded); ok {
+			c.mayBeUnlimited = true
 		}
 	}
 	for _, l := range limiters {
@@ -98,24 +117,48 @@ const compositeInline = 4
 
 // AllowN takes n units for key from every limiter, or from none; see
 // Composite for the algorithm and its guarantees. A cost above the Limit
-// of any limiter returns ErrCostExceedsLimit; an error from a limiter is
-// returned as it is, after giving back what was taken.
+// of any limiter returns ErrCostExceedsLimit (an unlimited one has none);
+// an error from a limiter is returned as it is, after giving back what was
+// taken.
 func (c *Composite) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	if n < 0 {
 		return Decision{}, fmt.Errorf("%w: n = %d is negative", ErrInvalidCost, n)
 	}
+	limiters := c.limiters
+	var boundedBuf [compositeInline]Limiter
+	if c.mayBeUnlimited {
+		limiters = boundedBuf[:0]
+		if len(c.limiters) > compositeInline {
+			limiters = make([]Limiter, 0, len(c.limiters))
+		}
+		for _, l := range c.limiters {
+			if u, ok := l.(unbounded); !ok || !u.unlimited() {
+				limiters = append(limiters, l)
+			}
+		}
+		if len(limiters) == 0 {
+			// Every limit is off: any of them answers for all.
+			return c.limiters[0].AllowN(ctx, key, n)
+		}
+	}
+	return allowAll(ctx, limiters, key, n)
+}
+
+// allowAll is AllowN over limiters, the Composite's limiters that have a
+// limit right now, in consumption order.
+func allowAll(ctx context.Context, limiters []Limiter, key string, n int) (Decision, error) {
 	var (
 		repBuf   [compositeInline]Decision
 		takenBuf [compositeInline]bool
 		rep      = repBuf[:0]   // the decision each limiter reports
 		taken    = takenBuf[:0] // whether n was taken from it
 	)
-	if len(c.limiters) > compositeInline {
-		rep = make([]Decision, 0, len(c.limiters))
-		taken = make([]bool, 0, len(c.limiters))
+	if len(limiters) > compositeInline {
+		rep = make([]Decision, 0, len(limiters))
+		taken = make([]bool, 0, len(limiters))
 	}
 	blocked := false
-	for _, l := range c.limiters {
+	for _, l := range limiters {
 		d, err := l.AllowN(ctx, key, 0)
 		if err != nil {
 			return Decision{}, err
@@ -134,13 +177,13 @@ func (c *Composite) AllowN(ctx context.Context, key string, n int) (Decision, er
 
 	if blocked {
 		// Ask only the limiters that cannot fit, for their RetryAfter.
-		for i, l := range c.limiters {
+		for i, l := range limiters {
 			if rep[i].Remaining >= n {
 				continue
 			}
 			d, err := l.AllowN(ctx, key, n)
 			if err != nil {
-				return Decision{}, c.giveBack(ctx, key, n, taken, err)
+				return Decision{}, giveBack(ctx, limiters, key, n, taken, err)
 			}
 			if d.Allowed { // room appeared since the first look
 				taken[i] = true
@@ -149,21 +192,21 @@ func (c *Composite) AllowN(ctx context.Context, key string, n int) (Decision, er
 			rep[i] = d
 		}
 		if denied(rep) {
-			return merge(rep, false), c.giveBack(ctx, key, n, taken, nil)
+			return merge(rep, false), giveBack(ctx, limiters, key, n, taken, nil)
 		}
 	}
 
-	for i, l := range c.limiters {
+	for i, l := range limiters {
 		if taken[i] {
 			continue
 		}
 		d, err := l.AllowN(ctx, key, n)
 		if err != nil {
-			return Decision{}, c.giveBack(ctx, key, n, taken, err)
+			return Decision{}, giveBack(ctx, limiters, key, n, taken, err)
 		}
 		if !d.Allowed { // lost a race with a concurrent caller
 			rep[i] = d
-			return merge(rep, false), c.giveBack(ctx, key, n, taken, nil)
+			return merge(rep, false), giveBack(ctx, limiters, key, n, taken, nil)
 		}
 		rep[i], taken[i] = d, true
 	}
@@ -181,15 +224,15 @@ func denied(ds []Decision) bool {
 	return false
 }
 
-// giveBack refunds n units to every limiter that they were taken from, in
-// reverse order, and returns cause joined with any refund error.
-func (c *Composite) giveBack(ctx context.Context, key string, n int, taken []bool, cause error) error {
+// giveBack refunds n units to every one of limiters that they were taken
+// from, in reverse order, and returns cause joined with any refund error.
+func giveBack(ctx context.Context, limiters []Limiter, key string, n int, taken []bool, cause error) error {
 	var errs []error
-	for i := len(c.limiters) - 1; i >= 0; i-- {
+	for i := len(limiters) - 1; i >= 0; i-- {
 		if !taken[i] {
 			continue
 		}
-		if r, ok := c.limiters[i].(Refunder); ok {
+		if r, ok := limiters[i].(Refunder); ok {
 			if err := r.RefundN(ctx, key, n); err != nil {
 				errs = append(errs, fmt.Errorf("floodgate: composite could not give back %d units: %w", n, err))
 			}
@@ -222,6 +265,21 @@ func merge(ds []Decision, allowed bool) Decision {
 	return out
 }
 
+// unlimited reports whether every one of c's limiters is unlimited right
+// now, so that a Composite nested in another is left out of the outer
+// decision as its limiters are of its own.
+func (c *Composite) unlimited() bool {
+	if !c.mayBeUnlimited {
+		return false
+	}
+	for _, l := range c.limiters {
+		if u, ok := l.(unbounded); !ok || !u.unlimited() {
+			return false
+		}
+	}
+	return true
+}
+
 // RefundN gives n units back to every limiter that implements Refunder,
 // so that a Composite can itself be part of a Composite. Errors are
 // joined.
@@ -252,8 +310,9 @@ func (c *Composite) Reset(ctx context.Context, key string) error {
 }
 
 var (
-	_ Limiter  = (*Composite)(nil)
-	_ Refunder = (*Composite)(nil)
-	_ Resetter = (*Composite)(nil)
-	_ Refunder = (*TokenBucket)(nil)
+	_ Limiter   = (*Composite)(nil)
+	_ Refunder  = (*Composite)(nil)
+	_ Resetter  = (*Composite)(nil)
+	_ unbounded = (*Composite)(nil)
+	_ Refunder  = (*TokenBucket)(nil)
 )

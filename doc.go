@@ -24,8 +24,13 @@
 //   - [SlidingCounter]: the two-window weighted estimate of a sliding window
 //     in constant memory per key, for large limits.
 //
+// A Rate's Limit is at most 2^24 events per period (see [Rate] for larger
+// rates), and each option may be given once: anything else is an error
+// from the constructor.
+//
 // [All] combines limits on one key (10 per minute and 100 per hour), and
-// [FromRateLimiter] turns one *rate.Limiter into a server-wide cap. The
+// [FromRateLimiter] turns one *rate.Limiter into a server-wide cap (at
+// rate.Inf, no cap at all, also inside All). The
 // same semantics hold on Redis (module
 // github.com/floodgate-go/floodgate/redisstore), and the floodgatetest
 // package checks any Limiter against them.
@@ -47,10 +52,19 @@
 // trusts forwarding headers only from configured proxies), denied requests
 // get 429 with Retry-After and a JSON body (RFC 9457 problem details by
 // default, or the service's own envelope), and every response carries the
-// IETF RateLimit-Policy and RateLimit headers. Errors from the key function
-// or the limiter follow an explicit policy: fail closed (503) by default.
+// IETF RateLimit-Policy and RateLimit headers. A failing limiter or store
+// follows an explicit policy: fail closed (503) by default, or fail open;
+// what the client caused (no key, a bad address or body) is a 400 under
+// either, a misconfiguration a 500, and a client that hangs up mid-decision
+// never reaches the handler ([ErrorStatus], [WithFailOpen]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the
-// client IP with a more lenient limit.
+// client IP with a more lenient limit. [NewRoutes] and
+// [NewRouteMiddleware] give each route its own policies in one middleware,
+// matched by an http.ServeMux itself so that the rule that applies is the
+// route that runs (HEAD with GET, most specific pattern first);
+// [MatchPattern] scopes a middleware to one pattern the same way. The
+// nested modules contrib/grpclimit and contrib/ginlimit carry the same
+// middleware to gRPC servers and gin.
 package floodgate

@@ -193,11 +193,11 @@ func signupHandler(policies *floodgate.PolicySelector) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		policy, d, err := policies.AllowN(r, 1) // the body stays readable
 		switch {
-		case errors.Is(err, floodgate.ErrInvalidBody), errors.Is(err, floodgate.ErrNoClientIP),
-			errors.Is(err, floodgate.ErrKeyTooLong):
-			http.Error(w, "bad request", http.StatusBadRequest) // the client's doing
 		case err != nil:
-			http.Error(w, "try again later", http.StatusServiceUnavailable)
+			// 4xx for the client's own errors (a bad body, no usable
+			// address), 503 when the limiter failed: as the middleware does.
+			status := floodgate.ErrorStatus(err)
+			http.Error(w, http.StatusText(status), status)
 		case !d.Allowed:
 			w.Header().Set("Retry-After", strconv.Itoa(int((d.RetryAfter+time.Second-1)/time.Second)))
 			http.Error(w, "too many sign-ups by "+policy, http.StatusTooManyRequests)
@@ -209,7 +209,8 @@ func signupHandler(policies *floodgate.PolicySelector) http.HandlerFunc {
 
 // A policy selector, in middleware and in business code: nicknames of one
 // pattern share a limit, a nickname without a pattern ("jo") falls back to
-// the client IP.
+// the client IP, and a body that is not JSON is refused as the client's
+// error.
 func Example_policySelector() {
 	created := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
@@ -226,8 +227,12 @@ func Example_policySelector() {
 
 	for _, h := range []http.Handler{viaMiddleware, inBusinessCode} {
 		var codes []string
-		for _, nickname := range []string{"abc1", "abc2", "abc3", "abc4", "abc5", "abc6", "xyz1", "jo"} {
-			r := httptest.NewRequest(http.MethodPost, "/signup", strings.NewReader(`{"nickname":"`+nickname+`"}`))
+		for _, nickname := range []string{"abc1", "abc2", "abc3", "abc4", "abc5", "abc6", "xyz1", "jo", "broken"} {
+			body := `{"nickname":"` + nickname + `"}`
+			if nickname == "broken" {
+				body = `{"nickname":` // not JSON: the client's error, never a pass
+			}
+			r := httptest.NewRequest(http.MethodPost, "/signup", strings.NewReader(body))
 			r.RemoteAddr = "198.51.100.4:40000"
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
@@ -236,6 +241,6 @@ func Example_policySelector() {
 		fmt.Println(strings.Join(codes, " "))
 	}
 	// Output:
-	// abc1=201 abc2=201 abc3=201 abc4=201 abc5=201 abc6=429 xyz1=201 jo=201
-	// abc1=201 abc2=201 abc3=201 abc4=201 abc5=201 abc6=429 xyz1=201 jo=201
+	// abc1=201 abc2=201 abc3=201 abc4=201 abc5=201 abc6=429 xyz1=201 jo=201 broken=400
+	// abc1=201 abc2=201 abc3=201 abc4=201 abc5=201 abc6=429 xyz1=201 jo=201 broken=400
 }

@@ -50,6 +50,20 @@ type Decision struct {
 }
 
 // Rate is a quota: Limit events per Period.
+//
+// Limit is at most 2^24 (16,777,216) events per period; a larger Limit is
+// refused with ErrInvalidRate. The bound keeps every product of a count
+// and a period inside int64 nanoseconds, and a sliding log's memory per
+// key (4 bytes an event) within reason. The same bound applies to
+// WithBurst and to a request's cost. Above it:
+//   - state the same rate over a shorter period: 100,000,000 an hour is
+//     Rate{Limit: 1_000_000, Period: 36 * time.Second}. For a token bucket
+//     this changes nothing but the default burst (WithBurst sets it, up to
+//     2^24); for a window it shortens the window, which is then what is
+//     limited.
+//   - or count in a coarser unit: a limit on bytes becomes one on
+//     kilobytes, with each request's cost (AllowN's n) in kilobytes,
+//     rounded up.
 type Rate struct {
 	Limit  int           // events
 	Period time.Duration // per period
@@ -68,7 +82,8 @@ func PerHour(n int) Rate { return Rate{Limit: n, Period: time.Hour} }
 func (r Rate) String() string { return fmt.Sprintf("%d/%s", r.Limit, r.Period) }
 
 // Validate reports whether r can be used by a limiter: Limit and Period must
-// both be positive. The error wraps ErrInvalidRate.
+// both be positive, and Limit at most 2^24 (see Rate for what to do above
+// it). The error wraps ErrInvalidRate.
 func (r Rate) Validate() error {
 	switch {
 	case r.Limit <= 0:
@@ -76,7 +91,8 @@ func (r Rate) Validate() error {
 	case r.Period <= 0:
 		return fmt.Errorf("%w: period %s must be positive", ErrInvalidRate, r.Period)
 	case r.Limit > maxLimit:
-		return fmt.Errorf("%w: limit %d is above the supported maximum %d", ErrInvalidRate, r.Limit, maxLimit)
+		return fmt.Errorf("%w: limit %d is above the supported maximum %d (2^24) per period; "+
+			"state the rate over a shorter period, or count in a coarser unit", ErrInvalidRate, r.Limit, maxLimit)
 	}
 	return nil
 }
@@ -89,7 +105,9 @@ const maxLimit = 1 << 24
 // Sentinel errors. Errors returned by this package wrap one of them, so
 // callers test with errors.Is.
 var (
-	// ErrInvalidRate reports a Rate with a non-positive limit or period.
+	// ErrInvalidRate reports a Rate with a non-positive limit or period, or
+	// a limit above the supported maximum of 2^24 events per period (see
+	// Rate).
 	ErrInvalidRate = errors.New("floodgate: invalid rate")
 	// ErrInvalidOption reports an option with an invalid value, or an option
 	// that does not apply to the limiter it was given to.

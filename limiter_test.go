@@ -11,6 +11,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 )
 
@@ -348,4 +350,30 @@ func TestLimiterConstructorErrors(t *testing.T) {
 			t.Errorf("%s: limit 2^24: %v", name, err)
 		}
 	}
+}
+
+// TestRateLargestLimit: 2^24 events per period is the largest limit every
+// limiter accepts; one more is refused with a message that names the bound
+// and what to do instead, and the documented way round it (the same rate
+// over a shorter period) is accepted.
+func TestRateLargestLimit(t *testing.T) {
+	require.NoError(t, floodgate.Rate{Limit: 1 << 24, Period: time.Hour}.Validate())
+	err := floodgate.Rate{Limit: 1<<24 + 1, Period: time.Hour}.Validate()
+	require.ErrorIs(t, err, floodgate.ErrInvalidRate)
+	for _, want := range []string{"16777216", "2^24", "shorter period", "coarser unit"} {
+		assert.True(t, strings.Contains(err.Error(), want), "error %q does not say %q", err, want)
+	}
+
+	// 100,000,000 an hour, as the Rate documentation restates it.
+	scaled := floodgate.Rate{Limit: 1_000_000, Period: 36 * time.Second}
+	_, err = floodgate.NewTokenBucket(floodgate.Rate{Limit: 100_000_000, Period: time.Hour})
+	require.ErrorIs(t, err, floodgate.ErrInvalidRate)
+	for name, build := range map[string]func() error{
+		"token bucket":    func() error { _, err := floodgate.NewTokenBucket(scaled, floodgate.WithBurst(1<<24)); return err },
+		"sliding log":     func() error { _, err := floodgate.NewSlidingLog(scaled); return err },
+		"sliding counter": func() error { _, err := floodgate.NewSlidingCounter(scaled); return err },
+	} {
+		assert.NoError(t, build(), name)
+	}
+	assert.Equal(t, 100_000_000.0, float64(scaled.Limit)*float64(time.Hour)/float64(scaled.Period))
 }

@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -27,9 +30,22 @@ const (
 )
 
 // errorLogPeriod paces the log lines about errors (a store that is down
-// fails every request): at most one line per period, with a count of the
-// lines suppressed in between.
+// fails every request) and about requests refused for the client's own
+// doing: at most one line per period and kind, with a count of the lines
+// suppressed in between.
 const errorLogPeriod = time.Second
+
+// configLogPeriod paces the log lines that ask for a configuration change
+// (a misconfigured key function, untrusted forwarding headers, evictions
+// of live limits): the condition holds for every request until someone
+// acts, and one line a minute says so without burying the rest.
+const configLogPeriod = time.Minute
+
+// watchPeriod is how often the middleware looks, on the request path, at
+// what the configuration warnings need (forwarding headers, the store's
+// eviction count): at most once a second, so the check costs nothing
+// measurable.
+const watchPeriod = time.Second
 
 // MiddlewareOption configures Middleware, NewMiddleware and
 // NewPolicyMiddleware. Each option may be given once (WithSkip and WithOnly
@@ -69,9 +85,14 @@ func (c *middlewareConfig) once(name string) error {
 
 // WithKeyFunc sets how a request's key is formed (default: KeyByIP(), the
 // TCP peer's address only, so no client can choose its own key). Behind a
-// proxy, pass a KeyByIP configured with the proxy's address. A key error,
-// ErrNoKey included, goes to the error policy (see WithFailOpen). It cannot be
-// used with NewPolicyMiddleware, whose policies carry their key functions.
+// proxy, pass a KeyByIP configured with the proxy's address (with a
+// logger, the middleware warns when private or loopback peers send
+// forwarding headers it does not trust). A key error the client caused
+// (ErrNoKey, ErrNoClientIP, ErrInvalidBody, ErrKeyTooLong) is answered
+// 400 (or 413) under every error policy; a key function that is
+// misconfigured (an error wrapping ErrInvalidOption) gets 500; see
+// ErrorStatus. It cannot be used with NewPolicyMiddleware, whose policies
+// carry their key functions.
 func WithKeyFunc(f KeyFunc) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
@@ -97,7 +118,11 @@ func WithPolicyName(name string) MiddlewareOption {
 }
 
 // WithCost sets the units every request costs (default 1). It must be
-// positive: a request that cost nothing would never be limited.
+// positive: a request that cost nothing would never be limited. A cost
+// above what the limiter can ever hold (its Capacity, for a limiter that
+// implements Capacitor, as every limiter of this package does) would
+// refuse every request, so NewMiddleware reports it as an error wrapping
+// ErrInvalidOption and ErrCostExceedsLimit.
 func WithCost(n int) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if n <= 0 || n > maxLimit {
@@ -151,15 +176,6 @@ func WithOnly(match func(r *http.Request) bool) MiddlewareOption {
 	}
 }
 
-// MatchRoute returns a predicate, for WithOnly or WithSkip, that matches
-// requests with exactly this method and URL path (the decoded
-// Request.URL.Path, so percent-encoded spellings of the path match too).
-func MatchRoute(method, path string) func(r *http.Request) bool {
-	return func(r *http.Request) bool {
-		return r.Method == method && r.URL.Path == path
-	}
-}
-
 // WithDeniedHandler replaces the response to a denied request (default
 // ProblemDetails, RFC 9457 problem+json). StaticJSON builds one for a
 // service's own JSON envelope.
@@ -173,14 +189,22 @@ func WithDeniedHandler(h DeniedHandler) MiddlewareOption {
 	}
 }
 
-// WithFailOpen lets a request through when no decision can be made (the
-// key function, the cost function or the limiter failed), after logging
-// the error. The default is to fail closed (FailClosed: 503), because the
-// limiter is a security control: failing open hands an attacker who can
-// make it fail (an unparseable address, a store overloaded on purpose) an
-// unlimited endpoint. Choose fail-open where availability matters more
-// than the limit, and watch the error log or the decision hook.
-// ErrCostExceedsLimit is never an error here: it is a denial.
+// WithFailOpen lets a request through when the limiter or its store
+// fails (Redis down, say), after logging the error. The default is to
+// fail closed (FailClosed: 503), because the limiter is a security
+// control: failing open hands an attacker who can make it fail (a store
+// overloaded on purpose) an unlimited endpoint. Choose fail-open where
+// availability matters more than the limit, and watch the error log or
+// the decision hook.
+//
+// Fail-open never covers what the client can cause or the server must
+// fix, since those would be free passes on demand: a key error of the
+// client's doing is answered 400 (or 413), a misconfiguration 500 (see
+// ErrorStatus). Nor does it cover a client that went away while the
+// limiter was deciding (the limiter then typically fails with the
+// request's cancelled context): such a request never reaches the handler,
+// under any error policy, and is answered StatusClientClosedRequest with
+// no body. ErrCostExceedsLimit is never an error here: it is a denial.
 func WithFailOpen() MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		c.failOpen = true
@@ -190,8 +214,12 @@ func WithFailOpen() MiddlewareOption {
 
 // WithErrorHandler answers requests on which no decision can be made with
 // h instead of FailClosed; h sees the error, and may delegate to
-// FailClosed for the cases it does not handle. The handler being limited
-// is not called. It conflicts with WithFailOpen and WithDryRun.
+// FailClosed for the cases it does not handle, or answer in the service's
+// own envelope with the status ErrorStatus gives (4xx for the client's
+// own doing, 500 for a misconfiguration, 503 for a failed limiter). The
+// handler being limited is not called, and neither is h for a request
+// whose client went away (see WithFailOpen). It conflicts with
+// WithFailOpen and WithDryRun.
 func WithErrorHandler(h ErrorHandler) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if h == nil {
@@ -213,10 +241,31 @@ func WithHeaders(style HeaderStyle) MiddlewareOption {
 	}
 }
 
-// WithLogger logs each denial at WARN (message "rate limit exceeded", with
-// the policy, key, method, path and retry delay), and each failure to
-// decide at ERROR. The default is not to log: a library should not write to
-// a program's output unasked.
+// WithLogger logs through l. The default is not to log: a library should
+// not write to a program's output unasked (with one exception: a
+// misconfiguration found at request time is logged with slog.Default
+// when no logger is set, since it refuses every request it touches).
+//
+//   - each denial at WARN (message "rate limit exceeded", with the
+//     policy, key, method, path and retry delay);
+//   - a failure of the limiter or its store at ERROR, at most one line a
+//     second;
+//   - a request refused for its own doing (ErrNoKey, ErrNoClientIP,
+//     ErrInvalidBody, ErrKeyTooLong), or whose client went away during
+//     the decision, at DEBUG, at most one line a second: these are the
+//     client's problem, and an attacker sending garbage must not fill the
+//     log;
+//   - a misconfiguration (ErrInvalidOption from a key function, such as
+//     KeyByRoutePattern outside a ServeMux, with the fix in its message)
+//     at ERROR, at most one line a minute;
+//   - at WARN, at most one line a minute each: forwarding headers
+//     (X-Forwarded-For, X-Real-IP, Forwarded) sent by a private or
+//     loopback peer while the key is that peer's own address, which
+//     usually means KeyByIP lacks TrustProxies and every client behind
+//     the proxy shares one limit; and live limits evicted from an
+//     in-memory limiter's store (its Stats().EvictedLive grew), which
+//     means the store is too small (WithMaxKeys) or someone is spraying
+//     keys. Both are looked at at most once a second.
 //
 // A flood does not flood the log: after a line for a key, further denials
 // of that key are counted, not logged, until its reset period
@@ -224,8 +273,7 @@ func WithHeaders(style HeaderStyle) MiddlewareOption {
 // reports them as "suppressed". The keys remembered for this are bounded
 // (WithLogKeys); when all of them are still within their periods, denials
 // of new keys are dropped and reported as "suppressed_other" on the next
-// line written. Errors are logged at most once a second, with the same
-// kind of count.
+// line written. The paced lines above carry the same kind of count.
 func WithLogger(l *slog.Logger) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if l == nil {
@@ -253,8 +301,9 @@ func WithLogKeys(n int) MiddlewareOption {
 type DecisionEvent struct {
 	// Request is the request decided on.
 	Request *http.Request
-	// Policy is the name of the policy that decided; empty if none could
-	// be selected.
+	// Policy is the name of the policy that decided. On a key error it is
+	// the policy whose key function failed, or, when no policy applied
+	// (ErrNoKey), the last one tried.
 	Policy string
 	// Key is the key the request was counted under; empty if none could
 	// be formed.
@@ -262,20 +311,30 @@ type DecisionEvent struct {
 	// Cost is the number of units asked for.
 	Cost int
 	// Decision is the limiter's decision. With WithCountStatus, the first
-	// event of an allowed request reports the check made before the
-	// handler ran (nothing consumed).
+	// event of an allowed request reports the reservation made before the
+	// handler ran (its cost consumed).
 	Decision Decision
 	// Err is non-nil when no decision could be made (the error policy then
-	// applied) and is ErrCostExceedsLimit when the request can never be
-	// allowed.
+	// applied; ErrorStatus tells the client's doing from a failure) and is
+	// ErrCostExceedsLimit when the request can never be allowed. When the
+	// client went away during the decision, Err also wraps the request
+	// context's error (context.Canceled, or context.DeadlineExceeded).
 	Err error
 	// Blocked reports that the request was refused and the handler not
-	// called: a denial outside dry-run, or an error without fail-open.
+	// called: a denial outside dry-run, an error outside fail-open's and
+	// dry-run's reach, or a client that went away.
 	Blocked bool
 	// AfterHandler marks the second event of a request under
-	// WithCountStatus: its cost was consumed after the handler returned a
-	// status that counts.
+	// WithCountStatus: the handler's status did not count, so its cost was
+	// given back (Err reports a refund that failed; the cost then stays
+	// consumed). Decision is zero in this event.
 	AfterHandler bool
+	// EvictedLive is, when this decision sampled its limiter's Stats (at
+	// most once a second, when a hook or logger is set), how many live
+	// limits the limiter's store evicted since the previous sample:
+	// non-zero means the store is too small (WithMaxKeys) or under a key
+	// spray, and each such eviction reset a client's limit.
+	EvictedLive uint64
 }
 
 // WithDecisionHook calls hook for every decision the middleware makes (not
@@ -295,8 +354,10 @@ func WithDecisionHook(hook func(DecisionEvent)) MiddlewareOption {
 // WithDryRun decides, consumes, sets the quota headers, logs and calls the
 // hook as usual, but never blocks: a denied request reaches the handler
 // (without Retry-After), and so does a request on which no decision could
-// be made. Use it to try a new limit on live traffic. It conflicts with
-// WithErrorHandler.
+// be made, whatever the cause. Use it to try a new limit on live traffic.
+// The one exception is a request whose client went away during the
+// decision: nobody is left to answer, so it does not reach the handler.
+// It conflicts with WithErrorHandler.
 func WithDryRun() MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		c.dryRun = true
@@ -309,15 +370,22 @@ func WithDryRun() MiddlewareOption {
 //
 //	WithCountStatus(func(s int) bool { return s == 401 || s == 403 })
 //
-// Before the handler runs, the middleware checks without consuming that
-// the quota still holds the request's cost, and denies it otherwise (the
-// handler is not called). After the handler returns, it consumes the cost
-// if the status counts. The check and the consumption are two steps, so
-// concurrent requests can all pass the check; the quota then ends up
-// exhausted, as if they had come one by one, but may briefly be exceeded
-// by as many requests as were in flight. The quota headers show the state
-// before the request. The handler sees a wrapped ResponseWriter that keeps
-// http.Flusher, http.Hijacker and http.ResponseController working
+// Before the handler runs, the middleware reserves the request's cost,
+// exactly as without this option, and denies the request if the quota
+// cannot hold it (the handler is not called). After the handler returns,
+// it gives the cost back (Refunder) if the status does not count. So no
+// more requests than the quota holds are ever in flight: 50 concurrent
+// wrong passwords against a quota of 5 reach the handler 5 times. A
+// handler that panics (http.ErrAbortHandler included) is counted, whatever
+// it wrote, and the panic goes on up. The quota headers show the state
+// after the reservation.
+//
+// Every policy's limiter must implement Refunder (all of this package's
+// and redisstore's do, except SharedLimiter); NewMiddleware refuses one
+// that does not. A Composite gives back to those of its limiters that
+// can: a SharedLimiter inside one keeps what it took. The
+// handler sees a wrapped ResponseWriter that keeps http.Flusher,
+// http.Hijacker, io.ReaderFrom and http.ResponseController working
 // (Unwrap); a hijacked connection counts as status 101.
 func WithCountStatus(counts func(status int) bool) MiddlewareOption {
 	return func(c *middlewareConfig) error {
@@ -360,8 +428,7 @@ func Middleware(l Limiter, opts ...MiddlewareOption) func(http.Handler) http.Han
 		slog.Default().Error("floodgate: invalid middleware configuration; every request will be refused with 500", "error", err)
 		return func(http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				writeProblem(w, http.StatusInternalServerError, "Internal Server Error",
-					"The rate limiter is misconfigured.")
+				writeProblem(w, http.StatusInternalServerError, problemMisconfigured)
 			})
 		}
 	}
@@ -369,8 +436,9 @@ func Middleware(l Limiter, opts ...MiddlewareOption) func(http.Handler) http.Han
 }
 
 // NewMiddleware is Middleware that reports an invalid configuration (a nil
-// limiter, an invalid, repeated or conflicting option) as an error wrapping
-// ErrInvalidOption.
+// limiter, an invalid, repeated or conflicting option, a WithCost above
+// the limiter's Capacity, WithCountStatus on a limiter that cannot
+// refund) as an error wrapping ErrInvalidOption.
 func NewMiddleware(l Limiter, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
 	c, err := newMiddlewareConfig(opts)
 	if err != nil {
@@ -391,14 +459,16 @@ func NewMiddleware(l Limiter, opts ...MiddlewareOption) (func(http.Handler) http
 	if err != nil {
 		return nil, err
 	}
-	return newMiddleware(c, sel), nil
+	return newMiddleware(c, sel)
 }
 
 // NewPolicyMiddleware returns a middleware that limits each request by the
 // policy sel selects for it (see PolicySelector); the selected policy's
 // name appears in the quota headers. A request no policy applies to (every
-// key function returned ErrNoKey) goes to the error policy. It takes the
-// same options as NewMiddleware except WithKeyFunc and WithPolicyName.
+// key function returned ErrNoKey) is answered 400 (see ErrorStatus). It
+// takes the same options as NewMiddleware except WithKeyFunc and
+// WithPolicyName; WithCost and WithCountStatus are checked against every
+// policy's limiter.
 func NewPolicyMiddleware(sel *PolicySelector, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
 	if sel == nil {
 		return nil, fmt.Errorf("%w: nil policy selector", ErrInvalidOption)
@@ -410,7 +480,7 @@ func NewPolicyMiddleware(sel *PolicySelector, opts ...MiddlewareOption) (func(ht
 	if c.key != nil || c.policyName != "" {
 		return nil, fmt.Errorf("%w: WithKeyFunc and WithPolicyName do not apply to a policy selector; set them on each Policy", ErrInvalidOption)
 	}
-	return newMiddleware(c, sel), nil
+	return newMiddleware(c, sel)
 }
 
 func newMiddlewareConfig(opts []MiddlewareOption) (middlewareConfig, error) {
@@ -440,17 +510,49 @@ func newMiddlewareConfig(opts []MiddlewareOption) (middlewareConfig, error) {
 	return c, nil
 }
 
-// middleware is the configured limiter shared by every handler it wraps.
-type middleware struct {
-	cfg      middlewareConfig
-	sel      *PolicySelector
-	denials  *denialLog // nil without a logger
-	errorLog logWindow
-	errorMu  sync.Mutex
+// checkPolicies refuses options that no request could satisfy with some
+// policy's limiter: a fixed cost above its capacity, or counting by
+// status on a limiter that cannot give a reservation back.
+func checkPolicies(c *middlewareConfig, sel *PolicySelector) error {
+	for _, p := range sel.policies {
+		if c.costFunc == nil {
+			if err := checkCapacity(p.Name, p.Limiter, c.cost); err != nil {
+				return err
+			}
+		}
+		if c.countStatus != nil {
+			if _, ok := p.Limiter.(Refunder); !ok {
+				return fmt.Errorf("%w: policy %q: WithCountStatus needs a limiter that implements Refunder, to give back the cost of a response that does not count", ErrInvalidOption, p.Name)
+			}
+		}
+	}
+	return nil
 }
 
-func newMiddleware(c middlewareConfig, sel *PolicySelector) func(http.Handler) http.Handler {
-	m := &middleware{cfg: c, sel: sel}
+// middleware is the configured limiter shared by every handler it wraps.
+type middleware struct {
+	cfg     middlewareConfig
+	sel     *PolicySelector
+	denials *denialLog // nil without a logger
+	// watch: a logger or hook wants the configuration warnings.
+	watch bool
+	// forwardCheck is the Unix ns before which forwarding headers are not
+	// looked at again.
+	forwardCheck atomic.Int64
+
+	logMu       sync.Mutex // guards the windows below
+	errorLog    logWindow  // failures of the limiter
+	clientLog   logWindow  // the client's own doing, hang-ups
+	configLog   logWindow  // misconfigurations
+	evictLog    logWindow  // live evictions
+	evictedLive uint64     // live evictions not yet logged
+}
+
+func newMiddleware(c middlewareConfig, sel *PolicySelector) (func(http.Handler) http.Handler, error) {
+	if err := checkPolicies(&c, sel); err != nil {
+		return nil, err
+	}
+	m := &middleware{cfg: c, sel: sel, watch: c.logger != nil || c.hook != nil}
 	if c.logger != nil {
 		m.denials = newDenialLog(c.logKeys)
 	}
@@ -458,7 +560,7 @@ func newMiddleware(c middlewareConfig, sel *PolicySelector) func(http.Handler) h
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.serve(w, r, next)
 		})
-	}
+	}, nil
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -468,7 +570,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	p, key, err := m.sel.selectPolicy(r)
 	if err != nil {
-		m.fail(w, r, next, DecisionEvent{Request: r, Err: err})
+		m.fail(w, r, next, DecisionEvent{Request: r, Policy: p.Name, Err: err})
 		return
 	}
 	cost := m.cfg.cost
@@ -481,12 +583,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 	}
-	if m.cfg.countStatus != nil {
-		m.serveCounting(w, r, next, p, key, cost)
-		return
-	}
 	d, err := p.Limiter.AllowN(r.Context(), key, cost)
-	m.decide(w, r, next, p, key, cost, d, err)
+	var evicted uint64
+	if m.watch {
+		evicted = m.watchConfig(r, p, key)
+	}
+	m.decide(w, r, next, p, key, cost, d, err, evicted)
 }
 
 func (m *middleware) skipped(r *http.Request) bool {
@@ -505,11 +607,11 @@ func (m *middleware) skipped(r *http.Request) bool {
 
 // decide acts on the limiter's answer: headers, then the handler or the
 // denied response.
-func (m *middleware) decide(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, key string, cost int, d Decision, err error) {
+func (m *middleware) decide(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, key string, cost int, d Decision, err error, evicted uint64) {
 	costExceeded := false
 	if err != nil {
 		if !errors.Is(err, ErrCostExceedsLimit) {
-			m.fail(w, r, next, DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: d, Err: err})
+			m.fail(w, r, next, DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: d, Err: err, EvictedLive: evicted})
 			return
 		}
 		// A denial, but one that waiting does not cure: no Retry-After.
@@ -517,63 +619,74 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, next http.Ha
 		d.Allowed, d.RetryAfter = false, 0
 	}
 	blocked := !d.Allowed && !m.cfg.dryRun
-	setQuotaHeaders(w.Header(), m.cfg.headers, p, d, blocked && !costExceeded, costExceeded, m.cfg.now)
+	q := p.headers(m.cfg.headers, d, blocked && !costExceeded, costExceeded, m.cfg.now)
+	q.write(w.Header())
 	if !d.Allowed && m.denials != nil {
 		m.logDenial(r, p, key, d)
 	}
 	if m.cfg.hook != nil {
-		m.cfg.hook(DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: d, Err: err, Blocked: blocked})
+		m.cfg.hook(DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: d, Err: err, Blocked: blocked, EvictedLive: evicted})
 	}
-	if !blocked {
+	switch {
+	case blocked:
+		m.cfg.denied(w, r, d)
+	case m.cfg.countStatus != nil && d.Allowed && cost > 0:
+		m.serveCounted(w, r, next, p, key, cost)
+	default:
 		next.ServeHTTP(w, r)
-		return
 	}
-	m.cfg.denied(w, r, d)
 }
 
-// serveCounting checks the quota without consuming, runs the handler, and
-// consumes only if the response status counts.
-func (m *middleware) serveCounting(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, key string, cost int) {
-	peek, err := p.Limiter.AllowN(r.Context(), key, 0)
-	if err != nil {
-		m.fail(w, r, next, DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: peek, Err: err})
-		return
-	}
-	if peek.Remaining < cost {
-		// No room if this request counts: ask for the cost itself to get
-		// the exact RetryAfter. If the quota refilled in the meantime the
-		// request is allowed and has been counted up front, whatever its
-		// status turns out to be.
-		d, err := p.Limiter.AllowN(r.Context(), key, cost)
-		m.decide(w, r, next, p, key, cost, d, err)
-		return
-	}
-	setQuotaHeaders(w.Header(), m.cfg.headers, p, peek, false, false, m.cfg.now)
-	if m.cfg.hook != nil {
-		m.cfg.hook(DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: peek})
-	}
+// serveCounted runs the handler of a request whose cost is reserved, and
+// gives the cost back if the response status does not count.
+func (m *middleware) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, key string, cost int) {
 	sw := &statusWriter{ResponseWriter: w}
+	// A panic (http.ErrAbortHandler too) goes up from here and skips the
+	// refund: whatever the handler did before it counts.
 	next.ServeHTTP(sw, r)
-	if !m.cfg.countStatus(sw.statusCode()) {
+	if m.cfg.countStatus(sw.statusCode()) {
 		return
 	}
-	// The client may have gone by now; its request must count all the
-	// same, or hanging up would be a way around the limit.
-	d, err := p.Limiter.AllowN(context.WithoutCancel(r.Context()), key, cost)
-	if err != nil && !errors.Is(err, ErrCostExceedsLimit) {
+	// The client may have gone by now; the refund is owed all the same.
+	// checkPolicies made sure the limiter can refund.
+	err := p.Limiter.(Refunder).RefundN(context.WithoutCancel(r.Context()), key, cost)
+	if err != nil {
 		m.logError(r, p.Name, err)
 	}
 	if m.cfg.hook != nil {
-		m.cfg.hook(DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Decision: d, Err: err, AfterHandler: true})
+		m.cfg.hook(DecisionEvent{Request: r, Policy: p.Name, Key: key, Cost: cost, Err: err, AfterHandler: true})
 	}
 }
 
-// fail applies the error policy to a request on which no decision could be
-// made.
+// fail answers a request on which no decision could be made. Only a
+// failure of the limiter is the error policy's to decide; the client's own
+// doing, a misconfiguration and a client that went away are answered the
+// same under every policy (dry-run aside, which lets everything through
+// but the last).
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, ev DecisionEvent) {
-	open := m.cfg.failOpen || m.cfg.dryRun
+	if ctxErr := r.Context().Err(); ctxErr != nil {
+		// The client went away, and the limiter most likely failed
+		// because of it: that is no outage, and nobody is left to serve.
+		ev.Err = fmt.Errorf("floodgate: the client went away during the decision: %w; %w", ctxErr, ev.Err)
+		ev.Blocked = true
+		m.logClient(r, ev.Policy, StatusClientClosedRequest, ev.Err)
+		if m.cfg.hook != nil {
+			m.cfg.hook(ev)
+		}
+		w.WriteHeader(StatusClientClosedRequest)
+		return
+	}
+	status := ErrorStatus(ev.Err)
+	open := m.cfg.dryRun || (m.cfg.failOpen && status == http.StatusServiceUnavailable)
 	ev.Blocked = !open
-	m.logError(r, ev.Policy, ev.Err)
+	switch status {
+	case http.StatusServiceUnavailable:
+		m.logError(r, ev.Policy, ev.Err)
+	case http.StatusInternalServerError:
+		m.logMisconfig(r, ev.Policy, ev.Err)
+	default:
+		m.logClient(r, ev.Policy, status, ev.Err)
+	}
 	if m.cfg.hook != nil {
 		m.cfg.hook(ev)
 	}
@@ -581,7 +694,70 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, next http.Hand
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.cfg.onError(w, r, ev.Err)
+	m.cfg.onError(w, r, ev.Err) // FailClosed under WithFailOpen
+}
+
+// watchConfig looks, at most once a second, for the signs of a
+// configuration that does not fit the traffic, and logs them. It returns
+// the live evictions its sample of p's limiter found.
+func (m *middleware) watchConfig(r *http.Request, p *policy, key string) uint64 {
+	now := m.cfg.now().UnixNano()
+	if m.cfg.logger != nil {
+		m.checkForwarding(r, p, key, now)
+	}
+	n := p.evictions.sample(now)
+	if n > 0 && m.cfg.logger != nil {
+		m.logEvictions(r, p, n)
+	}
+	return n
+}
+
+// checkForwarding warns when a private or loopback peer (a proxy, most
+// likely) sends forwarding headers and the key is that peer's own
+// address: the headers were not trusted, so every client behind the proxy
+// shares its limit.
+func (m *middleware) checkForwarding(r *http.Request, p *policy, key string, now int64) {
+	next := m.forwardCheck.Load()
+	if now < next || !m.forwardCheck.CompareAndSwap(next, now+int64(watchPeriod)) {
+		return
+	}
+	h := r.Header
+	if len(h["X-Forwarded-For"]) == 0 && len(h["X-Real-Ip"]) == 0 && len(h["Forwarded"]) == 0 {
+		return
+	}
+	peer, ok := peerAddr(r.RemoteAddr)
+	if !ok || !(peer.IsPrivate() || peer.IsLoopback()) || !keyIsAddr(key, peer) {
+		return
+	}
+	m.forwardCheck.Store(now + int64(configLogPeriod))
+	m.cfg.logger.LogAttrs(r.Context(), slog.LevelWarn,
+		"floodgate: a private or loopback peer sends forwarding headers that the key function does not trust, so every client behind it shares one limit; if it is your proxy, configure KeyByIP with TrustProxies and the header it sets",
+		slog.String("policy", p.Name),
+		slog.String("peer", peer.String()),
+		slog.String("key", key))
+}
+
+// peerAddr parses RemoteAddr, with or without a port.
+func peerAddr(remote string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if a, err := netip.ParseAddr(remote); err == nil {
+		return a.Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// keyIsAddr reports whether key is peer's address, or the prefix KeyByIP
+// groups it in.
+func keyIsAddr(key string, peer netip.Addr) bool {
+	if a, err := netip.ParseAddr(key); err == nil {
+		return a.Unmap() == peer
+	}
+	if pfx, err := netip.ParsePrefix(key); err == nil {
+		return pfx.Contains(peer)
+	}
+	return false
 }
 
 func (m *middleware) logDenial(r *http.Request, p *policy, key string, d Decision) {
@@ -601,14 +777,19 @@ func (m *middleware) logDenial(r *http.Request, p *policy, key string, d Decisio
 		slog.Uint64("suppressed_other", other))
 }
 
+// admit paces the lines of one window.
+func (m *middleware) admit(w *logWindow, period time.Duration) (bool, uint64) {
+	now := m.cfg.now()
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	return w.admit(now, period)
+}
+
 func (m *middleware) logError(r *http.Request, policy string, err error) {
 	if m.cfg.logger == nil {
 		return
 	}
-	now := m.cfg.now()
-	m.errorMu.Lock()
-	ok, suppressed := m.errorLog.admit(now, errorLogPeriod)
-	m.errorMu.Unlock()
+	ok, suppressed := m.admit(&m.errorLog, errorLogPeriod)
 	if !ok {
 		return
 	}
@@ -619,6 +800,70 @@ func (m *middleware) logError(r *http.Request, policy string, err error) {
 		slog.String("error", err.Error()),
 		slog.Bool("fail_open", m.cfg.failOpen || m.cfg.dryRun),
 		slog.Uint64("suppressed", suppressed))
+}
+
+// logClient logs a request refused for its own doing, or whose client
+// went away, at DEBUG: an attacker can produce them at will.
+func (m *middleware) logClient(r *http.Request, policy string, status int, err error) {
+	l := m.cfg.logger
+	if l == nil || !l.Enabled(r.Context(), slog.LevelDebug) {
+		return
+	}
+	ok, suppressed := m.admit(&m.clientLog, errorLogPeriod)
+	if !ok {
+		return
+	}
+	msg := "rate limiter refused a request for the client's own doing"
+	if status == StatusClientClosedRequest {
+		msg = "client went away during the rate limit decision"
+	}
+	l.LogAttrs(r.Context(), slog.LevelDebug, msg,
+		slog.String("policy", policy),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.String("error", err.Error()),
+		slog.Uint64("suppressed", suppressed))
+}
+
+// logMisconfig logs an error that the server's configuration causes,
+// with slog.Default when no logger is set: it refuses every request it
+// touches, so it must be seen.
+func (m *middleware) logMisconfig(r *http.Request, policy string, err error) {
+	ok, suppressed := m.admit(&m.configLog, configLogPeriod)
+	if !ok {
+		return
+	}
+	l := m.cfg.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(r.Context(), slog.LevelError, "floodgate: the rate limit is misconfigured; requests it applies to are refused with 500 until it is fixed",
+		slog.String("policy", policy),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("error", err.Error()),
+		slog.Uint64("suppressed", suppressed))
+}
+
+// logEvictions reports n more live limits evicted from p's limiter.
+func (m *middleware) logEvictions(r *http.Request, p *policy, n uint64) {
+	now := m.cfg.now()
+	m.logMu.Lock()
+	m.evictedLive += n
+	ok, _ := m.evictLog.admit(now, configLogPeriod)
+	n, m.evictedLive = m.evictedLive, 0
+	if !ok {
+		m.evictedLive = n
+	}
+	m.logMu.Unlock()
+	if !ok {
+		return
+	}
+	m.cfg.logger.LogAttrs(r.Context(), slog.LevelWarn,
+		"floodgate: the limiter's store evicted live limits, each resetting a client's limit: the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys",
+		slog.String("policy", p.Name),
+		slog.Uint64("evicted_live", n))
 }
 
 // logWindow paces the lines about one subject: none before until, and a
@@ -693,8 +938,9 @@ func (l *denialLog) admit(key string, now time.Time, period time.Duration) (ok b
 }
 
 // statusWriter records the status of a response for WithCountStatus. It
-// forwards Flush and Hijack, and Unwrap lets http.ResponseController reach
-// the other optional methods (deadlines, full duplex) of the writer below.
+// forwards Flush, Hijack and ReadFrom, and Unwrap lets
+// http.ResponseController reach the other optional methods (deadlines,
+// full duplex) of the writer below.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -739,6 +985,18 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		w.status = http.StatusSwitchingProtocols
 	}
 	return conn, rw, err
+}
+
+// ReadFrom implements io.ReaderFrom, so that io.Copy to the response
+// keeps the wrapped writer's fast path (sendfile for a *os.File).
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(w.ResponseWriter, src)
 }
 
 func (w *statusWriter) statusCode() int {

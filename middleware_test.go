@@ -320,12 +320,14 @@ func equalInts(a, b []int) bool {
 }
 
 // A cost above the capacity is a denial that waiting does not cure: 429
-// without Retry-After, even with fail-open.
+// without Retry-After, even with fail-open. (A fixed WithCost above it is
+// refused at construction; a cost function can still ask for it.)
 func TestMiddlewareCostExceedsLimitIsDenial(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		tb := mustTokenBucket(t, PerMinute(2))
 		var events []DecisionEvent
-		opts := []MiddlewareOption{WithCost(3), WithDecisionHook(func(e DecisionEvent) { events = append(events, e) })}
+		three := func(*http.Request) (int, error) { return 3, nil }
+		opts := []MiddlewareOption{WithCostFunc(three), WithDecisionHook(func(e DecisionEvent) { events = append(events, e) })}
 		if failOpen {
 			opts = append(opts, WithFailOpen())
 		}
@@ -377,12 +379,13 @@ func TestMiddlewareErrorPolicy(t *testing.T) {
 		handled bool
 	}{
 		{"limiter error, default fails closed", false, nil, 503, false},
-		{"key error, default fails closed", true, nil, 503, false},
+		{"key error, default answers 400", true, nil, 400, false},
 		{"limiter error, fail open", false, []MiddlewareOption{WithFailOpen()}, 200, true},
-		{"key error, fail open", true, []MiddlewareOption{WithFailOpen()}, 200, true},
+		{"key error, fail open still answers 400", true, []MiddlewareOption{WithFailOpen()}, 400, false},
 		{"limiter error, custom handler", false, []MiddlewareOption{WithErrorHandler(teapot)}, 418, false},
 		{"key error, custom handler", true, []MiddlewareOption{WithErrorHandler(teapot)}, 418, false},
 		{"limiter error, dry run", false, []MiddlewareOption{WithDryRun()}, 200, true},
+		{"key error, dry run", true, []MiddlewareOption{WithDryRun()}, 200, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -390,7 +393,7 @@ func TestMiddlewareErrorPolicy(t *testing.T) {
 			var logs bytes.Buffer
 			var events []DecisionEvent
 			opts := append([]MiddlewareOption{
-				WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+				WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 				WithDecisionHook(func(e DecisionEvent) { events = append(events, e) }),
 			}, tt.opts...)
 			if tt.keyErr {
@@ -413,11 +416,16 @@ func TestMiddlewareErrorPolicy(t *testing.T) {
 					t.Error("503 body reveals the internal error")
 				}
 			}
-			if len(events) != 1 || events[0].Err == nil || events[0].Blocked == tt.handled {
+			if len(events) != 1 || events[0].Err == nil || events[0].Blocked == tt.handled || events[0].Policy != DefaultPolicyName {
 				t.Errorf("events %+v", events)
 			}
 			line := decodeLogLine(t, logs.Bytes())
-			if line["level"] != "ERROR" || line["fail_open"] != tt.handled {
+			if tt.keyErr {
+				// The client's doing: DEBUG, under the real policy name.
+				if line["level"] != "DEBUG" || line["policy"] != DefaultPolicyName || line["status"] != float64(400) {
+					t.Errorf("log line %v", line)
+				}
+			} else if line["level"] != "ERROR" || line["fail_open"] != tt.handled {
 				t.Errorf("log line %v", line)
 			}
 		})
@@ -466,8 +474,9 @@ func TestMiddlewareDryRun(t *testing.T) {
 	}
 }
 
-// Failed logins (401) count, successful ones do not; once the failures
-// have used the quota, the handler is no longer called.
+// Failed logins (401) count, successful ones do not (their reservation is
+// given back); once the failures have used the quota, the handler is no
+// longer called.
 func TestMiddlewareCountStatus(t *testing.T) {
 	clk := newFakeClock()
 	tb := mustTokenBucket(t, PerMinute(3), WithClock(clk.Now))
@@ -483,11 +492,12 @@ func TestMiddlewareCountStatus(t *testing.T) {
 		return serve(h, newRequest("POST", "/login", "192.0.2.1:1"))
 	}
 	for i := 0; i < 5; i++ {
-		if w := login(200); w.Code != 200 || w.Header().Get("RateLimit") != `"default";r=3;t=0` {
+		// The headers show the reservation; it is given back afterwards.
+		if w := login(200); w.Code != 200 || w.Header().Get("RateLimit") != `"default";r=2;t=20` {
 			t.Fatalf("success %d: status %d, RateLimit %q: successes must not count", i, w.Code, w.Header().Get("RateLimit"))
 		}
 	}
-	wantRemaining := []string{`"default";r=3;t=0`, `"default";r=2;t=20`, `"default";r=1;t=40`}
+	wantRemaining := []string{`"default";r=2;t=20`, `"default";r=1;t=40`, `"default";r=0;t=60`}
 	for i, want := range wantRemaining {
 		if w := login(401); w.Code != 401 || w.Header().Get("RateLimit") != want {
 			t.Fatalf("failure %d: status %d, RateLimit %q, want %q", i, w.Code, w.Header().Get("RateLimit"), want)
@@ -514,13 +524,13 @@ func TestMiddlewareCountStatus(t *testing.T) {
 	for _, e := range events {
 		if e.AfterHandler {
 			after++
-			if !e.Decision.Allowed {
-				t.Errorf("after-handler event denied: %+v", e)
+			if e.Err != nil || e.Cost != 1 {
+				t.Errorf("after-handler event: %+v", e)
 			}
 		}
 	}
-	if after != 3 {
-		t.Errorf("%d after-handler events, want 3 (one per counted failure)", after)
+	if after != 6 {
+		t.Errorf("%d after-handler events, want 6 (one per refunded success)", after)
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 // NewSlidingCounter) or the rate.Limiter adapter (FromRateLimiter, which
 // takes only WithClock). An option that does not apply to the limiter it
 // is given to is reported by the constructor as ErrInvalidOption rather
-// than ignored, so a misconfiguration never passes silently.
+// than ignored, so a misconfiguration never passes silently. Each option
+// may be given once: a repeat (WithBurst twice, say) is ErrInvalidOption
+// too, whichever value was meant to win, as for the middleware's options.
 type Option func(*config) error
 
 // Defaults of the in-memory store.
@@ -48,6 +50,9 @@ type config struct {
 	// WithMaxKeyLength, WithShards), so that a limiter without a key store
 	// can refuse it.
 	storeOpt string
+	// given names the options applied so far, so that a repeat is refused
+	// (see once).
+	given map[string]bool
 }
 
 // option kinds, used to refuse options that do not apply.
@@ -91,14 +96,14 @@ func newConfig(kind string, opts []Option) (config, error) {
 
 // WithBurst sets the capacity of a token bucket: the number of events that
 // may happen at once after a quiet spell. The default is Rate.Limit. It
-// must be positive and applies only to NewTokenBucket.
+// must be in 1..2^24, like Rate.Limit, and applies only to NewTokenBucket.
 func WithBurst(n int) Option {
 	return func(c *config) error {
 		if n <= 0 || n > maxLimit {
 			return fmt.Errorf("%w: burst %d must be in 1..%d", ErrInvalidOption, n, maxLimit)
 		}
 		c.burst, c.burstSet = n, true
-		return nil
+		return c.once("WithBurst")
 	}
 }
 
@@ -120,7 +125,7 @@ func WithMaxKeys(n int) Option {
 		}
 		c.maxKeys = n
 		c.markStore("WithMaxKeys")
-		return nil
+		return c.once("WithMaxKeys")
 	}
 }
 
@@ -133,7 +138,7 @@ func WithMaxKeyLength(n int) Option {
 		}
 		c.maxKeyLen = n
 		c.markStore("WithMaxKeyLength")
-		return nil
+		return c.once("WithMaxKeyLength")
 	}
 }
 
@@ -148,7 +153,7 @@ func WithShards(n int) Option {
 		}
 		c.shards = n
 		c.markStore("WithShards")
-		return nil
+		return c.once("WithShards")
 	}
 }
 
@@ -164,8 +169,22 @@ func WithClock(now func() time.Time) Option {
 			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
 		}
 		c.now = now
-		return nil
+		return c.once("WithClock")
 	}
+}
+
+// once records that the option name was given and refuses a repeat: two
+// WithMaxKeys options, say, are a mistake whichever one was meant to win,
+// and the middleware's options follow the same rule.
+func (c *config) once(name string) error {
+	if c.given[name] {
+		return fmt.Errorf("%w: %s given twice", ErrInvalidOption, name)
+	}
+	if c.given == nil {
+		c.given = make(map[string]bool, 4)
+	}
+	c.given[name] = true
+	return nil
 }
 
 func (c *config) markStore(name string) {

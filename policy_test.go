@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -141,7 +142,7 @@ func TestPolicyMiddlewareHeaders(t *testing.T) {
 	}{
 		{"X-User", "bob", `"user";q=5;w=60`, `"user";r=4;t=12`, 200},
 		{"X-Ip", "1.2.3.4", `"ip";q=10;w=30`, `"ip";r=9;t=3`, 200},
-		{"", "", "", "", 503}, // no policy applies: fail closed
+		{"", "", "", "", 400}, // no policy applies: the client sent no key
 	}
 	for _, tt := range tests {
 		r := newRequest("GET", "/", "192.0.2.1:1")
@@ -189,11 +190,44 @@ func TestPolicyWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := p.policyValue(tt.limit); got != tt.want {
+		if got, _ := p.policyField(tt.limit); got[0] != tt.want {
 			t.Errorf("rate %v, limit %d: %q, want %q", tt.rate, tt.limit, got, tt.want)
 		}
-		if again := p.policyValue(tt.limit); again != tt.want {
+		if again, _ := p.policyField(tt.limit); again[0] != tt.want {
 			t.Errorf("cached value %q", again)
 		}
+	}
+}
+
+// A misconfigured key function stops the selection even when its error
+// also says ErrNoKey: falling through to a weaker policy would hide it.
+// Errors carry the name of the policy whose key function failed.
+func TestPolicySelectorStopsAtMisconfiguration(t *testing.T) {
+	both := func(*http.Request) (string, error) {
+		return "", fmt.Errorf("%w (%w): outside the mux", ErrNoKey, ErrInvalidOption)
+	}
+	sel, err := NewPolicySelector(
+		Policy{Name: "route", Limiter: &fakeLimiter{}, Key: both},
+		Policy{Name: "ip", Limiter: &fakeLimiter{}, Key: headerKey("X-Ip")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRequest("GET", "/", "192.0.2.1:1")
+	r.Header.Set("X-Ip", "1.2.3.4")
+	p, _, err := sel.selectPolicy(r)
+	if !errors.Is(err, ErrInvalidOption) || p.Name != "route" || !strings.Contains(err.Error(), `policy "route"`) {
+		t.Fatalf("selected %q, %v: want the misconfiguration of policy route", p.Name, err)
+	}
+	sel, err = NewPolicySelector(
+		Policy{Name: "user", Limiter: &fakeLimiter{}, Key: headerKey("X-User")},
+		Policy{Name: "ip", Limiter: &fakeLimiter{}, Key: headerKey("X-Ip")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err = sel.selectPolicy(newRequest("GET", "/", "192.0.2.1:1"))
+	if !errors.Is(err, ErrNoKey) || p.Name != "ip" || !strings.Contains(err.Error(), `policy "ip"`) {
+		t.Fatalf("no key: %q, %v: want ErrNoKey under the last policy tried", p.Name, err)
 	}
 }

@@ -26,6 +26,17 @@ import (
 //
 // SharedLimiter does not implement Refunder: x/time/rate can give tokens
 // back only by cancelling a pending reservation.
+//
+// Degenerate rate.Limiters keep x/time/rate's meaning:
+//   - rate.Inf (whatever the burst, 0 included) is no limit: every cost is
+//     allowed and the Decision reports the burst as Limit and Remaining.
+//     In a Composite (All) such a limiter is left out, so it never caps
+//     the others nor reports ErrCostExceedsLimit.
+//   - a burst of 0 with a finite rate never allows anything: every cost
+//     above 0 is ErrCostExceedsLimit, since no wait can help.
+//   - a rate of 0 (or below) with a burst spends the burst once and never
+//     refills: once the bucket holds less than the cost, that cost is
+//     ErrCostExceedsLimit.
 type SharedLimiter struct {
 	lim *rate.Limiter
 	now func() time.Time
@@ -145,4 +156,11 @@ func (s *SharedLimiter) until(now time.Time, want float64, limit rate.Limit, ful
 	return d
 }
 
-var _ Limiter = (*SharedLimiter)(nil)
+// unlimited reports whether the rate.Limiter is at rate.Inf right now, so
+// that a Composite leaves it out of its decision.
+func (s *SharedLimiter) unlimited() bool { return s.lim.Limit() == rate.Inf }
+
+var (
+	_ Limiter   = (*SharedLimiter)(nil)
+	_ unbounded = (*SharedLimiter)(nil)
+)

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -202,4 +203,131 @@ func TestSharedLimiterInComposite(t *testing.T) {
 		got = append(got, d.Allowed)
 	}
 	assert.Equal(t, []bool{true, true, false, true, false}, got)
+}
+
+// TestCompositeWithUnlimitedRateLimiter: a rate.Limiter at rate.Inf is no
+// limit, burst 0 included; All of a bucket and such a limiter decides
+// exactly as the bucket alone, step for step, and never answers
+// ErrCostExceedsLimit on the unlimited one's account (issue 10 item 11).
+func TestCompositeWithUnlimitedRateLimiter(t *testing.T) {
+	ctx := context.Background()
+	for _, burst := range []int{0, 1, 1000} {
+		t.Run("burst "+strconv.Itoa(burst), func(t *testing.T) {
+			clk := newTBClock()
+			inf, err := FromRateLimiter(rate.NewLimiter(rate.Inf, burst), WithClock(clk.Now))
+			require.NoError(t, err)
+			alone := newTestBucket(t, PerMinute(3), clk)
+			inComposite := newTestBucket(t, PerMinute(3), clk)
+			// Both orders: the adapter is consumed last either way, but
+			// the decision must not depend on how All was called.
+			for _, c := range []*Composite{mustAll(t, inComposite, inf), mustAll(t, inf, inComposite)} {
+				for i, n := range []int{0, 1, 2, 1, 0, 3, 4} {
+					if i == 4 {
+						clk.Advance(40 * time.Second)
+					}
+					want, wantErr := alone.AllowN(ctx, "k", n)
+					got, err := c.AllowN(ctx, "k", n)
+					assert.Equal(t, want, got, "step %d, n=%d", i, n)
+					if wantErr == nil {
+						require.NoError(t, err, "step %d, n=%d", i, n)
+					} else {
+						require.ErrorIs(t, err, ErrCostExceedsLimit, "step %d: only the bucket's own cap", i)
+					}
+				}
+				clk.Advance(time.Hour)
+			}
+
+			nested := mustAll(t, newTestBucket(t, PerMinute(3), clk), mustAll(t, inf))
+			d, err := nested.AllowN(ctx, "k", 3)
+			require.NoError(t, err, "a Composite of unlimited limiters is unlimited too")
+			assert.Equal(t, Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: time.Minute}, d)
+
+			only := mustAll(t, inf)
+			d, err = only.AllowN(ctx, "k", 1_000_000)
+			require.NoError(t, err, "no limit at all: any cost")
+			assert.Equal(t, Decision{Allowed: true, Limit: burst, Remaining: burst}, d)
+		})
+	}
+}
+
+// TestCompositeRateLimiterLimitChangedAtRunTime: the unlimited check is
+// made on every call, so a cap switched on with SetLimit applies at once,
+// and switched off again stops capping.
+func TestCompositeRateLimiterLimitChangedAtRunTime(t *testing.T) {
+	ctx := context.Background()
+	clk := newTBClock()
+	rl := rate.NewLimiter(rate.Inf, 0)
+	ceiling, err := FromRateLimiter(rl, WithClock(clk.Now))
+	require.NoError(t, err)
+	c := mustAll(t, newTestBucket(t, PerMinute(100), clk), ceiling)
+	for i := 0; i < 5; i++ {
+		d, err := c.Allow(ctx, "k")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	rl.SetLimitAt(clk.Now(), 1)
+	rl.SetBurstAt(clk.Now(), 2)
+	clk.Advance(2 * time.Second) // x/time/rate refills from what it held: nothing
+	var got []bool
+	for i := 0; i < 3; i++ {
+		d, err := c.Allow(ctx, "k")
+		require.NoError(t, err)
+		got = append(got, d.Allowed)
+	}
+	assert.Equal(t, []bool{true, true, false}, got, "a finite limit caps again")
+	rl.SetLimitAt(clk.Now(), rate.Inf)
+	d, err := c.Allow(ctx, "k")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, 100, d.Limit, "the bucket's numbers, not the lifted cap's")
+}
+
+// TestCompositeDegenerateRateLimiters: the rate.Limiters that can never
+// allow a cost keep saying so inside a Composite, and consume nothing from
+// the other limits.
+func TestCompositeDegenerateRateLimiters(t *testing.T) {
+	ctx := context.Background()
+	clk := newTBClock()
+	never, err := FromRateLimiter(rate.NewLimiter(5, 0), WithClock(clk.Now)) // burst 0, finite rate
+	require.NoError(t, err)
+	b := newTestBucket(t, PerMinute(3), clk)
+	_, err = mustAll(t, b, never).Allow(ctx, "k")
+	require.ErrorIs(t, err, ErrCostExceedsLimit)
+	d, err := b.AllowN(ctx, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 3, d.Remaining, "nothing taken from the bucket")
+
+	once, err := FromRateLimiter(rate.NewLimiter(0, 1), WithClock(clk.Now)) // never refills
+	require.NoError(t, err)
+	c := mustAll(t, b, once)
+	d, err = c.Allow(ctx, "k")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	clk.Advance(time.Hour)
+	_, err = c.Allow(ctx, "k")
+	require.ErrorIs(t, err, ErrCostExceedsLimit, "spent for good")
+	d, err = b.AllowN(ctx, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 3, d.Remaining, "the refused request was given back")
+}
+
+func TestCompositeWithRateLimiterAllocations(t *testing.T) {
+	clk := newTBClock()
+	inf, err := FromRateLimiter(rate.NewLimiter(rate.Inf, 0), WithClock(clk.Now))
+	require.NoError(t, err)
+	c := mustAll(t, newTestBucket(t, PerSecond(1000), clk, WithBurst(1<<20)), inf)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := c.Allow(ctx, "hot"); err != nil {
+			panic(err)
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+func mustAll(t *testing.T, ls ...Limiter) *Composite {
+	t.Helper()
+	c, err := All(ls...)
+	require.NoError(t, err)
+	return c
 }

@@ -2,15 +2,21 @@ package floodgate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // HeaderStyle selects the quota headers the middleware sets on allowed and
 // denied responses.
+//
+// The header values (and the Content-Type of the bodies written here) are
+// shared between responses, so that a request allocates nothing for them:
+// a handler may replace them (Header.Set, Header.Add, Header.Del) but must
+// not write into their slices in place.
 type HeaderStyle int
 
 // Header styles.
@@ -28,6 +34,11 @@ const (
 	// same value as Retry-After, on an allowed request the time until the
 	// full quota is back (Decision.ResetAfter rounded up), an upper bound
 	// since a Decision does not say when the next single unit arrives.
+	// t never exceeds w: a longer wait (a sliding log's rounded up, a
+	// sliding counter's estimate reaching into the next window) is shown
+	// as w, and Retry-After keeps the exact wait. Waits too long for a
+	// Duration's seconds (about 292 years) saturate, in every header,
+	// instead of wrapping.
 	// When several middlewares limit one request (an IP limit around an
 	// account limit, say), each adds its member to both lists, as the
 	// draft allows; the legacy headers and Retry-After, which cannot
@@ -78,151 +89,73 @@ var (
 
 // RetryAfterSeconds returns the Retry-After value for a wait: the wait in
 // whole seconds, rounded up, and at least 1 (a client told to retry after 0
-// seconds would retry at once and be denied again).
+// seconds would retry at once and be denied again). It cannot overflow:
+// the longest Duration gives 9223372037.
 func RetryAfterSeconds(wait time.Duration) int64 {
-	s := ceilSeconds(wait)
-	if s < 1 {
-		return 1
-	}
-	return s
+	return max(ceilSeconds(wait), 1)
 }
 
-// ceilSeconds rounds a non-negative duration up to whole seconds.
+// ceilSeconds rounds a duration up to whole seconds; a negative one is 0.
+// Dividing first keeps the longest durations from wrapping, as adding
+// time.Second-1 before dividing would.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
-// quotedSFString returns name as an sf-string of RFC 9651 (Structured Field
-// Values): quoted, with backslash and quote escaped. validPolicyName must
-// have accepted it.
-func quotedSFString(name string) string {
-	b := make([]byte, 0, len(name)+2)
-	b = append(b, '"')
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, name[i])
-	}
-	return string(append(b, '"'))
+// quotaHeaders are the header values of one decision, computed by its
+// policy; nil fields are not set. Each value is a one-element slice that
+// may be shared with other responses.
+type quotaHeaders struct {
+	retryAfter                 []string
+	rateLimitPolicy, rateLimit []string // IETF
+	limit, remaining           []string // legacy
+	reset                      []string // legacy
 }
 
-// validPolicyName reports whether name can be sent as an sf-string: a
-// non-empty run of printable ASCII (RFC 9651 allows nothing else in a
-// String).
-func validPolicyName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: empty policy name", ErrInvalidOption)
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: policy name %q: only printable ASCII can be sent in RateLimit-Policy", ErrInvalidOption, name)
-		}
-	}
-	return nil
-}
-
-// policyField formats the RateLimit-Policy value of a policy whose quota is
-// limit units, refilled from empty in window (0: unknown, w is left out).
-func policyField(quoted string, limit int, window time.Duration) string {
-	b := make([]byte, 0, len(quoted)+32)
-	b = append(b, quoted...)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, int64(limit), 10)
-	if window > 0 {
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, ceilSeconds(window), 10)
-	}
-	return string(b)
-}
-
-// rateLimitField formats the RateLimit value: quoted;r=remaining;t=seconds.
-// It builds the value in a stack buffer so that the only allocation is the
-// resulting string. 64 bytes hold a 20-character name with the largest
-// numbers; a longer name spills to the heap, which is only slower. (The
-// buffer is zeroed on every call, so bigger is not free.)
-func rateLimitField(quoted string, remaining int, reset int64) string {
-	var buf [64]byte
-	b := append(buf[:0], quoted...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, int64(remaining), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
-	return string(b)
-}
-
-// setQuotaHeaders sets the quota headers of style for decision d of policy
-// p, and Retry-After if retry is set. costExceeded reports a request that
-// can never succeed: only the policy is advertised then, since the Decision
-// carries no real remaining quota. now is read only for the legacy reset
-// timestamp.
-//
-// The header values share one backing array: one allocation for all of
-// them instead of one per header. Each slice is capped at its single
-// element, so a later Header.Add reallocates instead of writing into its
-// neighbour.
-func setQuotaHeaders(h http.Header, style HeaderStyle, p *policy, d Decision, retry, costExceeded bool, now func() time.Time) {
-	n := 0
-	if retry {
-		n++
-	}
-	if style.ietf() {
-		n += 2
-	}
-	if style.legacy() {
-		n += 3
-	}
-	if n == 0 {
-		return
-	}
-	vals := make([]string, n)
-	i := 0
-	put := func(key, v string) {
-		vals[i] = v
-		h[key] = vals[i : i+1 : i+1]
-		i++
-	}
-	// add appends to a list field that an outer middleware already set:
-	// each limit a request passed through shows as its own list member.
+// write sets q's headers on h. The IETF fields are lists: when an outer
+// middleware has set them already, the value is added as a member of its
+// own, so each limit a request passed through shows. The other headers,
+// which hold one limit, are replaced.
+func (q *quotaHeaders) write(h http.Header) {
 	// A response without headers yet (the common case) has no list to
-	// append to: skip the lookup, which costs as much as the assignment.
+	// append to: skip the lookups, which cost as much as the assignment.
 	fresh := len(h) == 0
-	add := func(key, v string) {
-		if !fresh {
-			if old := h[key]; len(old) > 0 {
-				h[key] = append(old[:len(old):len(old)], v)
-				return
-			}
-		}
-		put(key, v)
+	if q.retryAfter != nil {
+		h[headerRetryAfter] = q.retryAfter
 	}
-	if retry {
-		put(headerRetryAfter, strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
+	if q.rateLimitPolicy != nil {
+		addMember(h, fresh, headerRateLimitPolicy, q.rateLimitPolicy)
 	}
-	if style.ietf() {
-		add(headerRateLimitPolicy, p.policyValue(d.Limit))
-		if !costExceeded {
-			// t: on a denial, when the request can be retried; otherwise
-			// when the full quota is back.
-			t := ceilSeconds(d.ResetAfter)
-			if !d.Allowed {
-				t = RetryAfterSeconds(d.RetryAfter)
-			}
-			add(headerRateLimit, rateLimitField(p.quoted, d.Remaining, t))
-		}
+	if q.rateLimit != nil {
+		addMember(h, fresh, headerRateLimit, q.rateLimit)
 	}
-	if style.legacy() {
-		put(headerLegacyLimit, strconv.Itoa(d.Limit))
-		if !costExceeded {
-			put(headerLegacyRemaining, strconv.Itoa(d.Remaining))
-			// The full quota is back after ResetAfter, whether or not this
-			// request was denied; rounded up to the second.
-			put(headerLegacyReset, strconv.FormatInt(now().Add(d.ResetAfter+time.Second-1).Unix(), 10))
+	if q.limit != nil {
+		h[headerLegacyLimit] = q.limit
+	}
+	if q.remaining != nil {
+		h[headerLegacyRemaining] = q.remaining
+	}
+	if q.reset != nil {
+		h[headerLegacyReset] = q.reset
+	}
+}
+
+// addMember sets a list field, or adds v to the list already there.
+func addMember(h http.Header, fresh bool, key string, v []string) {
+	if !fresh {
+		if old := h[key]; len(old) > 0 {
+			h[key] = append(old[:len(old):len(old)], v...)
+			return
 		}
 	}
+	h[key] = v
 }
 
 // DeniedHandler writes the response to a request the limit refused. When
@@ -243,29 +176,50 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Decision)
 // seconds. A request whose cost exceeds the limit gets a detail saying so
 // and no retryAfter, since waiting does not help.
 func ProblemDetails(w http.ResponseWriter, _ *http.Request, d Decision) {
-	bp := bodyPool.Get().(*[]byte)
-	b := append((*bp)[:0], `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"`...)
+	var body []byte
 	if d.RetryAfter > 0 {
-		s := RetryAfterSeconds(d.RetryAfter)
-		b = append(b, "Rate limit exceeded; retry after "...)
-		b = strconv.AppendInt(b, s, 10)
-		b = append(b, ` seconds.","retryAfter":`...)
-		b = strconv.AppendInt(b, s, 10)
-		b = append(b, '}')
+		body = deniedBody(RetryAfterSeconds(d.RetryAfter))
 	} else {
-		b = append(b, `The request costs more than the rate limit allows and cannot succeed."}`...)
+		body = costExceededBody
 	}
 	w.Header()[headerContentType] = problemContentType
 	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(b) // the client may be gone; nothing to do about it
-	*bp = b
-	bodyPool.Put(bp)
+	_, _ = w.Write(body) // the client may be gone; nothing to do about it
 }
 
-// bodyPool recycles the buffers of ProblemDetails bodies: the denied path
-// is the one an attacker drives, so it should not allocate per request.
-// Write must not retain its argument (io.Writer), so reuse is safe.
-var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+// deniedBodySlots is the size of the table of recent denial bodies.
+const deniedBodySlots = 64
+
+type deniedBodyValue struct {
+	secs int64
+	body []byte
+}
+
+// deniedBodies holds the ProblemDetails bodies of recent retry delays: the
+// denied path is the one an attacker drives, and every denial of one
+// second says the same, so it is formatted once. Write must not modify
+// or retain its argument (io.Writer), so sharing is safe.
+var deniedBodies [deniedBodySlots]atomic.Pointer[deniedBodyValue]
+
+// costExceededBody is the ProblemDetails body of a request that can never
+// succeed.
+var costExceededBody = []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"The request costs more than the rate limit allows and cannot succeed."}`)
+
+// deniedBody returns the ProblemDetails body for a retry after secs.
+func deniedBody(secs int64) []byte {
+	slot := &deniedBodies[uint64(secs)%deniedBodySlots]
+	if v := slot.Load(); v != nil && v.secs == secs {
+		return v.body
+	}
+	b := make([]byte, 0, 128)
+	b = append(b, `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry after `...)
+	b = strconv.AppendInt(b, secs, 10)
+	b = append(b, ` seconds.","retryAfter":`...)
+	b = strconv.AppendInt(b, secs, 10)
+	b = append(b, '}')
+	slot.Store(&deniedBodyValue{secs: secs, body: b})
+	return b
+}
 
 // StaticJSON returns a DeniedHandler that answers 429 with body, byte for
 // byte, as application/json: the service's own error envelope, such as
@@ -289,28 +243,98 @@ func StaticJSON(body []byte) (DeniedHandler, error) {
 // ErrorHandler writes the response when no decision could be made: the key
 // function, the cost function or the limiter returned an error (not
 // ErrCostExceedsLimit, which is a denial). err wraps the cause; test it
-// with errors.Is (ErrNoKey, ErrNoClientIP, a store's error).
+// with errors.Is (ErrNoKey, ErrNoClientIP, a store's error), or ask
+// ErrorStatus for the status that fits it. It is not called for a request
+// whose client went away during the decision (see WithFailOpen).
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
-// FailClosed is the default ErrorHandler: it refuses the request with 503
-// Service Unavailable and an RFC 9457 problem+json body that does not
-// reveal the error (the client cannot fix it and an attacker should not
-// learn the limiter's internals). A custom ErrorHandler can delegate to it
-// for the errors it does not handle itself.
-func FailClosed(w http.ResponseWriter, _ *http.Request, _ error) {
-	writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable",
-		"The rate limiter could not decide on this request; try again later.")
+// ErrorStatus returns the HTTP status that answers a request on which no
+// decision could be made because of err:
+//
+//   - 400 Bad Request for what the client caused: no key (ErrNoKey, once
+//     no policy applies), an unusable client address (ErrNoClientIP), a
+//     key too long to store (ErrKeyTooLong), a body a key function cannot
+//     read (ErrInvalidBody). A long key gets 400 rather than 431 because
+//     the key may come from the path, the query or the body as well as a
+//     header, and 431 would tell the client to shrink its headers.
+//   - 413 Content Too Large for a body above a key function's bound
+//     (ErrInvalidBody together with an *http.MaxBytesError).
+//   - 500 Internal Server Error for a misconfiguration the server must fix
+//     (ErrInvalidOption, e.g. KeyByRoutePattern outside a ServeMux).
+//   - 503 Service Unavailable for the rest: the limiter or its store
+//     failed, which the client can only wait out.
+//
+// Only the last is a failure of the limit itself; WithFailOpen applies to
+// it alone.
+func ErrorStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrInvalidOption):
+		return http.StatusInternalServerError
+	case errors.Is(err, ErrInvalidBody):
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return http.StatusRequestEntityTooLarge
+		}
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong):
+		return http.StatusBadRequest
+	}
+	return http.StatusServiceUnavailable
 }
 
-// writeProblem writes a fixed RFC 9457 problem+json response.
-func writeProblem(w http.ResponseWriter, status int, title, detail string) {
+// FailClosed is the default ErrorHandler: it refuses the request with the
+// status ErrorStatus gives err (503 when the limiter failed, 400 or 413
+// for the client's own doing, 500 for a misconfiguration) and an RFC 9457
+// problem+json body that does not reveal the error (the client cannot fix
+// a failure and an attacker should not learn the limiter's internals). A
+// custom ErrorHandler can delegate to it for the errors it does not
+// handle itself.
+func FailClosed(w http.ResponseWriter, _ *http.Request, err error) {
+	switch status := ErrorStatus(err); status {
+	case http.StatusBadRequest:
+		writeProblem(w, status, problemBadRequest)
+	case http.StatusRequestEntityTooLarge:
+		writeProblem(w, status, problemTooLarge)
+	case http.StatusInternalServerError:
+		writeProblem(w, status, problemMisconfigured)
+	default:
+		writeProblem(w, http.StatusServiceUnavailable, problemUnavailable)
+	}
+}
+
+// The fixed problem+json bodies of FailClosed and Middleware.
+var (
+	problemBadRequest = problemJSON(http.StatusBadRequest, "Bad Request",
+		"The request does not carry what the rate limit needs to identify its client.")
+	problemTooLarge = problemJSON(http.StatusRequestEntityTooLarge, "Content Too Large",
+		"The request body is larger than the rate limit reads.")
+	problemMisconfigured = problemJSON(http.StatusInternalServerError, "Internal Server Error",
+		"The rate limiter is misconfigured.")
+	problemUnavailable = problemJSON(http.StatusServiceUnavailable, "Service Unavailable",
+		"The rate limiter could not decide on this request; try again later.")
+)
+
+// problemJSON formats a fixed RFC 9457 problem+json body.
+func problemJSON(status int, title, detail string) []byte {
 	body, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail"`
 	}{"about:blank", title, status, detail}) // plain strings: cannot fail
+	return body
+}
+
+// writeProblem writes a problem+json response.
+func writeProblem(w http.ResponseWriter, status int, body []byte) {
 	w.Header()[headerContentType] = problemContentType
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+// StatusClientClosedRequest is the status the middleware logs a request
+// with when its client went away while the limiter was deciding: nginx's
+// 499 "Client Closed Request". Nothing reads the response; the status is
+// there so that access logs and metrics do not count such a request as
+// served, denied or failed by the limiter. No body is written.
+const StatusClientClosedRequest = 499

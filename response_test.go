@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -512,7 +515,8 @@ func BenchmarkQuotaHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		clear(h)
-		setQuotaHeaders(h, HeadersIETF, p, d, false, false, time.Now)
+		q := p.headers(HeadersIETF, d, false, false, time.Now)
+		q.write(h)
 	}
 	if h.Get("RateLimit") != `"default";r=3;t=42` {
 		b.Fatalf("RateLimit %q", h.Get("RateLimit"))
@@ -531,7 +535,8 @@ func BenchmarkDeniedResponse(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		w.reset()
-		setQuotaHeaders(w.h, HeadersIETF, p, d, true, false, time.Now)
+		q := p.headers(HeadersIETF, d, true, false, time.Now)
+		q.write(w.h)
 		ProblemDetails(w, nil, d)
 	}
 	if w.status != http.StatusTooManyRequests {
@@ -545,4 +550,20 @@ func mustBenchBucket(b *testing.B) *TokenBucket {
 		b.Fatal(err)
 	}
 	return tb
+}
+
+// Data flows one way (issue 15): the policy computes its header values,
+// response.go only writes them, so it must not reach back into the
+// policy type.
+func TestResponseDoesNotCallBackIntoPolicy(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "response.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && (id.Name == "policy" || id.Name == "PolicySelector") {
+			t.Errorf("response.go refers to %s", id.Name)
+		}
+		return true
+	})
 }

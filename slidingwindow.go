@@ -140,7 +140,7 @@ func logUnit(period int64) int64 {
 func WithCountDenied() Option {
 	return func(c *config) error {
 		c.countDenied = true
-		return nil
+		return c.once("WithCountDenied")
 	}
 }
 

@@ -117,7 +117,7 @@ func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
 func WithIntervalRefill() Option {
 	return func(c *config) error {
 		c.interval = true
-		return nil
+		return c.once("WithIntervalRefill")
 	}
 }
 

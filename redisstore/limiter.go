@@ -69,6 +69,7 @@ type base struct {
 	fallback floodgate.Limiter
 	breaker  breaker
 	deny     *denyCache
+	counts   counters // behind Stats
 }
 
 // init sets up l in place (it holds atomics, which must not be copied).
@@ -143,6 +144,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	}
 	if l.deny != nil && n > 0 {
 		if d, ok := l.deny.lookup(key, n, local, l.limit); ok {
+			l.counts.denyCacheHits.Add(1)
 			return d, nil
 		}
 	}
@@ -152,6 +154,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	if l.fallback != nil {
 		real = int64(time.Since(l.epoch))
 		if !l.breaker.tryRedis(real) {
+			l.counts.fallbackDecisions.Add(1)
 			return l.fallback.AllowN(ctx, key, n)
 		}
 	}
@@ -159,8 +162,10 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	d, err := eval(cctx, key, n, arg)
 	cancel()
 	if err != nil {
+		l.counts.countError(err)
 		if l.fallback != nil && ctx.Err() == nil {
 			l.breaker.fail(real)
+			l.counts.fallbackDecisions.Add(1)
 			return l.fallback.AllowN(ctx, key, n)
 		}
 		return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
@@ -200,6 +205,7 @@ func (l *base) reset(ctx context.Context, key string, keys []string) error {
 	_, err := resetScript.run(cctx, l.client, keys, nil)
 	cancel()
 	if err != nil {
+		l.counts.countError(err)
 		errs = append(errs, fmt.Errorf("%w: %w", ErrRedis, err))
 	}
 	return errors.Join(errs...)
@@ -224,6 +230,7 @@ func (l *base) refund(ctx context.Context, key string, run func(ctx context.Cont
 	err = run(cctx, arg)
 	cancel()
 	if err != nil {
+		l.counts.countError(err)
 		return fmt.Errorf("%w: %w", ErrRedis, err)
 	}
 	return nil

@@ -33,8 +33,13 @@
 // and internal-error answers are retried DefaultRetries (2) times after
 // 200 ms, then 400 ms (WithRetry), with the same idempotency key so a
 // retry never reads as a second use of the token. Definitive answers are
-// never retried, and no wait outlasts the deadline. At most 64 KiB of an
-// answer is read. WithHostnames and WithAction add the checks Cloudflare
+// never retried, and no wait outlasts the deadline. Only an HTTP 200 whose
+// body decodes strictly as a siteverify answer (exact field names, none
+// twice, success the literal true) passes; a redirect is never followed,
+// so the secret goes nowhere else (ErrMisconfigured), and at most 64 KiB
+// of an answer is read. When the caller's context ends, Verify returns at
+// once with that context's error, not ErrUnavailable: a visitor hanging up
+// is not an outage. WithHostnames and WithAction add the checks Cloudflare
 // leaves to the site: that the token was solved on your page, for this
 // form.
 //
@@ -48,7 +53,9 @@
 // 400 missing or malformed, 403 rejected, 413 body too large, 500
 // misconfigured, and 503 while siteverify cannot be asked. That last one
 // is the fail-closed default; WithFailOpen lets requests through instead
-// during an outage, leaving the rate limit as the only defence.
+// during an outage, leaving the rate limit as the only defence. A request
+// whose visitor hung up during the verification never reaches the
+// handler, fail-open or not.
 //
 // Behind a load balancer or CDN, give WithRemoteIP the same trusted-proxy
 // client-IP resolution the rate limit uses; the default, PeerIP, is the

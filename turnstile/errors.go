@@ -7,7 +7,9 @@ import (
 )
 
 // Sentinel errors. Every error returned by this package wraps exactly one
-// of them, so a caller picks the answer with errors.Is:
+// of them, or, when the caller's own context ended during Verify, that
+// context's error (context.Canceled, context.DeadlineExceeded) and none of
+// them. A caller picks the answer with errors.Is:
 //
 //	ErrMissingToken, ErrTokenTooLong  the request is malformed: 400
 //	ErrRejected                       the token is not good:     403
@@ -15,6 +17,8 @@ import (
 //	ErrMisconfigured, ErrInvalidRemoteIP
 //	                                  the server itself is wrong: 500, never fail open
 //	ErrInvalidOption                  New or Middleware was given a bad value
+//	context.Canceled, context.DeadlineExceeded (alone)
+//	                                  the caller gave up:        no verdict; never fail open
 var (
 	// ErrMissingToken reports an empty token. Siteverify is not called.
 	ErrMissingToken = errors.New("turnstile: missing token")
@@ -27,15 +31,20 @@ var (
 	// *RejectedError carrying the details.
 	ErrRejected = errors.New("turnstile: token rejected")
 	// ErrUnavailable reports that no verdict could be obtained: siteverify
-	// could not be reached, timed out, kept answering internal-error after
-	// the retries, answered with a server error status or with a body that
-	// is not a siteverify answer. The token may well be good; whether to
-	// let the request through is the caller's policy.
+	// could not be reached, timed out (WithTimeout), kept answering
+	// internal-error after the retries, answered with a server error
+	// status, with a body that is not a siteverify answer decoded strictly
+	// (a field in the wrong case or given twice, a success that is not a
+	// boolean, over 64 KiB), or claimed success with a status other than
+	// 200. The token may well be good; whether to let the request through
+	// is the caller's policy. The caller's own context ending is not
+	// reported as ErrUnavailable (see Verifier.Verify).
 	ErrUnavailable = errors.New("turnstile: siteverify unavailable")
 	// ErrMisconfigured reports that siteverify refused the request itself
 	// rather than the token (missing-input-secret, invalid-input-secret,
-	// missing-input-response, bad-request): the secret is wrong or a proxy
-	// mangles the request. Every token would fail the same way, so this is
+	// missing-input-response, bad-request), or that the endpoint answered
+	// with a redirect, which is never followed: the secret or the endpoint
+	// is wrong, or a proxy mangles the request. Every token would fail the same way, so this is
 	// an operator's problem, not the visitor's, and never a reason to fail
 	// open.
 	ErrMisconfigured = errors.New("turnstile: siteverify refused the request")

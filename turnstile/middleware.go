@@ -64,6 +64,11 @@ type middleware struct {
 //
 // The 503 is the fail-closed policy, the default: while siteverify cannot
 // be reached nobody passes. WithFailOpen lets requests through instead.
+// A request whose own context ends during the verification (the visitor
+// hung up, or a deadline set upstream passed) never reaches the handler,
+// even under WithFailOpen, and is not retried: the error handler gets it
+// with 503 and an error wrapping the context's error rather than
+// ErrUnavailable.
 //
 // A request that passes reaches the handler with the Result in its context
 // (FromContext).
@@ -136,7 +141,9 @@ func WithRemoteIP(f func(*http.Request) string) MiddlewareOption {
 // their context, while siteverify cannot be asked (ErrUnavailable). It
 // trades the bot check for availability during a Cloudflare outage; the
 // rate limit behind it then is the only defence. Rejected tokens, missing
-// tokens and a misconfigured secret are still refused.
+// tokens, a misconfigured secret (a redirecting endpoint included) and
+// requests whose own context ended (the visitor hung up) are still
+// refused.
 func WithFailOpen() MiddlewareOption {
 	return func(m *middleware) error {
 		m.failOpen = true
@@ -192,12 +199,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		r2.Body = body
 	}
 	if err != nil {
-		status := statusOf(err)
-		if status == http.StatusServiceUnavailable && m.failOpen {
+		// Fail open covers siteverify failing, never the visitor leaving:
+		// a request whose context is done gets no free pass to a handler
+		// that might not check its context.
+		if m.failOpen && errors.Is(err, ErrUnavailable) && r.Context().Err() == nil {
 			next.ServeHTTP(w, r2)
 			return
 		}
-		m.onError(w, r, status, err)
+		m.onError(w, r, statusOf(err), err)
 		return
 	}
 	next.ServeHTTP(w, r2.WithContext(context.WithValue(r2.Context(), resultKey{}, res)))
@@ -210,7 +219,10 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, ErrMissingToken), errors.Is(err, ErrTokenTooLong):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The last two: the request's own context ended. A visitor who
+		// hung up reads nothing; one whose server-side deadline passed
+		// may retry.
 		return http.StatusServiceUnavailable
 	default: // ErrMisconfigured, ErrInvalidRemoteIP
 		return http.StatusInternalServerError

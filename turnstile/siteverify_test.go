@@ -49,8 +49,10 @@ type fakeSiteverify struct {
 	lostAnswers    int               // decide (spending the token), then answer 502, this many times
 	status         int               // when set, answer with this status and raw
 	raw            []byte            // when set, answer with these bytes instead
+	header         http.Header       // added to a raw answer (a redirect's Location, say)
 	block          bool              // hold every request until the client gives up
 	arrivals       int               // requests received, blocked ones included
+	arrived        chan struct{}     // when set, told of each arrival (buffered by the test)
 	release        chan struct{}     // closed when the test ends, freeing held requests
 }
 
@@ -103,8 +105,11 @@ func newFake(t *testing.T) *fakeSiteverify {
 func (f *fakeSiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.arrivals++
-	block := f.block
+	block, arrived := f.block, f.arrived
 	f.mu.Unlock()
+	if arrived != nil {
+		arrived <- struct{}{}
+	}
 	if block {
 		// The server notices a client hanging up only once the body has
 		// been read, so read it, then hold until the client gives up.
@@ -128,6 +133,9 @@ func (f *fakeSiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call{contentType: r.Header.Get("Content-Type"), form: r.PostForm})
 	if f.raw != nil {
+		for k, vs := range f.header {
+			w.Header()[k] = vs
+		}
 		if f.status != 0 {
 			w.WriteHeader(f.status)
 		}

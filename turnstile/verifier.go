@@ -1,6 +1,7 @@
 package turnstile
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -62,7 +63,14 @@ const (
 // key again on its retries, so a retry of an attempt whose answer was lost
 // gets that answer instead of timeout-or-duplicate. Only network errors,
 // server error statuses (5xx) and internal-error answers are retried; a
-// definitive answer never is.
+// definitive answer never is, and nothing is retried once the caller's
+// context is done.
+//
+// Only what siteverify really said passes: an HTTP 200 whose body is a
+// siteverify answer decoded strictly (field names exactly as Cloudflare
+// writes them, each at most once, "success" the JSON literal true). A
+// redirect is never followed, so the secret is never sent anywhere but
+// the endpoint, and at most 64 KiB of an answer is read.
 type Verifier struct {
 	secret    string
 	endpoint  string
@@ -87,7 +95,7 @@ func New(secret string, opts ...Option) (*Verifier, error) {
 	v := &Verifier{
 		secret:   secret,
 		endpoint: DefaultEndpoint,
-		client:   &http.Client{},
+		client:   &http.Client{CheckRedirect: refuseRedirect},
 		timeout:  DefaultTimeout,
 		retries:  DefaultRetries,
 		backoff:  DefaultBackoff,
@@ -120,18 +128,29 @@ func WithEndpoint(endpoint string) Option {
 	}
 }
 
-// WithHTTPClient makes the verifier use c, for example one with a custom
-// transport or proxy. The default is a client on http.DefaultTransport.
-// The verifier's own timeout applies on top of any timeout c has.
+// WithHTTPClient makes the verifier use c's transport, cookie jar and
+// timeout, for example a custom transport or an egress proxy. The default
+// is a client on http.DefaultTransport. The verifier's own timeout applies
+// on top of any timeout c has. The verifier works on a copy of c that
+// never follows a redirect, whatever c.CheckRedirect says, since a
+// redirect would carry the secret to another URL; c itself is not
+// modified.
 func WithHTTPClient(c *http.Client) Option {
 	return func(v *Verifier) error {
 		if c == nil {
 			return fmt.Errorf("%w: nil HTTP client", ErrInvalidOption)
 		}
-		v.client = c
+		own := *c
+		own.CheckRedirect = refuseRedirect
+		v.client = &own
 		return nil
 	}
 }
+
+// refuseRedirect is every verifier client's CheckRedirect: the redirect
+// response itself is returned, never followed, and reported as
+// ErrMisconfigured.
+func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // WithTimeout bounds each Verify call, all its attempts and waits included
 // (default DefaultTimeout). A shorter deadline on the caller's context wins.
@@ -212,14 +231,15 @@ type Result struct {
 	ErrorCodes []string
 }
 
-// wireResult is the JSON shape of a siteverify answer.
+// wireResult holds the fields of a siteverify answer as decoded; fields
+// names them.
 type wireResult struct {
-	Success     *bool    `json:"success"`
-	ChallengeTS string   `json:"challenge_ts"`
-	Hostname    string   `json:"hostname"`
-	ErrorCodes  []string `json:"error-codes"`
-	Action      string   `json:"action"`
-	CData       string   `json:"cdata"`
+	Success     *bool
+	ChallengeTS string
+	Hostname    string
+	ErrorCodes  []string
+	Action      string
+	CData       string
 }
 
 // Verify checks token with siteverify. remoteIP is the visitor's address,
@@ -230,7 +250,16 @@ type wireResult struct {
 // (ErrTokenTooLong) and a bad remoteIP are refused without calling out.
 // Otherwise the answer is a *Result with a nil error when the token is
 // good, or an error wrapping ErrRejected, ErrUnavailable or
-// ErrMisconfigured; an ErrUnavailable caused by ctx also wraps ctx's error.
+// ErrMisconfigured. A verification that the verifier's own timeout
+// (WithTimeout) cuts short is ErrUnavailable, wrapping
+// context.DeadlineExceeded.
+//
+// When ctx itself is done (the visitor hung up, or the caller's deadline
+// passed) Verify stops at once, retries nothing, and returns an error that
+// wraps ctx's error (context.Canceled or context.DeadlineExceeded) and
+// none of the package's sentinels: it is not an outage, so it must not be
+// answered as one (the Middleware never lets such a request through, even
+// under WithFailOpen).
 func (v *Verifier) Verify(ctx context.Context, token, remoteIP string) (*Result, error) {
 	switch {
 	case token == "":
@@ -253,11 +282,20 @@ func (v *Verifier) Verify(ctx context.Context, token, remoteIP string) (*Result,
 	form.Set("idempotency_key", key)
 	body := form.Encode()
 
+	caller := ctx
+	if caller.Err() != nil {
+		return nil, abandoned(caller, nil)
+	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	backoff := v.backoff
 	for attempt := 0; ; attempt++ {
 		res, retry, err := v.attempt(ctx, body)
+		if err != nil && caller.Err() != nil {
+			// Whatever the attempt made of it, the caller is gone: no
+			// verdict is owed, and none was had.
+			return nil, abandoned(caller, err)
+		}
 		if !retry || attempt == v.retries {
 			return res, err
 		}
@@ -273,11 +311,25 @@ func (v *Verifier) Verify(ctx context.Context, token, remoteIP string) (*Result,
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if caller.Err() != nil {
+				return nil, abandoned(caller, err)
+			}
 			return nil, fmt.Errorf("%w: %w (after %v)", ErrUnavailable, ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff *= 2
 	}
+}
+
+// abandoned is the error of a verification whose caller's context ended:
+// it wraps the context's error, and the attempt's error (which may wrap a
+// sentinel such as ErrUnavailable) only as text, so that errors.Is finds
+// context.Canceled or context.DeadlineExceeded and no sentinel.
+func abandoned(caller context.Context, last error) error {
+	if last == nil {
+		return fmt.Errorf("turnstile: verification abandoned: %w", caller.Err())
+	}
+	return fmt.Errorf("turnstile: verification abandoned: %w (last attempt: %v)", caller.Err(), last)
 }
 
 // attempt makes one siteverify request and reports whether a failure is
@@ -305,8 +357,15 @@ func (v *Verifier) attempt(ctx context.Context, body string) (_ *Result, retry b
 		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
 		_ = resp.Body.Close()
 	}()
-	if resp.StatusCode >= 500 {
+	switch {
+	case resp.StatusCode >= 500:
 		return nil, true, fmt.Errorf("%w: siteverify answered HTTP %d", ErrUnavailable, resp.StatusCode)
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		// Following it would post the secret to wherever the answer
+		// points. Siteverify does not redirect; an endpoint that does is
+		// the wrong one (http for https, say), which the operator fixes.
+		return nil, false, fmt.Errorf("%w: siteverify answered HTTP %d redirecting to %q; redirects are not followed",
+			ErrMisconfigured, resp.StatusCode, resp.Header.Get("Location"))
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
@@ -325,8 +384,14 @@ func (v *Verifier) attempt(ctx context.Context, body string) (_ *Result, retry b
 		return nil, false, fmt.Errorf("%w: HTTP %d: %w", ErrUnavailable, resp.StatusCode, err)
 	}
 	if !res.Success {
+		// A "no" is believed whatever the status: it can only refuse.
 		retry, err := classify(res)
 		return nil, retry, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		// Siteverify says yes with a 200 and nothing else; a success under
+		// another status came from something that is not siteverify.
+		return nil, false, fmt.Errorf("%w: HTTP %d claiming success is not a siteverify answer", ErrUnavailable, resp.StatusCode)
 	}
 	if err := v.expect(res); err != nil {
 		return nil, false, err
@@ -334,12 +399,71 @@ func (v *Verifier) attempt(ctx context.Context, body string) (_ *Result, retry b
 	return res, false, nil
 }
 
-// decode parses a siteverify answer; a body without a success field, or
-// with a timestamp that does not parse, is not one.
+// fields maps each field of a siteverify answer, by its exact name, to
+// where its value is decoded.
+func (w *wireResult) fields() map[string]any {
+	return map[string]any{
+		"success":      &w.Success,
+		"challenge_ts": &w.ChallengeTS,
+		"hostname":     &w.Hostname,
+		"error-codes":  &w.ErrorCodes,
+		"action":       &w.Action,
+		"cdata":        &w.CData,
+	}
+}
+
+// decode parses a siteverify answer strictly. encoding/json alone would
+// take "SUCCESS" for "success" and let the last of two "success" fields
+// win, so the object is walked field by field: a known field must be
+// spelled exactly as siteverify writes it and appear once, a name that
+// differs from a known one only in case is refused rather than ignored,
+// "success" must be the literal true or false, and nothing may follow the
+// object. Fields siteverify may add later (metadata, say) are skipped. A
+// body without a success field, or with a timestamp that does not parse,
+// is not an answer either.
 func decode(raw []byte) (*Result, error) {
 	var w wireResult
-	if err := json.Unmarshal(raw, &w); err != nil {
+	known := w.fields()
+	seen := make(map[string]bool, len(known))
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("malformed answer: not a JSON object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("malformed answer: %w", err)
+		}
+		name, _ := tok.(string) // inside an object, a key is always a string
+		if seen[name] {
+			return nil, fmt.Errorf("malformed answer: field %q given twice", name)
+		}
+		seen[name] = true
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, fmt.Errorf("malformed answer: field %q: %w", name, err)
+		}
+		dst, ok := known[name]
+		if !ok {
+			for k := range known {
+				if strings.EqualFold(k, name) {
+					return nil, fmt.Errorf("malformed answer: field %q is not %q", name, k)
+				}
+			}
+			continue
+		}
+		if name == "success" && !bytes.Equal(val, []byte("true")) && !bytes.Equal(val, []byte("false")) {
+			return nil, errors.New("malformed answer: success is not a boolean")
+		}
+		if err := json.Unmarshal(val, dst); err != nil {
+			return nil, fmt.Errorf("malformed answer: field %q: %w", name, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, fmt.Errorf("malformed answer: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("malformed answer: data after the JSON object")
 	}
 	if w.Success == nil {
 		return nil, errors.New("malformed answer: no success field")

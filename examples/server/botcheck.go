@@ -17,8 +17,9 @@ const signupTokenHeader = "CF-Turnstile-Response"
 
 // newBotCheck returns the sign-up bot check: a Cloudflare Turnstile
 // verification with secret, for config.BotCheck, which puts it before the
-// nickname-pattern limit so that a request without a good token is
-// refused (400, 403) before it uses up anyone's quota. While siteverify
+// sign-up limits (the per-IP ceiling, then the nickname pattern) so that a
+// request without a good token is refused (400, 403) before it uses up
+// anyone's quota. While siteverify
 // cannot be reached sign-ups fail closed (503). A secret Cloudflare
 // refuses is logged, since every sign-up then fails.
 //

@@ -133,6 +133,27 @@ func TestBotCheckComesBeforeNicknameLimit(t *testing.T) {
 	}
 }
 
+// Nor do they reach the per-IP ceiling: bots without a token behind an
+// office NAT leave the office's 30 sign-ups an hour whole.
+func TestBotCheckComesBeforeIPCeiling(t *testing.T) {
+	s, _ := newBotCheckServer(t, "1x0000000000000000000000000000000AA")
+	const office = "198.51.100.9:5000"
+	for i := 0; i < 40; i++ {
+		if w := s.signupWithToken(office, macroNickname(i), ""); w.Code != http.StatusBadRequest {
+			t.Fatalf("bot %d: status %d, want 400", i, w.Code)
+		}
+	}
+	for i := 0; i < 30; i++ {
+		if w := s.signupWithToken(office, macroNickname(100+i), "XXXX.DUMMY.TOKEN.XXXX"); w.Code != http.StatusCreated {
+			t.Fatalf("human %d: status %d %s, want 201", i, w.Code, w.Body)
+		}
+	}
+	w := s.signupWithToken(office, macroNickname(200), "XXXX.DUMMY.TOKEN.XXXX")
+	if w.Code != http.StatusTooManyRequests || policyHeader(w, "RateLimit", "signup_ip_ceiling") == "" {
+		t.Fatalf("31st human sign-up: status %d, RateLimit %q; want the ceiling's 429", w.Code, w.Header().Values("RateLimit"))
+	}
+}
+
 func TestBotCheckRemoteIP(t *testing.T) {
 	tests := []struct {
 		name    string

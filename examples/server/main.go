@@ -8,7 +8,8 @@
 //	GET  /auth/available/user_id?userId=…  10 per 10 minutes per client IP (token bucket);
 //	                                        denied with the service's BPLTE429 envelope
 //	POST /signup {"nickname":"…"}          5 per minute per nickname pattern (abc1, abc2 → abc{NUM}),
-//	                                        else 20 per minute per client IP (sliding log);
+//	                                        else 20 per minute per client IP (sliding log), and
+//	                                        always within 30 per hour per client IP (sliding log);
 //	                                        denied with application/problem+json
 //	POST /rewards/claim {"accountId":"…"}  1 per day per account (token bucket), within
 //	                                        30 per hour per client IP (sliding log)
@@ -16,7 +17,7 @@
 //
 // When TURNSTILE_SECRET is set, POST /signup first requires a Cloudflare
 // Turnstile token in the CF-Turnstile-Response header, verified with that
-// secret, and only then counts against the nickname-pattern limit: bots
+// secret, and only then counts against the sign-up limits: bots
 // are refused (400 no token, 403 rejected, 503 while Cloudflare cannot be
 // reached) before they use up anyone's quota. To try it without a real
 // site, Cloudflare's dummy secret 1x0000000000000000000000000000000AA

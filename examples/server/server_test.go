@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/internal/exampleapp"
 )
@@ -162,6 +163,18 @@ func (s *testServer) signup(peer, nickname string) *httptest.ResponseRecorder {
 	return s.do("POST", "/signup", peer, string(body))
 }
 
+// policyHeader returns the member of the quota header name (RateLimit or
+// RateLimit-Policy) that belongs to policy, "" if none: a sign-up passes
+// two limits, each adding its own member.
+func policyHeader(w *httptest.ResponseRecorder, name, policy string) string {
+	for _, v := range w.Header().Values(name) {
+		if strings.HasPrefix(v, strconv.Quote(policy)+";") {
+			return v
+		}
+	}
+	return ""
+}
+
 func TestSignupByNicknamePattern(t *testing.T) {
 	s := newTestServer(t)
 	for i := 1; i <= 5; i++ {
@@ -184,7 +197,7 @@ func TestSignupByNicknamePattern(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p["status"] != float64(429) || p["retryAfter"] != float64(60) {
 		t.Fatalf("abc6: problem %q (%v)", w.Body, err)
 	}
-	if w.Header().Get("Retry-After") != "60" || w.Header().Get("RateLimit-Policy") != `"nickname";q=5;w=60` {
+	if w.Header().Get("Retry-After") != "60" || policyHeader(w, "RateLimit-Policy", "nickname") != `"nickname";q=5;w=60` {
 		t.Fatalf("abc6: headers %v", w.Header())
 	}
 	if w := s.signup("203.0.113.99:5000", "ABC999"); w.Code != 429 {
@@ -209,7 +222,7 @@ func TestSignupIPFallback(t *testing.T) {
 		if w.Code != http.StatusCreated {
 			t.Fatalf("signup %d: status %d %s", i, w.Code, w.Body)
 		}
-		if got := w.Header().Get("RateLimit-Policy"); got != `"signup_ip";q=20;w=60` {
+		if got := policyHeader(w, "RateLimit-Policy", "signup_ip"); got != `"signup_ip";q=20;w=60` {
 			t.Fatalf("signup %d: RateLimit-Policy %q, want the IP policy", i, got)
 		}
 	}
@@ -411,4 +424,101 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// macroNickname is the i-th nickname of a macro that varies its stem so
+// that every nickname forms a fresh pattern: botaa0, botab1, … botzz9.
+func macroNickname(i int) string {
+	return "bot" + string(rune('a'+i/26%26)) + string(rune('a'+i%26)) + strconv.Itoa(i%10)
+}
+
+// TestSignupMacroVaryingStems: a macro that makes a fresh nickname pattern
+// each time never meets the pattern limit, so before the per-IP ceiling
+// it created 300 accounts from one IP in 5 s. The ceiling holds it to 30
+// an hour, whatever the nicknames (issue 10 item 14).
+func TestSignupMacroVaryingStems(t *testing.T) {
+	patterns := map[string]bool{}
+	for i := 0; i < 400; i++ {
+		p, ok := floodgate.NormalizePattern(macroNickname(i))
+		if !ok || patterns[p] {
+			t.Fatalf("%s: pattern %q (ok %v) is not a fresh one", macroNickname(i), p, ok)
+		}
+		patterns[p] = true
+	}
+	s := newTestServer(t)
+	const macro = "203.0.113.66:4000"
+	created := 0
+	for i := 0; i < 300; i++ {
+		w := s.signup(macro, macroNickname(i))
+		switch w.Code {
+		case http.StatusCreated:
+			if policyHeader(w, "RateLimit-Policy", "nickname") == "" {
+				t.Fatalf("%s: not counted by its pattern (%v)", macroNickname(i), w.Header())
+			}
+			created++
+			if created != i+1 {
+				t.Fatalf("sign-up %d created after a refusal", i)
+			}
+		case http.StatusTooManyRequests:
+			if got := policyHeader(w, "RateLimit", "signup_ip_ceiling"); !strings.HasPrefix(got, `"signup_ip_ceiling";r=0;`) {
+				t.Fatalf("sign-up %d refused, but not by the ceiling: RateLimit %q", i, w.Header().Values("RateLimit"))
+			}
+		default:
+			t.Fatalf("sign-up %d (%s): status %d %s", i, macroNickname(i), w.Code, w.Body)
+		}
+		if i%60 == 59 {
+			s.clock.Advance(time.Second) // 300 attempts in 5 s
+		}
+	}
+	if created != 30 {
+		t.Fatalf("%d accounts from one IP in 5 s, want the ceiling's 30", created)
+	}
+	// An hour after the first, the ceiling has room again, for 30 more.
+	s.clock.Advance(time.Hour - 5*time.Second)
+	created = 0
+	for i := 300; i < 400; i++ {
+		if s.signup(macro, macroNickname(i)).Code == http.StatusCreated {
+			created++
+		}
+	}
+	if created != 30 {
+		t.Fatalf("%d accounts in the next hour, want 30", created)
+	}
+	// Another address is not affected.
+	if w := s.signup("203.0.113.67:4000", "fresh1"); w.Code != http.StatusCreated {
+		t.Fatalf("another IP: status %d", w.Code)
+	}
+}
+
+// TestSignupNATUsersNotBlockedTogether: behind one NAT address, a user
+// who exhausts a nickname pattern blocks neither a user with another
+// pattern nor one with no pattern; only the ceiling, 30 an hour, is
+// shared by the address.
+func TestSignupNATUsersNotBlockedTogether(t *testing.T) {
+	s := newTestServer(t)
+	nat := func(port int) string { return "198.51.100.77:" + strconv.Itoa(port) }
+	for i := 1; i <= 5; i++ {
+		if w := s.signup(nat(1000), "kim"+strconv.Itoa(i)); w.Code != http.StatusCreated {
+			t.Fatalf("kim%d: status %d", i, w.Code)
+		}
+	}
+	if w := s.signup(nat(1000), "kim6"); w.Code != http.StatusTooManyRequests || policyHeader(w, "RateLimit", "nickname") == "" {
+		t.Fatalf("kim6: status %d, want the pattern's 429", w.Code)
+	}
+	if w := s.signup(nat(2000), "lee1"); w.Code != http.StatusCreated {
+		t.Fatalf("another user behind the NAT, another pattern: status %d", w.Code)
+	}
+	if w := s.signup(nat(3000), "x"); w.Code != http.StatusCreated {
+		t.Fatalf("another user behind the NAT, no pattern: status %d", w.Code)
+	}
+	// 8 attempts so far; 22 more distinct users fit under the ceiling.
+	for i := 0; i < 22; i++ {
+		if w := s.signup(nat(4000+i), "user"+string(rune('a'+i))+"1"); w.Code != http.StatusCreated {
+			t.Fatalf("user %d behind the NAT: status %d", i, w.Code)
+		}
+	}
+	w := s.signup(nat(5000), "park1")
+	if w.Code != http.StatusTooManyRequests || policyHeader(w, "RateLimit", "signup_ip_ceiling") == "" {
+		t.Fatalf("31st attempt from the NAT: status %d, RateLimit %q; want the ceiling's 429", w.Code, w.Header().Values("RateLimit"))
+	}
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // Limiters builds the service's limiters. name identifies the limit
-// ("probe", "signup-nickname", "signup-ip", "reward-ip", "reward-account"),
+// ("probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip",
+// "reward-account"),
 // for a store that keeps each limit under its own key prefix; an
 // in-memory constructor may ignore it. Each constructor is called once
 // per limit, by New.
@@ -36,10 +37,14 @@ type Config struct {
 	// clock from the Limiters that build them.
 	Clock func() time.Time
 	// BotCheck, when set, wraps the sign-up handler outside its rate
-	// limit, so that a request failing the bot check (a Cloudflare
+	// limits, so that a request failing the bot check (a Cloudflare
 	// Turnstile verification, say) is refused before it costs the
-	// nickname's quota anything. Nil: no bot check.
+	// nickname's quota, or its IP's, anything. Nil: no bot check.
 	BotCheck func(http.Handler) http.Handler
+	// DecisionHook, when set, is every limit's decision hook
+	// (floodgate.WithDecisionHook), e.g. the metrics of
+	// contrib/prommetrics. Nil: none.
+	DecisionHook func(floodgate.DecisionEvent)
 }
 
 // The limits of the example, in one place.
@@ -54,6 +59,13 @@ var (
 	// per client IP: lenient, because many honest users share an office
 	// or carrier NAT address.
 	signupIPRate = floodgate.Rate{Limit: 20, Period: time.Minute}
+	// signupCeilingRate: 30 sign-up attempts per hour per client IP,
+	// always, on top of the nickname-pattern or IP limit. A macro that
+	// varies its stems (botaa0, botab1, …) forms a fresh pattern each
+	// time and so never meets the pattern limit; the ceiling bounds what
+	// one address can do whatever its nicknames, while an office NAT
+	// still has room for 30 new accounts an hour.
+	signupCeilingRate = floodgate.Rate{Limit: 30, Period: time.Hour}
 	// rewardAccountRate: one reward claim per account per day (token
 	// bucket of capacity 1), the limit that matters against an account
 	// farm; rewardIPRate: 30 claims per hour per client IP on top, so
@@ -85,6 +97,9 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	if cfg.Clock != nil {
 		mwOpts = append(mwOpts, floodgate.WithWallClock(cfg.Clock))
 	}
+	if cfg.DecisionHook != nil {
+		mwOpts = append(mwOpts, floodgate.WithDecisionHook(cfg.DecisionHook))
+	}
 	var ipOpts []floodgate.IPOption
 	if len(cfg.TrustedProxies) > 0 {
 		ipOpts = append(ipOpts, floodgate.TrustProxies(cfg.TrustedProxies...), floodgate.FromXForwardedFor())
@@ -113,7 +128,19 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 		return nil, err
 	}
 
-	// POST /signup: by nickname pattern, else by client IP.
+	// POST /signup: a per-IP ceiling that always applies, then by
+	// nickname pattern, else by client IP.
+	byCeiling, err := lims.SlidingLog("signup-ceiling", signupCeilingRate)
+	if err != nil {
+		return nil, err
+	}
+	limitSignupCeiling, err := floodgate.NewMiddleware(byCeiling, append(mwOpts,
+		floodgate.WithPolicyName("signup_ip_ceiling"),
+		floodgate.WithKeyFunc(clientIP),
+	)...)
+	if err != nil {
+		return nil, err
+	}
 	byNickname, err := lims.SlidingLog("signup-nickname", nicknameRate)
 	if err != nil {
 		return nil, err
@@ -135,7 +162,11 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	signup := limitSignup(signupHandler(cfg.Logger))
+	// The order is the defence: the bot check first, so a bot costs no
+	// quota; then the IP ceiling, so that every attempt from an address
+	// counts whatever nickname it carries (and one it refuses costs no
+	// nickname's quota); then the pattern limit or its IP fallback.
+	signup := limitSignupCeiling(limitSignup(signupHandler(cfg.Logger)))
 	if cfg.BotCheck != nil {
 		signup = cfg.BotCheck(signup)
 	}

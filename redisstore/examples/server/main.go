@@ -12,7 +12,8 @@
 //	GET  /auth/available/user_id?userId=…  10 per 10 minutes per client IP (token bucket);
 //	                                        denied with the service's BPLTE429 envelope
 //	POST /signup {"nickname":"…"}          5 per minute per nickname pattern (abc1, abc2 → abc{NUM}),
-//	                                        else 20 per minute per client IP (sliding log)
+//	                                        else 20 per minute per client IP (sliding log), and
+//	                                        always within 30 per hour per client IP (sliding log)
 //	POST /rewards/claim {"accountId":"…"}  1 per day per account (token bucket), within
 //	                                        30 per hour per client IP (sliding log)
 //	GET  /healthz                           not limited

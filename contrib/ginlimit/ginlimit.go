@@ -1,0 +1,148 @@
+package ginlimit
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/gin-gonic/gin"
+)
+
+// New returns a gin handler that limits requests with l, configured as
+// floodgate.NewMiddleware is; the error is NewMiddleware's.
+func New(l floodgate.Limiter, opts ...floodgate.MiddlewareOption) (gin.HandlerFunc, error) {
+	mw, err := floodgate.NewMiddleware(l, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return handler(mw), nil
+}
+
+// NewPolicy returns a gin handler that limits each request by the policy
+// sel selects for it, configured as floodgate.NewPolicyMiddleware is.
+func NewPolicy(sel *floodgate.PolicySelector, opts ...floodgate.MiddlewareOption) (gin.HandlerFunc, error) {
+	mw, err := floodgate.NewPolicyMiddleware(sel, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return handler(mw), nil
+}
+
+// NewRoutes returns a gin handler that limits each request by the route of
+// rt it matches, configured as floodgate.NewRouteMiddleware is. Routes
+// are matched by http.ServeMux's rules, not gin's: prefer one New handler
+// per gin route unless the patterns are plain paths.
+func NewRoutes(rt *floodgate.Routes, opts ...floodgate.MiddlewareOption) (gin.HandlerFunc, error) {
+	mw, err := floodgate.NewRouteMiddleware(rt, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return handler(mw), nil
+}
+
+// chain carries a gin request through the floodgate middleware.
+type chain struct {
+	c    *gin.Context
+	next bool // the middleware let the request through
+}
+
+type chainKey struct{}
+
+// handler adapts a floodgate middleware: the handler it protects runs the
+// rest of the gin chain.
+func handler(mw func(http.Handler) http.Handler) gin.HandlerFunc {
+	limited := mw(http.HandlerFunc(runChain))
+	return func(c *gin.Context) {
+		ch := &chain{c: c}
+		limited.ServeHTTP(c.Writer, c.Request.WithContext(context.WithValue(c.Request.Context(), chainKey{}, ch)))
+		if !ch.next {
+			// Denied or refused: floodgate has answered.
+			c.Abort()
+		}
+	}
+}
+
+// runChain runs the gin handlers after the limit, writing through w, the
+// writer the middleware handed on.
+func runChain(w http.ResponseWriter, r *http.Request) {
+	ch := r.Context().Value(chainKey{}).(*chain)
+	ch.next = true
+	c := ch.c
+	// The request as the middleware passes it on: a key function may have
+	// replaced its body with one that replays what it read.
+	c.Request = r
+	orig := c.Writer
+	if w == http.ResponseWriter(orig) {
+		// The middleware does not watch the response: nothing to wrap.
+		c.Next()
+		return
+	}
+	gw := &writer{ResponseWriter: orig, mw: w}
+	c.Writer = gw
+	defer func() { c.Writer = orig }()
+	c.Next()
+	// A status set but never written (c.Status(401) and return) is sent
+	// by gin after the whole chain: tell the middleware now, which records
+	// it without writing (gin's writer holds the header until then).
+	gw.commit()
+}
+
+// writer is the gin.ResponseWriter the handlers see while the middleware
+// watches the response: gin's own writer for everything gin keeps
+// (status, size, headers), the middleware's writer for what goes out.
+type writer struct {
+	gin.ResponseWriter
+	mw        http.ResponseWriter // the middleware's writer, around gin's
+	committed bool
+}
+
+// commit passes the status gin will send to the middleware's writer, once,
+// before anything is written: gin lets handlers change the status until
+// the first write, so the middleware must not see an earlier one.
+func (w *writer) commit() {
+	if !w.committed {
+		w.committed = true
+		w.mw.WriteHeader(w.ResponseWriter.Status())
+	}
+}
+
+// WriteHeader records the status as gin does, sent with the first write.
+func (w *writer) WriteHeader(code int) { w.ResponseWriter.WriteHeader(code) }
+
+// WriteHeaderNow sends the status.
+func (w *writer) WriteHeaderNow() {
+	w.commit()
+	w.ResponseWriter.WriteHeaderNow()
+}
+
+func (w *writer) Write(b []byte) (int, error) {
+	w.commit()
+	return w.mw.Write(b)
+}
+
+// WriteString writes s.
+func (w *writer) WriteString(s string) (int, error) {
+	w.commit()
+	return io.WriteString(w.mw, s)
+}
+
+// Flush sends the status and what was written so far.
+func (w *writer) Flush() {
+	w.commit()
+	_ = http.NewResponseController(w.mw).Flush() // gin's Flush has no error either
+}
+
+// Hijack takes over the connection through the middleware's writer, which
+// counts it as status 101.
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.committed = true
+	return http.NewResponseController(w.mw).Hijack()
+}
+
+// Unwrap returns the middleware's writer, for http.ResponseController.
+func (w *writer) Unwrap() http.ResponseWriter { return w.mw }
+
+var _ gin.ResponseWriter = (*writer)(nil)

@@ -1,0 +1,77 @@
+// Package otelmetrics exports floodgate's decisions and limiter state
+// through OpenTelemetry metric instruments, from a metric.MeterProvider
+// (the global one by default). It is a module of its own, so that
+// floodgate itself does not depend on OpenTelemetry.
+//
+// # Use
+//
+// Build a Metrics once the provider is set up, and hand its hook to each
+// middleware:
+//
+//	m, err := otelmetrics.New() // or otelmetrics.New(otelmetrics.WithMeterProvider(mp))
+//	if err != nil { … }
+//
+//	limit := floodgate.Middleware(probes,
+//		floodgate.WithPolicyName("user_id_probe"),
+//		floodgate.WithDecisionHook(m.Hook()))
+//
+// Register the limiters whose state you want to see, under names of your
+// choosing: Watch for in-memory limiters (nothing is added to their
+// decisions), Limiter for Redis limiters, whose decision time it records:
+//
+//	err = m.Watch("probe", probes)                 // *floodgate.TokenBucket
+//	signups, err := m.Limiter("signup", redisLim)  // *redisstore.SlidingLog
+//
+// From business code, count a decision the middleware did not make with
+// Observe:
+//
+//	d, err := signups.AllowN(ctx, pattern, 1)
+//	m.Observe("nickname", d, err)
+//
+// # Instruments
+//
+// All come from the meter named ScopeName.
+//
+//	floodgate.decisions                 counter {decision}; floodgate.policy, floodgate.outcome
+//	                                    (allowed, denied, dry_run_denied, error, skipped)
+//	floodgate.decision.duration         histogram s; floodgate.limiter (limiters wrapped by Limiter)
+//	floodgate.store.keys                up-down counter {key}; floodgate.limiter
+//	floodgate.store.keys.max            up-down counter {key}; floodgate.limiter
+//	floodgate.store.evictions           counter {key}; floodgate.limiter, floodgate.eviction.kind (idle, live)
+//	floodgate.redis.fallback.active     gauge 1; floodgate.limiter: 1 while the fallback decides
+//	floodgate.redis.fallback.decisions  counter {decision}; floodgate.limiter
+//	floodgate.redis.deny_cache.hits     counter {decision}; floodgate.limiter
+//	floodgate.redis.errors              counter {error}; floodgate.limiter, error.type (timeout, canceled, other)
+//
+// Every instrument but the histogram is observable: the decision counts
+// are kept in atomics by the hook and reported, like the limiters' Stats,
+// by one callback when the SDK collects. A live eviction resets a
+// client's limit: a rising floodgate.store.evictions with kind live means
+// the store is too small for the traffic, or that someone is spraying
+// keys.
+//
+// # Outcomes
+//
+// The hook maps floodgate.DecisionEvent to an outcome: an error (Err set,
+// other than floodgate.ErrCostExceedsLimit, which is a denial); allowed;
+// denied when the request was refused; dry_run_denied when it was denied
+// but let through by WithDryRun. Skipped requests never reach the hook, so
+// the middleware cannot report them: wrap the WithSkip predicate with
+// Skip to count them. A request whose key function failed before any
+// policy was selected has an empty policy attribute.
+//
+// # Cost and cardinality
+//
+// Counting a decision costs an atomic add, after a lock-free map lookup
+// that each hook skips while its policy stays the same, with no
+// allocation. The histogram records synchronously with attributes built
+// once per limiter; timing an in-memory decision costs more than the
+// decision itself, which is why Watch exists.
+//
+// Attribute values are the names given to Watch and Limiter, and the
+// policy names the middleware or Observe reports; never a key or an
+// address. Registering two limiters under one name is an error
+// (ErrDuplicateName). At most MaxPolicies policy names get streams of
+// their own; later ones, and names that are not printable ASCII, are
+// counted under OtherPolicy.
+package otelmetrics

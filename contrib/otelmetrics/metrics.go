@@ -1,0 +1,424 @@
+package otelmetrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ScopeName is the instrumentation scope of the meter the instruments
+// come from.
+const ScopeName = "github.com/floodgate-go/floodgate/contrib/otelmetrics"
+
+// The attribute keys.
+const (
+	// PolicyKey names the policy of a decision.
+	PolicyKey = attribute.Key("floodgate.policy")
+	// OutcomeKey is a decision's outcome: one of the Outcome… values.
+	OutcomeKey = attribute.Key("floodgate.outcome")
+	// LimiterKey names a limiter registered with Limiter or Watch.
+	LimiterKey = attribute.Key("floodgate.limiter")
+	// EvictionKey is the kind of an eviction: idle or live.
+	EvictionKey = attribute.Key("floodgate.eviction.kind")
+	// ErrorTypeKey is the kind of a failed Redis round trip: timeout,
+	// canceled or other. It is OpenTelemetry's error.type.
+	ErrorTypeKey = attribute.Key("error.type")
+)
+
+// The values of OutcomeKey.
+const (
+	// OutcomeAllowed: the limiter allowed the request.
+	OutcomeAllowed = "allowed"
+	// OutcomeDenied: the limiter denied the request and it was refused
+	// (a cost that can never fit, floodgate.ErrCostExceedsLimit, included).
+	OutcomeDenied = "denied"
+	// OutcomeDryRunDenied: the limiter denied the request, but the
+	// middleware ran in dry-run (floodgate.WithDryRun) and let it through.
+	OutcomeDryRunDenied = "dry_run_denied"
+	// OutcomeError: no decision could be made (the key function, the cost
+	// function or the limiter failed); the error policy applied.
+	OutcomeError = "error"
+	// OutcomeSkipped: a predicate wrapped by Skip exempted the request.
+	OutcomeSkipped = "skipped"
+)
+
+// ErrDuplicateName is wrapped by the error of Limiter and Watch when the
+// name is already registered with the same Metrics: two limiters under
+// one name would add up into one stream and hide each other. It wraps
+// floodgate.ErrInvalidOption.
+var ErrDuplicateName = fmt.Errorf("%w: name already registered", floodgate.ErrInvalidOption)
+
+// OtherPolicy is the policy attribute under which decisions are counted
+// when their policy name cannot be an attribute value of its own: a name
+// that is not printable ASCII, or a new name once MaxPolicies names have
+// been seen. It keeps a program that passes a client key as the policy
+// name to Observe from growing a stream per client.
+const OtherPolicy = "(other)"
+
+// MaxPolicies bounds the distinct policy names counted.
+const MaxPolicies = 256
+
+// DefaultBuckets are the advised bucket boundaries, in seconds, of the
+// decision latency histogram: from 100 µs, a Redis round trip on a local
+// network, to 1 s, ten times redisstore's default timeout. The SDK's views
+// may override them.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+// outcome indexes a policy's counters.
+type outcome int
+
+const (
+	allowed outcome = iota
+	denied
+	dryRunDenied
+	failed
+	skipped
+	numOutcomes
+)
+
+var outcomeValues = [numOutcomes]string{OutcomeAllowed, OutcomeDenied, OutcomeDryRunDenied, OutcomeError, OutcomeSkipped}
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	provider metric.MeterProvider
+	buckets  []float64
+}
+
+// WithMeterProvider sets where the instruments come from (default the
+// global provider, otel.GetMeterProvider(), read when New runs; a global
+// provider set later is still used, as the global one delegates).
+func WithMeterProvider(p metric.MeterProvider) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil meter provider", floodgate.ErrInvalidOption)
+		}
+		c.provider = p
+		return nil
+	}
+}
+
+// WithBuckets sets the advised bucket boundaries, in seconds, of the
+// decision latency histogram (default DefaultBuckets). They must be
+// finite and strictly increasing.
+func WithBuckets(bounds ...float64) Option {
+	return func(c *config) error {
+		if len(bounds) == 0 {
+			return fmt.Errorf("%w: no histogram buckets", floodgate.ErrInvalidOption)
+		}
+		for i, b := range bounds {
+			if math.IsNaN(b) || math.IsInf(b, 0) {
+				return fmt.Errorf("%w: histogram bucket %v is not finite", floodgate.ErrInvalidOption, b)
+			}
+			if i > 0 && b <= bounds[i-1] {
+				return fmt.Errorf("%w: histogram buckets %v are not strictly increasing", floodgate.ErrInvalidOption, bounds)
+			}
+		}
+		c.buckets = append([]float64(nil), bounds...)
+		return nil
+	}
+}
+
+// Metrics counts floodgate's decisions and reports its limiters' state
+// through OpenTelemetry instruments. Feed it:
+//
+//   - decisions, from the middleware with WithDecisionHook(m.Hook()) and
+//     from business code with Observe, counted by policy and outcome in
+//     floodgate.decisions;
+//   - exemptions, by wrapping WithSkip's predicate with Skip;
+//   - limiters, with Limiter (latency, store and Redis state) or Watch
+//     (store and Redis state only), under a name of your choosing.
+//
+// Counting a decision costs one atomic add, after a lock-free map lookup
+// that each hook skips while its policy stays the same: the counts are kept here and reported by an observable counter's
+// callback. Store sizes and Redis state are read from the limiters' Stats
+// in the same callback, when the SDK collects, never on the request path.
+// A Metrics is safe for concurrent use.
+type Metrics struct {
+	duration metric.Float64Histogram
+
+	// The observable instruments, reported by one callback.
+	decisions, fallbackDecisions, denyCacheHits, redisErrors, evictions metric.Int64ObservableCounter
+	keys, maxKeys                                                       metric.Int64ObservableUpDownCounter
+	fallbackActive                                                      metric.Int64ObservableGauge
+
+	// policies maps a policy name to its counters. It is replaced, never
+	// changed, under mu, so that the hook reads it without a lock.
+	policies atomic.Pointer[map[string]*policyCounters]
+
+	mu       sync.Mutex
+	limiters []*watched // append-only, under mu
+	names    map[string]bool
+
+	now func() time.Time // the latency clock; tests replace it
+}
+
+// policyCounters are one policy's decision counts and the attributes they
+// are reported with.
+type policyCounters struct {
+	label string // the policy attribute: the name, or OtherPolicy
+	n     [numOutcomes]atomic.Uint64
+	attrs [numOutcomes]metric.ObserveOption
+	skips atomic.Bool // Skip was called for the policy: report skipped
+}
+
+// watched is a registered limiter, the statistics it offers and the
+// attributes they are reported with.
+type watched struct {
+	store func() floodgate.Stats  // nil if the limiter has no key store
+	redis func() redisstore.Stats // nil if it is not a Redis limiter
+
+	limiter           metric.ObserveOption
+	idle, live        metric.ObserveOption
+	timeout, canceled metric.ObserveOption
+	other             metric.ObserveOption
+}
+
+// New returns a Metrics whose instruments come from the meter ScopeName of
+// the provider (WithMeterProvider, default the global one). Its options
+// are WithMeterProvider and WithBuckets.
+func New(opts ...Option) (*Metrics, error) {
+	c := config{buckets: DefaultBuckets}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", floodgate.ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	if c.provider == nil {
+		c.provider = otel.GetMeterProvider()
+	}
+	meter := c.provider.Meter(ScopeName)
+	m := &Metrics{names: make(map[string]bool), now: time.Now}
+	m.policies.Store(&map[string]*policyCounters{})
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	m.duration, err = meter.Float64Histogram("floodgate.decision.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a limiter registered with Limiter took to decide."),
+		metric.WithExplicitBucketBoundaries(c.buckets...))
+	add(err)
+	m.decisions, err = meter.Int64ObservableCounter("floodgate.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate-limit decisions by policy and outcome (allowed, denied, dry_run_denied, error, skipped)."))
+	add(err)
+	m.keys, err = meter.Int64ObservableUpDownCounter("floodgate.store.keys", metric.WithUnit("{key}"),
+		metric.WithDescription("Keys held by the limiter's in-memory store."))
+	add(err)
+	m.maxKeys, err = meter.Int64ObservableUpDownCounter("floodgate.store.keys.max", metric.WithUnit("{key}"),
+		metric.WithDescription("Bound on the keys of the limiter's in-memory store (WithMaxKeys)."))
+	add(err)
+	m.evictions, err = meter.Int64ObservableCounter("floodgate.store.evictions", metric.WithUnit("{key}"),
+		metric.WithDescription("Keys dropped from the in-memory store to make room; live ones still held state, and each reset a client's limit."))
+	add(err)
+	m.fallbackActive, err = meter.Int64ObservableGauge("floodgate.redis.fallback.active", metric.WithUnit("1"),
+		metric.WithDescription("1 while the Redis limiter's decisions go to its fallback limiter, else 0."))
+	add(err)
+	m.fallbackDecisions, err = meter.Int64ObservableCounter("floodgate.redis.fallback.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions of the Redis limiter that its fallback limiter made."))
+	add(err)
+	m.denyCacheHits, err = meter.Int64ObservableCounter("floodgate.redis.deny_cache.hits", metric.WithUnit("{decision}"),
+		metric.WithDescription("Denials the Redis limiter answered from its deny cache, without a round trip."))
+	add(err)
+	m.redisErrors, err = meter.Int64ObservableCounter("floodgate.redis.errors", metric.WithUnit("{error}"),
+		metric.WithDescription("Failed Redis round trips, by error.type: timeout, canceled (the caller gave up) or other."))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("otelmetrics: creating instruments: %w", err)
+	}
+	if _, err := meter.RegisterCallback(m.observe, m.decisions, m.keys, m.maxKeys, m.evictions,
+		m.fallbackActive, m.fallbackDecisions, m.denyCacheHits, m.redisErrors); err != nil {
+		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
+	}
+	return m, nil
+}
+
+// observe is the callback of the observable instruments.
+func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
+	for _, pc := range *m.policies.Load() {
+		for i := range numOutcomes {
+			if outcome(i) == skipped && !pc.skips.Load() {
+				continue
+			}
+			o.ObserveInt64(m.decisions, clamp(pc.n[i].Load()), pc.attrs[i])
+		}
+	}
+	m.mu.Lock()
+	limiters := m.limiters // append-only: the prefix read here never changes
+	m.mu.Unlock()
+	for _, w := range limiters {
+		if w.store != nil {
+			s := w.store()
+			o.ObserveInt64(m.keys, int64(s.Keys), w.limiter)
+			o.ObserveInt64(m.maxKeys, int64(s.MaxKeys), w.limiter)
+			o.ObserveInt64(m.evictions, clamp(s.EvictedIdle), w.idle)
+			o.ObserveInt64(m.evictions, clamp(s.EvictedLive), w.live)
+		}
+		if w.redis != nil {
+			s := w.redis()
+			active := int64(0)
+			if s.FallbackActive {
+				active = 1
+			}
+			o.ObserveInt64(m.fallbackActive, active, w.limiter)
+			o.ObserveInt64(m.fallbackDecisions, clamp(s.FallbackDecisions), w.limiter)
+			o.ObserveInt64(m.denyCacheHits, clamp(s.DenyCacheHits), w.limiter)
+			o.ObserveInt64(m.redisErrors, clamp(s.TimeoutErrors), w.timeout)
+			o.ObserveInt64(m.redisErrors, clamp(s.CanceledErrors), w.canceled)
+			o.ObserveInt64(m.redisErrors, clamp(s.OtherErrors), w.other)
+		}
+	}
+	return nil
+}
+
+// clamp converts a count to the int64 the instruments take; no count
+// reaches 2^63, but a conversion that could wrap negative is not left to
+// chance.
+func clamp(n uint64) int64 {
+	if n > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(n)
+}
+
+// Hook returns a function for floodgate.WithDecisionHook that counts each
+// decision of the middleware under its policy and outcome:
+//
+//   - Err set (other than floodgate.ErrCostExceedsLimit): error;
+//   - Decision.Allowed: allowed;
+//   - denied and Blocked: denied;
+//   - denied and not Blocked (WithDryRun): dry_run_denied.
+//
+// A request no policy could be selected for (its key function failed) has
+// an empty policy attribute. Under WithCountStatus each request is counted
+// once, by the check before its handler runs; the consumption after the
+// handler (DecisionEvent.AfterHandler) is not counted again. The same
+// function may serve several middlewares: give each its own policy names
+// (WithPolicyName), or their decisions add up under one.
+func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
+	// A middleware reports few policies, usually one, and the same name
+	// string every time: remembering the last one's counters saves the map
+	// lookup, a third of the hook's cost.
+	var last atomic.Pointer[policyCounters]
+	return func(ev floodgate.DecisionEvent) {
+		if ev.AfterHandler {
+			return
+		}
+		pc := last.Load()
+		if pc == nil || pc.label != ev.Policy {
+			if pc = m.policy(ev.Policy); pc.label == ev.Policy {
+				last.Store(pc)
+			}
+		}
+		o := classify(ev.Decision.Allowed, ev.Err)
+		if o == denied && !ev.Blocked {
+			o = dryRunDenied
+		}
+		pc.n[o].Add(1)
+	}
+}
+
+// Observe counts a decision made outside the middleware, from business
+// code: error if err is set (other than floodgate.ErrCostExceedsLimit),
+// else allowed or denied. policy must be a fixed name, such as the
+// middleware's policy names, never a client key.
+func (m *Metrics) Observe(policy string, d floodgate.Decision, err error) {
+	m.policy(policy).n[classify(d.Allowed, err)].Add(1)
+}
+
+// classify maps a limiter's answer to an outcome.
+func classify(allowedNow bool, err error) outcome {
+	switch {
+	case err != nil && !errors.Is(err, floodgate.ErrCostExceedsLimit):
+		return failed
+	case allowedNow && err == nil:
+		return allowed
+	default:
+		return denied
+	}
+}
+
+// Skip wraps a predicate for floodgate.WithSkip so that each request it
+// exempts is counted under policy with outcome skipped. The middleware
+// asks its skip predicates in order and stops at the first that exempts a
+// request, so a request is counted at most once; it asks them before
+// WithOnly, so a predicate that matches requests outside the limited
+// routes counts those too. A nil skip returns nil, which WithSkip refuses.
+func (m *Metrics) Skip(policy string, skip func(*http.Request) bool) func(*http.Request) bool {
+	if skip == nil {
+		return nil
+	}
+	pc := m.policy(policy)
+	pc.skips.Store(true)
+	return func(r *http.Request) bool {
+		if skip(r) {
+			pc.n[skipped].Add(1)
+			return true
+		}
+		return false
+	}
+}
+
+// policy returns the counters of the named policy, creating them on first
+// use.
+func (m *Metrics) policy(name string) *policyCounters {
+	known := *m.policies.Load()
+	if pc := known[name]; pc != nil {
+		return pc
+	}
+	if !printable(name) || len(known) >= MaxPolicies {
+		// Such names are never keys of the map, which cannot grow past
+		// MaxPolicies + 1: they are mapped here, without the lock.
+		name = OtherPolicy
+		if pc := known[name]; pc != nil {
+			return pc
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.policies.Load()
+	if pc := old[name]; pc != nil {
+		return pc
+	}
+	if len(old) >= MaxPolicies && name != OtherPolicy {
+		name = OtherPolicy
+		if pc := old[name]; pc != nil {
+			return pc
+		}
+	}
+	pc := &policyCounters{label: name}
+	for o := range numOutcomes {
+		pc.attrs[o] = metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(name), OutcomeKey.String(outcomeValues[o])))
+	}
+	next := make(map[string]*policyCounters, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = pc
+	m.policies.Store(&next)
+	return pc
+}
+
+// printable reports whether name is printable ASCII, as floodgate requires
+// of policy names.
+func printable(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}

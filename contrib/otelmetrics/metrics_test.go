@@ -1,0 +1,522 @@
+package otelmetrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// newMetrics returns a Metrics on an SDK provider of its own and the
+// reader that collects from it.
+func newMetrics(t testing.TB, opts ...Option) (*Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	m, err := New(append([]Option{WithMeterProvider(provider)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reader
+}
+
+// points collects once and returns every data point as
+// "name{key=value,...}" → value, with the attributes in key order; a
+// histogram gives name.count, name.sum and name.bucket{…,le=bound}. It
+// checks each instrument's unit and that counters are cumulative and
+// monotonic.
+func points(t testing.TB, r *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]float64)
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != ScopeName {
+			t.Fatalf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		}
+		for _, mt := range sm.Metrics {
+			if want := units[mt.Name]; mt.Unit != want {
+				t.Errorf("%s: unit %q, want %q", mt.Name, mt.Unit, want)
+			}
+			key := func(name string, set attribute.Set, extra ...string) string {
+				var kv []string
+				for _, a := range set.ToSlice() {
+					kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+				}
+				return name + "{" + strings.Join(append(kv, extra...), ",") + "}"
+			}
+			switch d := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				if d.Temporality != metricdata.CumulativeTemporality {
+					t.Errorf("%s: temporality %v", mt.Name, d.Temporality)
+				}
+				if d.IsMonotonic != monotonic[mt.Name] {
+					t.Errorf("%s: monotonic %v", mt.Name, d.IsMonotonic)
+				}
+				for _, p := range d.DataPoints {
+					out[key(mt.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[key(mt.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[key(mt.Name+".count", p.Attributes)] = float64(p.Count)
+					out[key(mt.Name+".sum", p.Attributes)] = p.Sum
+					for i, b := range p.Bounds {
+						out[key(mt.Name+".bucket", p.Attributes, "le="+strconv.FormatFloat(b, 'g', -1, 64))] = float64(p.BucketCounts[i])
+					}
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T", mt.Name, mt.Data)
+			}
+		}
+	}
+	return out
+}
+
+var units = map[string]string{
+	"floodgate.decisions":                "{decision}",
+	"floodgate.decision.duration":        "s",
+	"floodgate.store.keys":               "{key}",
+	"floodgate.store.keys.max":           "{key}",
+	"floodgate.store.evictions":          "{key}",
+	"floodgate.redis.fallback.active":    "1",
+	"floodgate.redis.fallback.decisions": "{decision}",
+	"floodgate.redis.deny_cache.hits":    "{decision}",
+	"floodgate.redis.errors":             "{error}",
+}
+
+var monotonic = map[string]bool{
+	"floodgate.decisions":                true,
+	"floodgate.store.evictions":          true,
+	"floodgate.redis.fallback.decisions": true,
+	"floodgate.redis.deny_cache.hits":    true,
+	"floodgate.redis.errors":             true,
+}
+
+func only(s map[string]float64, prefix string) map[string]float64 {
+	out := make(map[string]float64)
+	for k, v := range s {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func wantPoints(t testing.TB, got, want map[string]float64) {
+	t.Helper()
+	if maps.Equal(got, want) {
+		return
+	}
+	keys := slices.Collect(maps.Keys(got))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range slices.Compact(keys) {
+		g, gok := got[k]
+		w, wok := want[k]
+		if g != w || gok != wok {
+			fmt.Fprintf(&b, "\n  %s: got %v (present %v), want %v (present %v)", k, g, gok, w, wok)
+		}
+	}
+	t.Fatalf("data points differ:%s", b.String())
+}
+
+func newBucket(t testing.TB, r floodgate.Rate, clk *floodgatetest.Clock, opts ...floodgate.Option) *floodgate.TokenBucket {
+	t.Helper()
+	b, err := floodgate.NewTokenBucket(r, append(opts, floodgate.WithClock(clk.Now))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type failing struct{}
+
+var errDown = errors.New("store down")
+
+func (failing) AllowN(context.Context, string, int) (floodgate.Decision, error) {
+	return floodgate.Decision{}, errDown
+}
+
+func serve(h http.Handler, path string) int {
+	r := httptest.NewRequest("GET", path, nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// TestHookCountsOutcomes drives real middlewares, one per outcome, and
+// checks every decision data point and its attributes.
+func TestHookCountsOutcomes(t *testing.T) {
+	m, reader := newMetrics(t)
+	clk := floodgatetest.NewClock(t0)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mw := func(l floodgate.Limiter, opts ...floodgate.MiddlewareOption) http.Handler {
+		h, err := floodgate.NewMiddleware(l, append(opts, floodgate.WithDecisionHook(m.Hook()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h(ok)
+	}
+	probe := mw(newBucket(t, floodgate.PerMinute(3), clk), floodgate.WithPolicyName("probe"),
+		floodgate.WithSkip(m.Skip("probe", func(r *http.Request) bool { return r.URL.Path == "/healthz" })))
+	trial := mw(newBucket(t, floodgate.PerMinute(1), clk), floodgate.WithPolicyName("trial"), floodgate.WithDryRun())
+	broken := mw(failing{}, floodgate.WithPolicyName("broken"))
+	heavy := mw(newBucket(t, floodgate.PerMinute(2), clk), floodgate.WithPolicyName("heavy"), floodgate.WithCost(5))
+	login := mw(newBucket(t, floodgate.PerMinute(5), clk), floodgate.WithPolicyName("login"),
+		floodgate.WithCountStatus(func(int) bool { return true }))
+	for i, s := range []struct {
+		h      http.Handler
+		path   string
+		n      int
+		status int
+	}{
+		{probe, "/", 3, http.StatusNoContent},
+		{probe, "/", 2, http.StatusTooManyRequests},
+		{probe, "/healthz", 4, http.StatusNoContent},
+		{trial, "/", 1, http.StatusNoContent},
+		{trial, "/", 2, http.StatusNoContent},
+		{broken, "/", 1, http.StatusServiceUnavailable},
+		{heavy, "/", 1, http.StatusTooManyRequests},
+		{login, "/", 2, http.StatusNoContent},
+	} {
+		for j := 0; j < s.n; j++ {
+			if got := serve(s.h, s.path); got != s.status {
+				t.Fatalf("step %d request %d: status %d, want %d", i, j, got, s.status)
+			}
+		}
+	}
+	want := map[string]float64{}
+	for _, p := range []string{"probe", "trial", "broken", "heavy", "login"} {
+		for _, o := range outcomeValues[:skipped] {
+			want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy="+p+"}"] = 0
+		}
+	}
+	for k, v := range map[string]float64{
+		"floodgate.outcome=allowed,floodgate.policy=probe":        3,
+		"floodgate.outcome=denied,floodgate.policy=probe":         2,
+		"floodgate.outcome=skipped,floodgate.policy=probe":        4,
+		"floodgate.outcome=allowed,floodgate.policy=trial":        1,
+		"floodgate.outcome=dry_run_denied,floodgate.policy=trial": 2,
+		"floodgate.outcome=error,floodgate.policy=broken":         1,
+		"floodgate.outcome=denied,floodgate.policy=heavy":         1,
+		"floodgate.outcome=allowed,floodgate.policy=login":        2,
+	} {
+		want["floodgate.decisions{"+k+"}"] = v
+	}
+	wantPoints(t, points(t, reader), want)
+}
+
+// TestObserveFromBusinessCode: decisions made outside the middleware.
+func TestObserveFromBusinessCode(t *testing.T) {
+	m, reader := newMetrics(t)
+	clk := floodgatetest.NewClock(t0)
+	signup := newBucket(t, floodgate.PerMinute(2), clk)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		d, err := signup.Allow(ctx, "abc{NUM}")
+		m.Observe("nickname", d, err)
+	}
+	d, err := signup.AllowN(ctx, "xyz", 3)
+	m.Observe("nickname", d, err)
+	m.Observe("nickname", floodgate.Decision{}, errDown)
+	wantPoints(t, points(t, reader), map[string]float64{
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=nickname}":        2,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":         2,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}": 0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}":          1,
+	})
+}
+
+// TestPolicyAttributesBounded: client keys passed as policy names end up
+// under OtherPolicy once MaxPolicies names are known.
+func TestPolicyAttributesBounded(t *testing.T) {
+	m, reader := newMetrics(t)
+	allow := floodgate.Decision{Allowed: true}
+	m.Observe("bad\xffname", allow, nil)
+	for i := 0; i < MaxPolicies+100; i++ {
+		m.Observe("client-"+strconv.Itoa(i), allow, nil)
+	}
+	got := only(points(t, reader), "floodgate.decisions{floodgate.outcome=allowed,")
+	if len(got) != MaxPolicies {
+		t.Fatalf("%d policies, want %d", len(got), MaxPolicies)
+	}
+	if other := got["floodgate.decisions{floodgate.outcome=allowed,floodgate.policy="+OtherPolicy+"}"]; other != 102 {
+		t.Fatalf("%v decisions under %s, want 102 (the bad name and 101 clients past the bound)", other, OtherPolicy)
+	}
+}
+
+// TestLimiterTimesDecisions: each AllowN is one histogram measurement, in
+// the bucket of its duration, on a clock that advances 3 ms per pair of
+// readings; the advised boundaries are used.
+func TestLimiterTimesDecisions(t *testing.T) {
+	m, reader := newMetrics(t, WithBuckets(0.001, 0.005, 0.01))
+	clk := floodgatetest.NewClock(t0)
+	var mu sync.Mutex
+	reads := 0
+	m.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		if reads%2 == 0 {
+			return clk.Advance(3 * time.Millisecond)
+		}
+		return clk.Now()
+	}
+	l, err := m.Limiter("redis-probe", newBucket(t, floodgate.PerMinute(2), clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := l.AllowN(context.Background(), "k", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := only(points(t, reader), "floodgate.decision.duration")
+	const sum = "floodgate.decision.duration.sum{floodgate.limiter=redis-probe}"
+	if s := got[sum]; math.Abs(s-0.012) > 1e-9 {
+		t.Fatalf("sum %v, want 0.012", s)
+	}
+	delete(got, sum)
+	wantPoints(t, got, map[string]float64{
+		"floodgate.decision.duration.count{floodgate.limiter=redis-probe}":           4,
+		"floodgate.decision.duration.bucket{floodgate.limiter=redis-probe,le=0.001}": 0,
+		"floodgate.decision.duration.bucket{floodgate.limiter=redis-probe,le=0.005}": 4,
+		"floodgate.decision.duration.bucket{floodgate.limiter=redis-probe,le=0.01}":  0,
+	})
+}
+
+type bare struct{ floodgate.Limiter }
+
+type resetOnly struct{ bare }
+
+func (resetOnly) Reset(context.Context, string) error { return nil }
+
+type refundOnly struct{ *floodgate.TokenBucket }
+
+func (refundOnly) Reset() {} // not floodgate.Resetter's signature
+
+// TestLimiterKeepsInterfaces: the timed limiter is a Refunder, a Resetter
+// and reports a Rate exactly as the limiter it wraps.
+func TestLimiterKeepsInterfaces(t *testing.T) {
+	clk := floodgatetest.NewClock(t0)
+	tb := newBucket(t, floodgate.PerMinute(10), clk)
+	m, _ := newMetrics(t)
+	for i, tt := range []struct {
+		name            string
+		l               floodgate.Limiter
+		refunds, resets bool
+		rate            floodgate.Rate
+	}{
+		{"token bucket", tb, true, true, floodgate.PerMinute(10)},
+		{"bare", bare{tb}, false, false, floodgate.Rate{}},
+		{"refund only", refundOnly{tb}, true, false, floodgate.PerMinute(10)},
+		{"reset only", resetOnly{bare{tb}}, false, true, floodgate.Rate{}},
+	} {
+		l, err := m.Limiter("l"+strconv.Itoa(i), tt.l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, refunds := l.(floodgate.Refunder)
+		_, resets := l.(floodgate.Resetter)
+		if refunds != tt.refunds || resets != tt.resets {
+			t.Errorf("%s: Refunder %v, Resetter %v; want %v, %v", tt.name, refunds, resets, tt.refunds, tt.resets)
+		}
+		if r := l.(interface{ Rate() floodgate.Rate }).Rate(); r != tt.rate {
+			t.Errorf("%s: Rate() = %v, want %v", tt.name, r, tt.rate)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// TestRegisterErrors: every misuse is an error that says what is wrong.
+func TestRegisterErrors(t *testing.T) {
+	m, _ := newMetrics(t)
+	tb := newBucket(t, floodgate.PerMinute(1), floodgatetest.NewClock(t0))
+	if _, err := m.Limiter("probe", tb); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"Limiter twice", second(m.Limiter("probe", tb)), ErrDuplicateName},
+		{"Watch after Limiter", m.Watch("probe", tb), ErrDuplicateName},
+		{"empty name", second(m.Limiter("", tb)), floodgate.ErrInvalidOption},
+		{"name not ASCII", m.Watch("pr\u00f6be", tb), floodgate.ErrInvalidOption},
+		{"nil limiter", second(m.Limiter("nil", nil)), floodgate.ErrInvalidOption},
+		{"watch nil", m.Watch("nil", nil), floodgate.ErrInvalidOption},
+		{"watch without Stats", m.Watch("bare", bare{tb}), floodgate.ErrInvalidOption},
+		{"no buckets", second(New(WithBuckets())), floodgate.ErrInvalidOption},
+		{"buckets out of order", second(New(WithBuckets(0.1, 0.01))), floodgate.ErrInvalidOption},
+		{"bucket infinite", second(New(WithBuckets(math.Inf(1)))), floodgate.ErrInvalidOption},
+		{"nil provider", second(New(WithMeterProvider(nil))), floodgate.ErrInvalidOption},
+		{"nil option", second(New(nil)), floodgate.ErrInvalidOption},
+	} {
+		if !errors.Is(tt.err, tt.want) {
+			t.Errorf("%s: err = %v, want %v", tt.name, tt.err, tt.want)
+		}
+	}
+	if m.Skip("probe", nil) != nil {
+		t.Error("Skip(nil) returned a predicate")
+	}
+}
+
+// TestStoreStatsObserved: the store instruments report the limiter's
+// Stats at collection time.
+func TestStoreStatsObserved(t *testing.T) {
+	m, reader := newMetrics(t)
+	tb := newBucket(t, floodgate.PerHour(1), floodgatetest.NewClock(t0), floodgate.WithMaxKeys(64))
+	if err := m.Watch("reward", tb); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 500; i++ {
+		if _, err := tb.Allow(context.Background(), "k"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := tb.Stats()
+	if st.EvictedLive == 0 {
+		t.Fatalf("Stats %+v: the spray evicted no live key; the test needs some", st)
+	}
+	wantPoints(t, only(points(t, reader), "floodgate.store"), map[string]float64{
+		"floodgate.store.keys{floodgate.limiter=reward}":                                   float64(st.Keys),
+		"floodgate.store.keys.max{floodgate.limiter=reward}":                               64,
+		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}": float64(st.EvictedIdle),
+		"floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter=reward}": float64(st.EvictedLive),
+	})
+}
+
+type downServer struct{}
+
+func (downServer) EvalSha(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, errDown
+}
+
+func (downServer) Eval(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, errDown
+}
+
+// TestRedisStatsObserved: a Redis limiter's fallback and error counts at
+// collection time, next to its latency and its fallback's store.
+func TestRedisStatsObserved(t *testing.T) {
+	m, reader := newMetrics(t)
+	fb := newBucket(t, floodgate.PerMinute(100), floodgatetest.NewClock(t0))
+	rl, err := redisstore.NewTokenBucket(downServer{}, floodgate.PerMinute(100),
+		redisstore.WithFallback(fb), redisstore.WithProbeInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Limiter("probe", rl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Watch("probe-fallback", fb); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if d, err := l.AllowN(context.Background(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v: want the fallback's allowance", d, err)
+		}
+	}
+	got := points(t, reader)
+	wantPoints(t, only(got, "floodgate.redis"), map[string]float64{
+		"floodgate.redis.fallback.active{floodgate.limiter=probe}":            1,
+		"floodgate.redis.fallback.decisions{floodgate.limiter=probe}":         5,
+		"floodgate.redis.deny_cache.hits{floodgate.limiter=probe}":            0,
+		"floodgate.redis.errors{error.type=timeout,floodgate.limiter=probe}":  0,
+		"floodgate.redis.errors{error.type=canceled,floodgate.limiter=probe}": 0,
+		"floodgate.redis.errors{error.type=other,floodgate.limiter=probe}":    1,
+	})
+	if n := got["floodgate.decision.duration.count{floodgate.limiter=probe}"]; n != 5 {
+		t.Errorf("%v decisions timed, want 5", n)
+	}
+	if n := got["floodgate.store.keys{floodgate.limiter=probe-fallback}"]; n != 1 {
+		t.Errorf("fallback store holds %v keys, want 1", n)
+	}
+}
+
+// TestGlobalProviderByDefault: without WithMeterProvider the instruments
+// come from the global provider.
+func TestGlobalProviderByDefault(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(provider)
+	t.Cleanup(func() {
+		otel.SetMeterProvider(prev)
+		_ = provider.Shutdown(context.Background())
+	})
+	m, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Observe("global", floodgate.Decision{Allowed: true}, nil)
+	if v := points(t, reader)["floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=global}"]; v != 1 {
+		t.Fatalf("global provider saw %v decisions, want 1", v)
+	}
+}
+
+// TestConcurrentUse: the hook, registration and collections at once (run
+// with -race).
+func TestConcurrentUse(t *testing.T) {
+	m, reader := newMetrics(t)
+	clk := floodgatetest.NewClock(t0)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hook := m.Hook()
+			for i := 0; i < 200; i++ {
+				hook(floodgate.DecisionEvent{Policy: "p" + strconv.Itoa(i%7), Decision: floodgate.Decision{Allowed: true}})
+				if i%50 == 0 {
+					_ = m.Watch("l"+strconv.Itoa(g)+"-"+strconv.Itoa(i), newBucket(t, floodgate.PerMinute(1), clk))
+					_ = points(t, reader)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0.0
+	for k, v := range only(points(t, reader), "floodgate.decisions") {
+		if v != 0 && !strings.Contains(k, "outcome=allowed") {
+			t.Fatalf("%s = %v", k, v)
+		}
+		total += v
+	}
+	if total != 800 {
+		t.Fatalf("%v decisions counted, want 800", total)
+	}
+}

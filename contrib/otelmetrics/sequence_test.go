@@ -1,0 +1,98 @@
+package otelmetrics
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/exampleapp"
+)
+
+// TestKnownSequence runs the example service (the routes and limits of
+// examples/server) with the hook on every limit and every limiter
+// watched, drives 10 allowed username probes, 2 denied ones and 1 sign-up
+// whose body cannot be keyed (an error), and checks every decision and
+// store data point, values and attributes, through a ManualReader.
+func TestKnownSequence(t *testing.T) {
+	m, reader := newMetrics(t)
+	clk := floodgatetest.NewClock(t0)
+	watch := func(name string, l floodgate.Limiter, err error) (floodgate.Limiter, error) {
+		if err != nil {
+			return nil, err
+		}
+		return l, m.Watch(name, l)
+	}
+	h, err := exampleapp.New(exampleapp.Config{
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock:        clk.Now,
+		DecisionHook: m.Hook(),
+	}, exampleapp.Limiters{
+		TokenBucket: func(name string, r floodgate.Rate) (floodgate.Limiter, error) {
+			l, err := floodgate.NewTokenBucket(r, floodgate.WithClock(clk.Now))
+			return watch(name, l, err)
+		},
+		SlidingLog: func(name string, r floodgate.Rate) (floodgate.Limiter, error) {
+			l, err := floodgate.NewSlidingLog(r, floodgate.WithClock(clk.Now))
+			return watch(name, l, err)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, target, body string) int {
+		r := httptest.NewRequest(method, target, strings.NewReader(body))
+		r.RemoteAddr = "203.0.113.7:4000"
+		if body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := 1; i <= 12; i++ {
+		want := http.StatusOK
+		if i > 10 {
+			want = http.StatusTooManyRequests
+		}
+		if got := do("GET", "/auth/available/user_id?userId=newuser", ""); got != want {
+			t.Fatalf("probe %d: status %d, want %d", i, got, want)
+		}
+	}
+	if got := do("POST", "/signup", "not json"); got != http.StatusBadRequest {
+		t.Fatalf("bad sign-up body: status %d, want 400", got)
+	}
+
+	got := points(t, reader)
+	// The sign-up passes the per-IP ceiling (allowed), then its body is
+	// read by the first nickname policy's key function, which fails before
+	// any policy is selected: the policy attribute is empty.
+	wantPoints(t, only(got, "floodgate.decisions"), map[string]float64{
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":            10,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":             2,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}":     0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe}":              0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling}":        1,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_ip_ceiling}":         0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_ip_ceiling}": 0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_ip_ceiling}":          0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=}":                         0,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=}":                          0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=}":                  0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=}":                           1,
+	})
+	want := map[string]float64{}
+	for _, name := range []string{"probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip", "reward-account"} {
+		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.keys.max{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
+		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
+	}
+	want["floodgate.store.keys{floodgate.limiter=probe}"] = 1
+	want["floodgate.store.keys{floodgate.limiter=signup-ceiling}"] = 1
+	wantPoints(t, only(got, "floodgate.store"), want)
+}

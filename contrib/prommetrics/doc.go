@@ -1,0 +1,73 @@
+// Package prommetrics exports floodgate's decisions and limiter state to
+// Prometheus, as a prometheus.Collector. It is a module of its own, so
+// that floodgate itself does not depend on the Prometheus client.
+//
+// # Use
+//
+// Build a Metrics, register it, and hand its hook to each middleware:
+//
+//	m, err := prommetrics.New()
+//	if err != nil { … }
+//	prometheus.MustRegister(m)
+//
+//	limit := floodgate.Middleware(probes,
+//		floodgate.WithPolicyName("user_id_probe"),
+//		floodgate.WithDecisionHook(m.Hook()))
+//
+// Register the limiters whose state you want to see, under names of your
+// choosing: Watch for in-memory limiters (nothing is added to their
+// decisions), Limiter for Redis limiters, whose decision time it records:
+//
+//	err = m.Watch("probe", probes)                 // *floodgate.TokenBucket
+//	signups, err := m.Limiter("signup", redisLim)  // *redisstore.SlidingLog
+//
+// From business code, count a decision the middleware did not make with
+// Observe:
+//
+//	d, err := signups.AllowN(ctx, pattern, 1)
+//	m.Observe("nickname", d, err)
+//
+// # Metrics
+//
+//	floodgate_decisions_total{policy, outcome}        counter: outcome is allowed, denied,
+//	                                                  dry_run_denied, error or skipped
+//	floodgate_decision_duration_seconds{limiter}      histogram, for limiters wrapped by Limiter
+//	floodgate_store_keys{limiter}                     gauge: keys in an in-memory store
+//	floodgate_store_max_keys{limiter}                 gauge: its bound (WithMaxKeys)
+//	floodgate_store_evictions_total{limiter, kind}    counter: kind is idle or live
+//	floodgate_redis_fallback_active{limiter}          gauge: 1 while the fallback decides
+//	floodgate_redis_fallback_decisions_total{limiter} counter
+//	floodgate_redis_deny_cache_hits_total{limiter}    counter
+//	floodgate_redis_errors_total{limiter, kind}       counter: kind is timeout, canceled or other
+//
+// A live eviction resets a client's limit: a rising
+// floodgate_store_evictions_total{kind="live"} means the store is too
+// small for the traffic, or that someone is spraying keys. Alert on it,
+// and on floodgate_redis_fallback_active, whose limits are per instance.
+//
+// # Outcomes
+//
+// The hook maps floodgate.DecisionEvent to an outcome: an error (Err set,
+// other than floodgate.ErrCostExceedsLimit, which is a denial); allowed;
+// denied when the request was refused; dry_run_denied when it was denied
+// but let through by WithDryRun. Skipped requests never reach the hook, so
+// the middleware cannot report them: wrap the WithSkip predicate with
+// Skip to count them. A request whose key function failed before any
+// policy was selected has an empty policy label.
+//
+// # Cost and cardinality
+//
+// Counting a decision costs an atomic add, after a lock-free map lookup
+// that each hook skips while its policy stays the same, with no
+// allocation (BenchmarkHookOverhead; see the README for figures). The
+// store and Redis metrics are read from each limiter's Stats when
+// Prometheus scrapes, never on the request path. Timing an in-memory
+// decision with Limiter costs more than the decision itself (reading the
+// clock twice), which is why Watch exists.
+//
+// Label values are the names given to Watch and Limiter, and the policy
+// names the middleware or Observe reports; never a key or an address.
+// Registering two limiters under one name is an error (ErrDuplicateName).
+// At most MaxPolicies policy names get series of their own; later ones,
+// and names that are not printable ASCII, are counted under OtherPolicy.
+package prommetrics

@@ -1,0 +1,358 @@
+package prommetrics
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrDuplicateName is wrapped by the error of Limiter and Watch when the
+// name is already registered with the same Metrics: two limiters under
+// one name would add up into one series and hide each other. It wraps
+// floodgate.ErrInvalidOption.
+var ErrDuplicateName = fmt.Errorf("%w: name already registered", floodgate.ErrInvalidOption)
+
+// OtherPolicy is the policy label under which decisions are counted when
+// their policy name cannot be a label of its own: a name that is not
+// printable ASCII, or a new name once MaxPolicies names have been seen.
+// It keeps a program that passes a client key as the policy name to
+// Observe from growing a series per client.
+const OtherPolicy = "(other)"
+
+// MaxPolicies bounds the distinct policy names counted, and so the series
+// of floodgate_decisions_total: four per policy, plus one for each policy
+// given to Skip.
+const MaxPolicies = 256
+
+// DefaultBuckets are the upper bounds, in seconds, of the decision latency
+// histogram: from 100 µs, a Redis round trip on a local network, to 1 s,
+// ten times redisstore's default timeout.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+// The outcome label values of floodgate_decisions_total.
+const (
+	// OutcomeAllowed: the limiter allowed the request.
+	OutcomeAllowed = "allowed"
+	// OutcomeDenied: the limiter denied the request and it was refused
+	// (a cost that can never fit, floodgate.ErrCostExceedsLimit, included).
+	OutcomeDenied = "denied"
+	// OutcomeDryRunDenied: the limiter denied the request, but the
+	// middleware ran in dry-run (floodgate.WithDryRun) and let it through.
+	OutcomeDryRunDenied = "dry_run_denied"
+	// OutcomeError: no decision could be made (the key function, the cost
+	// function or the limiter failed); the error policy applied.
+	OutcomeError = "error"
+	// OutcomeSkipped: a predicate wrapped by Skip exempted the request.
+	OutcomeSkipped = "skipped"
+)
+
+// outcome indexes a policy's counters.
+type outcome int
+
+const (
+	allowed outcome = iota
+	denied
+	dryRunDenied
+	failed
+	numOutcomes
+)
+
+var outcomeLabels = [numOutcomes]string{OutcomeAllowed, OutcomeDenied, OutcomeDryRunDenied, OutcomeError}
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	buckets []float64
+}
+
+// WithBuckets sets the upper bounds, in seconds, of the decision latency
+// histogram's buckets (default DefaultBuckets). They must be finite and
+// strictly increasing; the +Inf bucket is always added.
+func WithBuckets(bounds ...float64) Option {
+	return func(c *config) error {
+		if len(bounds) == 0 {
+			return fmt.Errorf("%w: no histogram buckets", floodgate.ErrInvalidOption)
+		}
+		for i, b := range bounds {
+			if math.IsNaN(b) || math.IsInf(b, 0) {
+				return fmt.Errorf("%w: histogram bucket %v is not finite", floodgate.ErrInvalidOption, b)
+			}
+			if i > 0 && b <= bounds[i-1] {
+				return fmt.Errorf("%w: histogram buckets %v are not strictly increasing", floodgate.ErrInvalidOption, bounds)
+			}
+		}
+		c.buckets = append([]float64(nil), bounds...)
+		return nil
+	}
+}
+
+// Metrics counts floodgate's decisions and reports its limiters' state to
+// Prometheus; it is a prometheus.Collector. Register it once
+// (prometheus.MustRegister(m), or a registry of your own), then feed it:
+//
+//   - decisions, from the middleware with WithDecisionHook(m.Hook()) and
+//     from business code with Observe, counted by policy and outcome in
+//     floodgate_decisions_total;
+//   - exemptions, by wrapping WithSkip's predicate with Skip;
+//   - limiters, with Limiter (latency, store and Redis state) or Watch
+//     (store and Redis state only), under a name of your choosing.
+//
+// Counting a decision costs one atomic add, after a lock-free map lookup
+// that each hook skips while its policy stays the same. Store sizes and Redis state are read from the limiters' Stats when
+// Prometheus scrapes, never on the request path. A Metrics is safe for
+// concurrent use.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+
+	// policies maps a policy name to its counters. It is replaced, never
+	// changed, under mu, so that the hook reads it without a lock.
+	policies atomic.Pointer[map[string]*policyCounters]
+
+	mu       sync.Mutex
+	limiters []*watched // append-only, under mu
+	names    map[string]bool
+
+	now func() time.Time // the latency clock; tests replace it
+}
+
+// policyCounters are one policy's decision counters, resolved once so
+// that counting needs no label lookup.
+type policyCounters struct {
+	label string // the policy label: the name, or OtherPolicy
+	c     [numOutcomes]prometheus.Counter
+}
+
+// watched is a registered limiter and the statistics it offers.
+type watched struct {
+	name  string
+	store func() floodgate.Stats  // nil if the limiter has no key store
+	redis func() redisstore.Stats // nil if it is not a Redis limiter
+}
+
+// The descriptors of the metrics read at scrape time.
+var (
+	storeKeysDesc = prometheus.NewDesc("floodgate_store_keys",
+		"Keys held by the limiter's in-memory store.", []string{"limiter"}, nil)
+	storeMaxKeysDesc = prometheus.NewDesc("floodgate_store_max_keys",
+		"Bound on the keys of the limiter's in-memory store (WithMaxKeys).", []string{"limiter"}, nil)
+	storeEvictionsDesc = prometheus.NewDesc("floodgate_store_evictions_total",
+		"Keys dropped from the in-memory store to make room; kind=live ones still held state, and each reset a client's limit.",
+		[]string{"limiter", "kind"}, nil)
+	fallbackActiveDesc = prometheus.NewDesc("floodgate_redis_fallback_active",
+		"1 while the Redis limiter's decisions go to its fallback limiter, else 0.", []string{"limiter"}, nil)
+	fallbackDecisionsDesc = prometheus.NewDesc("floodgate_redis_fallback_decisions_total",
+		"Decisions of the Redis limiter that its fallback limiter made.", []string{"limiter"}, nil)
+	denyCacheHitsDesc = prometheus.NewDesc("floodgate_redis_deny_cache_hits_total",
+		"Denials the Redis limiter answered from its deny cache, without a round trip.", []string{"limiter"}, nil)
+	redisErrorsDesc = prometheus.NewDesc("floodgate_redis_errors_total",
+		"Failed Redis round trips, by kind: timeout, canceled (the caller gave up) or other.", []string{"limiter", "kind"}, nil)
+)
+
+// New returns a Metrics; register it with Prometheus before use. Its
+// options are WithBuckets.
+func New(opts ...Option) (*Metrics, error) {
+	c := config{buckets: DefaultBuckets}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", floodgate.ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total",
+			Help: "Rate-limit decisions by policy and outcome (allowed, denied, dry_run_denied, error, skipped).",
+		}, []string{"policy", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_decision_duration_seconds",
+			Help:    "Time a limiter registered with Limiter took to decide.",
+			Buckets: c.buckets,
+		}, []string{"limiter"}),
+		names: make(map[string]bool),
+		now:   time.Now,
+	}
+	m.policies.Store(&map[string]*policyCounters{})
+	return m, nil
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.decisions.Describe(ch)
+	m.duration.Describe(ch)
+	for _, d := range []*prometheus.Desc{storeKeysDesc, storeMaxKeysDesc, storeEvictionsDesc,
+		fallbackActiveDesc, fallbackDecisionsDesc, denyCacheHitsDesc, redisErrorsDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. It reads every registered
+// limiter's Stats.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.decisions.Collect(ch)
+	m.duration.Collect(ch)
+	m.mu.Lock()
+	limiters := m.limiters // append-only: the prefix read here never changes
+	m.mu.Unlock()
+	for _, w := range limiters {
+		if w.store != nil {
+			s := w.store()
+			ch <- prometheus.MustNewConstMetric(storeKeysDesc, prometheus.GaugeValue, float64(s.Keys), w.name)
+			ch <- prometheus.MustNewConstMetric(storeMaxKeysDesc, prometheus.GaugeValue, float64(s.MaxKeys), w.name)
+			ch <- prometheus.MustNewConstMetric(storeEvictionsDesc, prometheus.CounterValue, float64(s.EvictedIdle), w.name, "idle")
+			ch <- prometheus.MustNewConstMetric(storeEvictionsDesc, prometheus.CounterValue, float64(s.EvictedLive), w.name, "live")
+		}
+		if w.redis != nil {
+			s := w.redis()
+			active := 0.0
+			if s.FallbackActive {
+				active = 1
+			}
+			ch <- prometheus.MustNewConstMetric(fallbackActiveDesc, prometheus.GaugeValue, active, w.name)
+			ch <- prometheus.MustNewConstMetric(fallbackDecisionsDesc, prometheus.CounterValue, float64(s.FallbackDecisions), w.name)
+			ch <- prometheus.MustNewConstMetric(denyCacheHitsDesc, prometheus.CounterValue, float64(s.DenyCacheHits), w.name)
+			ch <- prometheus.MustNewConstMetric(redisErrorsDesc, prometheus.CounterValue, float64(s.TimeoutErrors), w.name, "timeout")
+			ch <- prometheus.MustNewConstMetric(redisErrorsDesc, prometheus.CounterValue, float64(s.CanceledErrors), w.name, "canceled")
+			ch <- prometheus.MustNewConstMetric(redisErrorsDesc, prometheus.CounterValue, float64(s.OtherErrors), w.name, "other")
+		}
+	}
+}
+
+// Hook returns a function for floodgate.WithDecisionHook that counts each
+// decision of the middleware under its policy and outcome:
+//
+//   - Err set (other than floodgate.ErrCostExceedsLimit): error;
+//   - Decision.Allowed: allowed;
+//   - denied and Blocked: denied;
+//   - denied and not Blocked (WithDryRun): dry_run_denied.
+//
+// A request no policy could be selected for (its key function failed) has
+// an empty policy label. Under WithCountStatus each request is counted
+// once, by the check before its handler runs; the consumption after the
+// handler (DecisionEvent.AfterHandler) is not counted again. The same
+// function may serve several middlewares: give each its own policy names
+// (WithPolicyName), or their decisions add up under one.
+func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
+	// A middleware reports few policies, usually one, and the same name
+	// string every time: remembering the last one's counters saves the map
+	// lookup, a third of the hook's cost.
+	var last atomic.Pointer[policyCounters]
+	return func(ev floodgate.DecisionEvent) {
+		if ev.AfterHandler {
+			return
+		}
+		pc := last.Load()
+		if pc == nil || pc.label != ev.Policy {
+			if pc = m.policy(ev.Policy); pc.label == ev.Policy {
+				last.Store(pc)
+			}
+		}
+		o := classify(ev.Decision.Allowed, ev.Err)
+		if o == denied && !ev.Blocked {
+			o = dryRunDenied
+		}
+		pc.c[o].Inc()
+	}
+}
+
+// Observe counts a decision made outside the middleware, from business
+// code: error if err is set (other than floodgate.ErrCostExceedsLimit),
+// else allowed or denied. policy must be a fixed name, such as the
+// middleware's policy names, never a client key.
+func (m *Metrics) Observe(policy string, d floodgate.Decision, err error) {
+	m.policy(policy).c[classify(d.Allowed, err)].Inc()
+}
+
+// classify maps a limiter's answer to an outcome.
+func classify(allowedNow bool, err error) outcome {
+	switch {
+	case err != nil && !errors.Is(err, floodgate.ErrCostExceedsLimit):
+		return failed
+	case allowedNow && err == nil:
+		return allowed
+	default:
+		return denied
+	}
+}
+
+// Skip wraps a predicate for floodgate.WithSkip so that each request it
+// exempts is counted under policy with outcome skipped. The middleware
+// asks its skip predicates in order and stops at the first that exempts a
+// request, so a request is counted at most once; it asks them before
+// WithOnly, so a predicate that matches requests outside the limited
+// routes counts those too. A nil skip returns nil, which WithSkip refuses.
+func (m *Metrics) Skip(policy string, skip func(*http.Request) bool) func(*http.Request) bool {
+	if skip == nil {
+		return nil
+	}
+	c := m.decisions.WithLabelValues(m.policy(policy).label, OutcomeSkipped)
+	return func(r *http.Request) bool {
+		if skip(r) {
+			c.Inc()
+			return true
+		}
+		return false
+	}
+}
+
+// policy returns the counters of the named policy, creating them on first
+// use.
+func (m *Metrics) policy(name string) *policyCounters {
+	known := *m.policies.Load()
+	if pc := known[name]; pc != nil {
+		return pc
+	}
+	if !printable(name) || len(known) >= MaxPolicies {
+		// Such names are never keys of the map, which cannot grow past
+		// MaxPolicies + 1: they are mapped here, without the lock.
+		name = OtherPolicy
+		if pc := known[name]; pc != nil {
+			return pc
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.policies.Load()
+	if pc := old[name]; pc != nil {
+		return pc
+	}
+	if len(old) >= MaxPolicies && name != OtherPolicy {
+		name = OtherPolicy
+		if pc := old[name]; pc != nil {
+			return pc
+		}
+	}
+	pc := &policyCounters{label: name}
+	for o := range numOutcomes {
+		pc.c[o] = m.decisions.WithLabelValues(name, outcomeLabels[o])
+	}
+	next := make(map[string]*policyCounters, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = pc
+	m.policies.Store(&next)
+	return pc
+}
+
+// printable reports whether name is printable ASCII, as floodgate requires
+// of policy names.
+func printable(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
