@@ -24,7 +24,8 @@
 # go.mod's module path matches its directory, no go.mod has a replace
 # directive, and every nested module requires the in-repo modules at
 # exactly the release version (the modules are released in lockstep; see
-# RELEASING.md for why redisstore must be).
+# RELEASING.md for why redisstore must be). A module zip holding a file
+# over 1 MiB (a stray binary) is refused too.
 #
 # Environment:
 #   VERSION            the version to tag (default: the version the nested
@@ -149,6 +150,14 @@ for path in "${paths[@]}"; do
 	mkdir -p "$proxy/$path/@v"
 	cp "$from/$version.info" "$from/$version.mod" "$from/$version.zip" "$proxy/$path/@v/"
 	echo "$version" >"$proxy/$path/@v/list"
+	# A file this large in a module of Go sources is a build artifact or a
+	# data file that every user would download: refuse it.
+	big="$(find "$work/produce/$path@$version" -type f -size +1M -printf '%P (%s bytes)\n')"
+	if [[ -n "$big" ]]; then
+		echo "release-check: $path@$version would ship files over 1 MiB:" >&2
+		echo "$big" >&2
+		exit 1
+	fi
 	printf '  %-55s zip %6d KiB, %4d files\n' "$path@$version" \
 		$(($(stat -c %s "$from/$version.zip") / 1024)) \
 		"$(find "$work/produce/$path@$version" -type f | wc -l)"
