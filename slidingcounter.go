@@ -77,7 +77,7 @@ func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
 	}
 	sc := &SlidingCounter{rate: r, limit: r.Limit, period: int64(r.Period),
 		est: estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)}}
-	if sc.store, err = newStore(c, sc.freshAt); err != nil {
+	if sc.store, err = newStore(c, sc.freshAt, sc.restore); err != nil {
 		return nil, err
 	}
 	return sc, nil
@@ -100,17 +100,22 @@ func (sc *SlidingCounter) AllowN(_ context.Context, key string, n int) (Decision
 	if err := checkCost(n, sc.limit); err != nil {
 		return Decision{Limit: sc.limit}, err
 	}
-	sh, st, now, err := sc.store.acquire(key, n > 0)
+	k, err := sc.store.acquire(key, n > 0)
 	if err != nil {
 		return Decision{Limit: sc.limit}, err
 	}
 	var d Decision
-	if st == nil { // n == 0 on an untracked key: nothing counted
+	switch {
+	case k.st != nil:
+		d = sc.decide(k.st, k.now, n)
+	case k.owed > k.now: // n == 0 on an untracked key that owes
+		var st scState
+		sc.restore(&st, k.owed)
+		d = sc.decide(&st, k.now, n)
+	default: // n == 0 on an untracked key: nothing counted
 		d = Decision{Allowed: true, Limit: sc.limit, Remaining: sc.limit}
-	} else {
-		d = sc.decide(st, now, n)
 	}
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
 	return d, nil
 }
 
@@ -134,11 +139,11 @@ func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	sh, st, now, err := sc.store.acquire(key, false)
+	k, err := sc.store.acquire(key, false)
 	if err != nil {
 		return err
 	}
-	if st != nil {
+	if st, now := k.st, k.now; st != nil {
 		w := now / sc.period
 		prev, cur := st.counts(w)
 		take := min(cur, uint32(n))
@@ -146,7 +151,7 @@ func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
 		prev -= min(prev, uint32(n)-take)
 		st.window, st.prev, st.cur = w, prev, cur
 	}
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
 	return nil
 }
 
@@ -225,6 +230,15 @@ func (sc *SlidingCounter) freshAt(st *scState) int64 {
 		return (st.window + 1) * sc.period
 	}
 	return math.MinInt64
+}
+
+// restore sets the counts of a key that spent the whole limit in the
+// fixed window that stops weighing at at. The estimate never exceeds the
+// limit, and only falls with time, so these counts weigh at least as much
+// as those of any key fresh by at, at every time.
+func (sc *SlidingCounter) restore(st *scState, at int64) {
+	st.window = (at+sc.period-1)/sc.period - 2
+	st.prev, st.cur = 0, uint32(sc.limit)
 }
 
 // Compile-time checks that the sliding counter is a Limiter that can

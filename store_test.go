@@ -65,33 +65,54 @@ func TestStoreDropsFreshEntriesFirst(t *testing.T) {
 	// recently used one goes (victim was just used).
 	require.True(t, allow("spray-7", 1).Allowed)
 	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 1}, b.Stats())
-	assert.True(t, allow("spray-0", 1).Allowed, "a live eviction resets the limit")
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 2}, b.Stats())
+	// spray-0 was dropped, but its debt was remembered: it comes back as
+	// limited as it left.
+	d = allow("spray-0", 1)
+	assert.False(t, d.Allowed, "a live eviction must not reset the limit")
+	assert.Equal(t, time.Minute, d.RetryAfter)
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 2, Restored: 1}, b.Stats())
 	// The second live eviction probed victim (fresh at +1m59s) among the
-	// sprays (fresh at +2m): the smallest loss went.
-	assert.True(t, allow("victim", 1).Allowed)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 3}, b.Stats())
+	// sprays (fresh at +2m): the smallest loss went, and came back.
+	d = allow("victim", 1)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 59*time.Second, d.RetryAfter)
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 3, Restored: 2}, b.Stats())
 }
 
 // TestStoreDropsSmallestLoss: when every probed entry is live, the one that
-// would have become fresh soonest is dropped.
+// would have become fresh soonest is dropped. Its debt comes back with it,
+// unless the limiter forgets evicted keys.
 func TestStoreDropsSmallestLoss(t *testing.T) {
-	clk := newTBClock()
-	b := newTestBucket(t, PerMinute(1), clk, WithBurst(4), WithMaxKeys(4), WithShards(1))
-	ctx := context.Background()
-	for _, k := range []struct {
-		key string
-		n   int
-	}{{"a", 4}, {"b", 1}, {"c", 3}, {"d", 2}, {"e", 1}} {
-		d, err := b.AllowN(ctx, k.key, k.n)
-		require.NoError(t, err)
-		require.True(t, d.Allowed)
-	}
-	assert.Equal(t, Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1}, b.Stats())
-	for key, want := range map[string]int{"a": 0, "b": 4, "c": 1, "d": 2, "e": 3} {
-		d, err := b.AllowN(ctx, key, 0)
-		require.NoError(t, err)
-		assert.Equal(t, want, d.Remaining, "key %s", key)
+	for _, forget := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forget=%v", forget), func(t *testing.T) {
+			clk := newTBClock()
+			opts := []Option{WithBurst(4), WithMaxKeys(4), WithShards(1)}
+			if forget {
+				opts = append(opts, WithForgetEvicted())
+			}
+			b := newTestBucket(t, PerMinute(1), clk, opts...)
+			ctx := context.Background()
+			for _, k := range []struct {
+				key string
+				n   int
+			}{{"a", 4}, {"b", 1}, {"c", 3}, {"d", 2}, {"e", 1}} {
+				d, err := b.AllowN(ctx, k.key, k.n)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			assert.Equal(t, Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1}, b.Stats())
+			wantB := 3 // b spent 1 of 4
+			if forget {
+				wantB = 4
+			}
+			for key, want := range map[string]int{"a": 0, "b": wantB, "c": 1, "d": 2, "e": 3} {
+				d, err := b.AllowN(ctx, key, 0)
+				require.NoError(t, err)
+				assert.Equal(t, want, d.Remaining, "key %s", key)
+			}
+			// Peeks insert nothing, so nothing was restored.
+			assert.Equal(t, Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1}, b.Stats())
+		})
 	}
 }
 
@@ -242,4 +263,69 @@ func TestStoreEvictionAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDebtsBucket walks one bucket through its cases: own entries, a
+// shared overflow bound that only grows, entries freed when their debt
+// has run out, and forget.
+func TestDebtsBucket(t *testing.T) {
+	d := newDebts(2) // one bucket
+	require.Len(t, d.buckets, 1)
+	h := func(fp uint64) uint64 { return fp << 48 }
+	for fp := uint64(1); fp <= 4; fp++ {
+		d.record(h(fp), int64(fp*100), 0)
+	}
+	assert.Equal(t, int64(100), d.lookup(h(1), 0))
+	assert.Equal(t, int64(400), d.lookup(h(4), 0))
+	assert.Equal(t, int64(0), d.lookup(h(5), 0), "an unknown key owes nothing while nothing overflowed")
+	d.record(h(2), 250, 0) // the same key again: one entry, the later bound
+	assert.Equal(t, int64(250), d.lookup(h(2), 0))
+	assert.Zero(t, d.merged)
+
+	d.record(h(5), 50, 0) // full, and the smallest: into the overflow bound
+	assert.Equal(t, uint64(1), d.merged)
+	assert.Equal(t, int64(50), d.lookup(h(9), 0), "every key of the bucket now owes the shared bound")
+	assert.Equal(t, int64(50), d.lookup(h(5), 0))
+	d.record(h(6), 500, 0) // displaces the smallest entry (fp 1 at 100)
+	assert.Equal(t, uint64(2), d.merged)
+	assert.Equal(t, int64(100), d.lookup(h(1), 0), "a displaced debt is kept by the bound")
+	assert.Equal(t, int64(500), d.lookup(h(6), 0))
+
+	// At 260 the entries of fp 2 (250) and the bound (100) have run out.
+	assert.LessOrEqual(t, d.lookup(h(9), 260), int64(260))
+	d.record(h(7), 600, 260) // takes a free entry
+	assert.Equal(t, uint64(2), d.merged)
+	assert.Equal(t, int64(600), d.lookup(h(7), 260))
+	assert.Equal(t, int64(400), d.lookup(h(4), 260))
+
+	assert.False(t, d.forget(h(4), 260))
+	assert.LessOrEqual(t, d.lookup(h(4), 260), int64(260))
+	d.record(h(8), 700, 260)
+	d.record(h(10), 800, 260)
+	d.record(h(11), 900, 260) // overflows: the bound is now 500 or more
+	assert.True(t, d.forget(h(6), 260), "a key still bound by the overflow cannot be forgotten")
+
+	// Past the latest debt, lookups are skipped.
+	assert.Equal(t, int64(1000), d.lookup(h(11), 1000))
+}
+
+// TestStoreResetForgetsEvictedDebt: Reset gives an evicted key its quota
+// back even though its debt was remembered.
+func TestStoreResetForgetsEvictedDebt(t *testing.T) {
+	clk := newTBClock()
+	b := newTestBucket(t, PerMinute(1), clk, WithMaxKeys(1), WithShards(1))
+	ctx := context.Background()
+	for _, k := range []string{"a", "b"} {
+		d, err := b.Allow(ctx, k)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	d, err := b.AllowN(ctx, "a", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 0, d.Remaining, "a peek at the evicted key reports its debt")
+	require.NoError(t, b.Reset(ctx, "a"))
+	d, err = b.Allow(ctx, "a")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "Reset must clear a remembered debt")
+	assert.Equal(t, Stats{Keys: 1, MaxKeys: 1, EvictedLive: 2}, b.Stats())
 }

@@ -96,7 +96,7 @@ func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
 	if c.interval {
 		freshAt = b.intervalFreshAt
 	}
-	if b.store, err = newStore(c, freshAt); err != nil {
+	if b.store, err = newStore(c, freshAt, b.restore); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -148,23 +148,27 @@ func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (Decision, er
 		}
 		return Decision{Limit: b.burst}, err
 	}
-	sh, st, now, err := b.store.acquire(key, n > 0)
+	k, err := b.store.acquire(key, n > 0)
 	if err != nil {
 		return Decision{Limit: b.burst}, err
 	}
 	var (
-		d     Decision
-		fresh tbState // stays on the stack: decide* do not retain st
+		d       Decision
+		scratch tbState // stays on the stack: decide* do not retain st
 	)
-	if st == nil { // n == 0 on an untracked key: a full bucket
-		st = &fresh
+	st, now := k.st, k.now
+	if st == nil { // n == 0 on an untracked key: a full bucket, or its debt
+		st = &scratch
+		if k.owed > now {
+			b.restore(st, k.owed)
+		}
 	}
 	if b.interval {
 		d = b.decideInterval(st, now, n)
 	} else {
 		d = b.decideGreedy(st, now, n)
 	}
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
 	return d, nil
 }
 
@@ -197,18 +201,18 @@ func (b *TokenBucket) RefundN(_ context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: refund of n = %d is negative", ErrInvalidCost, n)
 	}
-	sh, st, now, err := b.store.acquire(key, false)
+	k, err := b.store.acquire(key, false)
 	if err != nil {
 		return err
 	}
-	if st != nil && n > 0 {
+	if k.st != nil && n > 0 {
 		if b.interval {
-			b.refundInterval(st, now, n)
+			b.refundInterval(k.st, k.now, n)
 		} else {
-			b.refundGreedy(st, now, n)
+			b.refundGreedy(k.st, k.now, n)
 		}
 	}
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
 	return nil
 }
 
@@ -305,6 +309,32 @@ func (b *TokenBucket) greedyFreshAt(st *tbState) int64 {
 	return st.tat
 }
 
+// restore sets the state of a bucket fully used until at.
+func (b *TokenBucket) restore(st *tbState, at int64) {
+	if b.interval {
+		b.intervalRestore(st, at)
+	} else {
+		b.greedyRestore(st, at)
+	}
+}
+
+// greedyRestore empties the bucket until at: its theoretical arrival
+// time is the latest at which an evicted bucket could be full again.
+func (b *TokenBucket) greedyRestore(st *tbState, at int64) {
+	st.tat, st.frac = at, 0
+}
+
+// intervalRestore sets the interval state of a bucket fully used in
+// periods that end at at: ceil(burst/Limit) periods of Limit tokens each,
+// so that its refills come no earlier than those of any bucket fresh by
+// at. Its used count may exceed the burst; decideInterval clamps the
+// Remaining it reports.
+func (b *TokenBucket) intervalRestore(st *tbState, at int64) {
+	limit := int64(b.limit)
+	m := (int64(b.burst) + limit - 1) / limit
+	st.tat, st.frac = at-m*int64(b.period), m*limit
+}
+
 // intervalAt returns the interval state at now: the start of the current
 // period and the tokens used in it, every whole period since the stored
 // start having given Limit tokens back. A full bucket (used == 0) starts
@@ -343,7 +373,7 @@ func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
 	if d.Allowed || used > 0 {
 		st.tat, st.frac = start, used
 	}
-	d.Remaining = b.burst - int(used)
+	d.Remaining = max(b.burst-int(used), 0)
 	if used > 0 {
 		d.ResetAfter = durationNS(start + (used+limit-1)/limit*period - now)
 	}
