@@ -15,13 +15,15 @@ type Option func(*config) error
 // Defaults of the in-memory store.
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
-	// WithMaxKeys says otherwise. A token bucket costs about 128 bytes per
-	// tracked key (measured by BenchmarkTokenBucketBytesPerKey: 80 for
-	// simplelru's list entry, 24 for the bucket state and its recently-used
-	// mark, about 22 for the map slot), so the default bounds it to roughly
-	// 32 MiB. A sliding log costs about 152 bytes plus 4 per event its ring
-	// holds (rounded up to an allocator size class; the ring grows with
-	// use, up to Limit): about 176 B per key at Limit 5, 568 B at Limit 100.
+	// WithMaxKeys says otherwise. A token bucket or a sliding counter
+	// costs about 128 bytes per tracked key (measured by
+	// BenchmarkTokenBucketBytesPerKey: 80 for simplelru's list entry, 24
+	// for the state and its recently-used mark, about 22 for the map
+	// slot), so the default bounds it to roughly 32 MiB. A sliding log
+	// costs about 180 bytes with one decision held and 8 more per entry
+	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
+	// to drop live keys adds 24 bytes per key of the bound for their debts
+	// (see WithForgetEvicted).
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.
@@ -158,8 +160,10 @@ func WithShards(n int) Option {
 // while that state still limits the client (a live eviction, counted in
 // Stats().EvictedLive), as limiters with a bounded LRU usually do.
 //
-// By default the store remembers such debts in a fixed-size memory
-// (24 bytes per key of WithMaxKeys), and a key that comes back starts from
+// By default the store remembers such debts in a fixed-size memory (24
+// bytes per key of WithMaxKeys, allocated by each shard at its first live
+// eviction, so a store sized for its traffic never pays for it), and a
+// key that comes back starts from
 // an upper bound of what it owed: no one can buy a reset of a live limit
 // by spraying keys until theirs is pushed out. The price falls on new
 // keys when more debts must be remembered than the memory has room for

@@ -22,7 +22,10 @@ import (
 // where elapsed is the time since the current fixed window began. AllowN(n)
 // counts n events if estimate + n ≤ Rate.Limit; a denied request counts
 // nothing. The state of a key is a window index and two 32-bit counts, 16
-// bytes whatever the limit.
+// bytes whatever the limit and n, so the worst case per key is its only
+// case: about 128 to 140 bytes per tracked key with the store's entry and
+// map slot (137 B at 10,000 keys: BenchmarkBytesPerKey). A decision costs
+// O(1) time whatever n.
 //
 // # Error bound
 //
@@ -86,9 +89,10 @@ func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
 // Rate returns the rate the counter was created with.
 func (sc *SlidingCounter) Rate() Rate { return sc.rate }
 
-// Allow is AllowN(ctx, key, 1).
-func (sc *SlidingCounter) Allow(ctx context.Context, key string) (Decision, error) {
-	return sc.AllowN(ctx, key, 1)
+// Allow is AllowN(ctx, key, 1), inlinable as AllowN is.
+func (sc *SlidingCounter) Allow(_ context.Context, key string) (d Decision, err error) {
+	err = sc.allowN(&d, key, 1)
+	return d, err
 }
 
 // AllowN counts n events for key if the estimated count in the Period
@@ -96,27 +100,34 @@ func (sc *SlidingCounter) Allow(ctx context.Context, key string) (Decision, erro
 // n == 0 reports without counting. A cost above Rate.Limit returns
 // ErrCostExceedsLimit. The context is not consulted: an in-memory decision
 // does not block.
-func (sc *SlidingCounter) AllowN(_ context.Context, key string, n int) (Decision, error) {
+func (sc *SlidingCounter) AllowN(_ context.Context, key string, n int) (d Decision, err error) {
+	err = sc.allowN(&d, key, n)
+	return d, err
+}
+
+// allowN fills the caller's Decision in place: see TokenBucket.AllowN.
+func (sc *SlidingCounter) allowN(d *Decision, key string, n int) error {
 	if err := checkCost(n, sc.limit); err != nil {
-		return Decision{Limit: sc.limit}, err
+		*d = Decision{Limit: sc.limit}
+		return err
 	}
 	k, err := sc.store.acquire(key, n > 0)
 	if err != nil {
-		return Decision{Limit: sc.limit}, err
+		*d = Decision{Limit: sc.limit}
+		return err
 	}
-	var d Decision
 	switch {
 	case k.st != nil:
-		d = sc.decide(k.st, k.now, n)
+		sc.decide(d, k.st, k.now, n)
 	case k.owed > k.now: // n == 0 on an untracked key that owes
 		var st scState
 		sc.restore(&st, k.owed)
-		d = sc.decide(&st, k.now, n)
+		sc.decide(d, &st, k.now, n)
 	default: // n == 0 on an untracked key: nothing counted
-		d = Decision{Allowed: true, Limit: sc.limit, Remaining: sc.limit}
+		*d = Decision{Allowed: true, Limit: sc.limit, Remaining: sc.limit}
 	}
 	k.sh.mu.Unlock()
-	return d, nil
+	return nil
 }
 
 // RefundN uncounts n events of key, giving back the units of an AllowN
@@ -192,13 +203,13 @@ func (st *scState) counts(w int64) (prev, cur uint32) {
 // decide is the counter's state machine for one key at now. All the
 // comparisons are exact: products of a count and a time are taken in 128
 // bits, since Rate.Limit × Period overflows int64 for long periods.
-func (sc *SlidingCounter) decide(st *scState, now int64, n int) Decision {
+func (sc *SlidingCounter) decide(d *Decision, st *scState, now int64, n int) {
 	w := now / sc.period
 	start := w * sc.period
 	elapsed := now - start
 	prev, cur := st.counts(w)
 	limit := uint32(sc.limit)
-	d := Decision{Limit: sc.limit}
+	*d = Decision{Limit: sc.limit}
 	// estimate + n <= limit ⇔ cur + n <= limit and
 	// prev·(Period − elapsed) <= (limit − cur − n)·Period.
 	if cur+uint32(n) <= limit && !sc.est.Above(prev, sc.period-elapsed, limit-cur-uint32(n)) {
@@ -217,7 +228,6 @@ func (sc *SlidingCounter) decide(st *scState, now int64, n int) Decision {
 	case prev > 0:
 		d.ResetAfter = durationNS(start + sc.period - now)
 	}
-	return d
 }
 
 // freshAt is when the estimate falls to zero and the counts equal fresh

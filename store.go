@@ -98,8 +98,12 @@ type shard[S any] struct {
 	evictedIdle uint64
 	evictedLive uint64
 	restored    uint64
-	debts       *debts   // nil with WithForgetEvicted
-	_           [64]byte // keep shards on separate cache lines (128 B each)
+	// debts is allocated at the shard's first live eviction, so that a
+	// store sized for its traffic never pays for it; it stays nil with
+	// WithForgetEvicted (forget).
+	debts  *debts
+	forget bool
+	_      [56]byte // keep shards on separate cache lines (128 B each)
 }
 
 func newStore[S any](c config, freshAt func(*S) int64, restore func(*S, int64)) (*store[S], error) {
@@ -127,9 +131,7 @@ func newStore[S any](c config, freshAt func(*S) int64, restore func(*S, int64)) 
 			return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
 		}
 		s.shards[i].lru, s.shards[i].size = lru, size
-		if !c.forgetEvicted {
-			s.shards[i].debts = newDebts(size)
-		}
+		s.shards[i].forget = c.forgetEvicted
 	}
 	return s, nil
 }
@@ -245,7 +247,10 @@ func (sh *shard[S]) evict(now int64, freshAt func(*S) int64) *slot[S] {
 	}
 	sh.lru.Remove(bestKey)
 	sh.evictedLive++
-	if sh.debts != nil {
+	if !sh.forget {
+		if sh.debts == nil {
+			sh.debts = newDebts(sh.size)
+		}
 		sh.debts.record(bestKey, bestAt, now)
 	}
 	return best

@@ -23,6 +23,12 @@ import (
 // full bucket is indistinguishable from a forgotten one, so idle keys cost
 // nothing to drop.
 //
+// A decision costs O(1) time whatever n, and a key the same memory whatever
+// its rate and traffic, so its worst case is its only case: 16 bytes of
+// state, about 128 to 140 bytes per tracked key with the store's entry and
+// map slot (128 B at 100,000 keys, 137 B at 10,000: BenchmarkBytesPerKey,
+// BenchmarkTokenBucketBytesPerKey).
+//
 // Besides AllowN it offers WaitN, which blocks until the tokens are there
 // (without queueing waiters, see the package-level WaitN), and RefundN,
 // which gives back what an allowed call took so that a Composite can be
@@ -127,9 +133,10 @@ func (b *TokenBucket) Rate() Rate { return b.rate }
 // Burst returns the capacity of each bucket.
 func (b *TokenBucket) Burst() int { return b.burst }
 
-// Allow is AllowN(ctx, key, 1).
-func (b *TokenBucket) Allow(ctx context.Context, key string) (Decision, error) {
-	return b.AllowN(ctx, key, 1)
+// Allow is AllowN(ctx, key, 1), inlinable as AllowN is.
+func (b *TokenBucket) Allow(_ context.Context, key string) (d Decision, err error) {
+	err = b.allowN(&d, key, 1)
+	return d, err
 }
 
 // AllowN takes n tokens from key's bucket if it holds n, and reports the
@@ -137,39 +144,47 @@ func (b *TokenBucket) Allow(ctx context.Context, key string) (Decision, error) {
 // burst returns ErrCostExceedsLimit with the key's current Remaining and
 // ResetAfter and no RetryAfter, since waiting cannot help. The context is
 // not consulted: an in-memory decision does not block.
-func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (Decision, error) {
+//
+// AllowN is small enough to be inlined, so the Decision is built in the
+// caller's frame by allowN instead of being copied out through each
+// return (40 bytes, a fifth of a hot-key decision).
+func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (d Decision, err error) {
+	err = b.allowN(&d, key, n)
+	return d, err
+}
+
+func (b *TokenBucket) allowN(d *Decision, key string, n int) error {
 	if err := checkCost(n, b.burst); err != nil {
 		if n > b.burst {
 			// Report the key's real quota, so that headers stay truthful;
 			// RetryAfter stays zero: waiting would not help.
-			d, _ := b.AllowN(context.Background(), key, 0)
+			_ = b.allowN(d, key, 0)
 			d.Allowed = false
-			return d, err
+			return err
 		}
-		return Decision{Limit: b.burst}, err
+		*d = Decision{Limit: b.burst}
+		return err
 	}
 	k, err := b.store.acquire(key, n > 0)
 	if err != nil {
-		return Decision{Limit: b.burst}, err
+		*d = Decision{Limit: b.burst}
+		return err
 	}
-	var (
-		d       Decision
-		scratch tbState // stays on the stack: decide* do not retain st
-	)
-	st, now := k.st, k.now
-	if st == nil { // n == 0 on an untracked key: a full bucket, or its debt
+	st := k.st
+	var scratch tbState // stays on the stack: decide* do not retain st
+	if st == nil {      // n == 0 on an untracked key: a full bucket, or its debt
 		st = &scratch
-		if k.owed > now {
+		if k.owed > k.now {
 			b.restore(st, k.owed)
 		}
 	}
 	if b.interval {
-		d = b.decideInterval(st, now, n)
+		b.decideInterval(d, st, k.now, n)
 	} else {
-		d = b.decideGreedy(st, now, n)
+		b.decideGreedy(d, st, k.now, n)
 	}
 	k.sh.mu.Unlock()
-	return d, nil
+	return nil
 }
 
 // Reset refills key's bucket.
@@ -221,14 +236,14 @@ func (b *TokenBucket) Stats() Stats { return b.store.stats() }
 
 // decideGreedy is GCRA: the event fits if, after adding its cost to the
 // theoretical arrival time, that time is no more than tau ahead of now.
-func (b *TokenBucket) decideGreedy(st *tbState, now int64, n int) Decision {
+func (b *TokenBucket) decideGreedy(d *Decision, st *tbState, now int64, n int) {
 	tat, frac := st.tat, st.frac
 	if tat < now { // the bucket is full: start from now
 		tat, frac = now, 0
 	}
 	ntat, nfrac := b.advance(tat, frac, n)
 	ahead := ntat - now
-	d := Decision{Limit: b.burst}
+	*d = Decision{Limit: b.burst}
 	if ahead < b.tauQ || (ahead == b.tauQ && nfrac <= b.tauR) {
 		d.Allowed = true
 		tat, frac = ntat, nfrac
@@ -255,7 +270,6 @@ func (b *TokenBucket) decideGreedy(st *tbState, now int64, n int) Decision {
 		owed++
 	}
 	d.ResetAfter = durationNS(owed)
-	return d
 }
 
 // refundGreedy moves the theoretical arrival time back by n·Period/Limit,
@@ -359,10 +373,10 @@ func (b *TokenBucket) intervalAt(st *tbState, now int64) (start, used int64) {
 
 // decideInterval: tat is the start of the current period, frac the tokens
 // used; every whole period since then gives Limit tokens back.
-func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
+func (b *TokenBucket) decideInterval(d *Decision, st *tbState, now int64, n int) {
 	start, used := b.intervalAt(st, now)
 	period, limit := int64(b.period), int64(b.limit)
-	d := Decision{Limit: b.burst}
+	*d = Decision{Limit: b.burst}
 	if used+int64(n) <= int64(b.burst) {
 		d.Allowed = true
 		used += int64(n)
@@ -377,7 +391,6 @@ func (b *TokenBucket) decideInterval(st *tbState, now int64, n int) Decision {
 	if used > 0 {
 		d.ResetAfter = durationNS(start + (used+limit-1)/limit*period - now)
 	}
-	return d
 }
 
 // refundInterval gives n used tokens of the current period back; tokens
