@@ -29,8 +29,9 @@ const sprayBytesPerKey = 200
 
 // A spray of distinct client keys against a bounded store: memory stays
 // within the bound, a client that is currently limited keeps its state
-// while idle entries remain to be evicted, and evictions that do reset a
-// live limit are counted. Run the full ten million with
+// while idle entries remain to be evicted, and evictions of live entries
+// are counted (their debts are remembered: TestSprayDoesNotFreeLimitedClients
+// checks that). Run the full ten million with
 //
 //	go test -run TestKeySpray -v .
 func TestKeySpray(t *testing.T) {
@@ -137,8 +138,8 @@ func TestKeySpray(t *testing.T) {
 			if tc.wantKeys < 0 && perKey > sprayBytesPerKey {
 				t.Errorf("heap grew %d B for %d keys (%.0f B/key), bound %d B/key", after-before, st.Keys, perKey, sprayBytesPerKey)
 			}
-			t.Logf("%d requests: keys %d, allowed %d, evicted idle %d, evicted live (limit reset) %d, heap %+.1f MiB (%.0f B/key), victim remaining %d",
-				n, st.Keys, allowed, st.EvictedIdle, st.EvictedLive, float64(after-before)/(1<<20), perKey, d.Remaining)
+			t.Logf("%d requests: keys %d, allowed %d, evicted idle %d, evicted live %d, restored %d, merged %d, heap %+.1f MiB (%.0f B/key), victim remaining %d",
+				n, st.Keys, allowed, st.EvictedIdle, st.EvictedLive, st.Restored, st.Merged, float64(after-before)/(1<<20), perKey, d.Remaining)
 		})
 	}
 }
