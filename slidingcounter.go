@@ -45,7 +45,9 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a key whose
 // estimate has fallen to zero equals a fresh one and is dropped first, at
-// no cost.
+// no cost. A key dropped while its estimate is not zero comes back as if
+// it had spent its whole limit in its last window: limited no less, and
+// no longer, than that window weighs (unless WithForgetEvicted).
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {

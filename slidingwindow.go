@@ -39,7 +39,9 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
-// cost.
+// cost. A key dropped while its log still counts comes back as if it had
+// spent its whole limit at its newest entry: limited until that entry
+// would have aged out (unless WithForgetEvicted).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {

@@ -21,7 +21,9 @@ import (
 // fraction of Rate.Limit, so no rounding accumulates however the period
 // divides. Buckets live in a bounded, sharded LRU store (WithMaxKeys); a
 // full bucket is indistinguishable from a forgotten one, so idle keys cost
-// nothing to drop.
+// nothing to drop. A bucket dropped while not full comes back with the same
+// theoretical arrival time, so with the same debt (unless
+// WithForgetEvicted; see Stats for when debts have to share memory).
 //
 // A decision costs O(1) time whatever n, and a key the same memory whatever
 // its rate and traffic, so its worst case is its only case: 16 bytes of
