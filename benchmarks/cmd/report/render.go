@@ -192,7 +192,11 @@ func render(w io.Writer, m machine, r *results) error {
 			if ok {
 				fig = num(v, mt.unit) + " " + mt.unit
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", c, name, fig, ratio(v, bv, ok && bok),
+			rt := ratio(v, bv, ok && bok)
+			if c == floorCase {
+				rt = "—" // steps of a decision, not libraries to rank
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", c, name, fig, rt,
 				fmtUnit(r, c, lib, "ns/op"), fmtUnit(r, c, lib, "cpu-ns/op"), fmtUnit(r, c, lib, "B/op"), fmtUnit(r, c, lib, "allocs/op"))
 		}
 	}
