@@ -9,7 +9,7 @@ import (
 
 // model is a reference implementation of one algorithm for one key. Models
 // are written to be obviously correct, not fast: the token bucket computes
-// with exact rationals, the sliding log keeps every event. The suite runs a
+// with exact rationals, the sliding log keeps every decision. The suite runs a
 // model beside the limiter under test and requires the same decision at
 // every step.
 type model interface {
