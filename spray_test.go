@@ -242,17 +242,24 @@ func TestSprayDoesNotFreeLimitedClients(t *testing.T) {
 	)
 	rate := floodgate.Rate{Limit: 10, Period: time.Hour}
 	for _, tc := range []struct {
-		kind   int
-		forget bool
-	}{{0, false}, {1, false}, {2, false}, {0, true}} {
+		kind     int
+		variant  string
+		forget   bool
+		extra    []floodgate.Option
+		capacity int
+	}{
+		{kind: 0, capacity: rate.Limit},
+		{kind: 1, capacity: rate.Limit},
+		{kind: 2, capacity: rate.Limit},
+		// A burst that is not a whole number of periods' refills.
+		{kind: 0, variant: "/IntervalRefill,Burst15", extra: []floodgate.Option{floodgate.WithIntervalRefill(), floodgate.WithBurst(15)}, capacity: 15},
+		{kind: 0, variant: "/WithForgetEvicted", forget: true, capacity: rate.Limit},
+	} {
 		k := sprayKinds[tc.kind]
-		name := k.name
-		if tc.forget {
-			name += "/WithForgetEvicted"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(k.name+tc.variant, func(t *testing.T) {
 			now := time.Unix(1_700_000_000, 0)
 			opts := []floodgate.Option{floodgate.WithMaxKeys(maxKeys), floodgate.WithClock(func() time.Time { return now })}
+			opts = append(opts, tc.extra...)
 			if tc.forget {
 				opts = append(opts, floodgate.WithForgetEvicted())
 			}
@@ -265,7 +272,7 @@ func TestSprayDoesNotFreeLimitedClients(t *testing.T) {
 			for i := range deadline {
 				v := fmt.Sprint("victim-", i)
 				// Spread over time, so that the victims owe different amounts.
-				if d, err := lim.AllowN(ctx, v, rate.Limit); err != nil || !d.Allowed {
+				if d, err := lim.AllowN(ctx, v, tc.capacity); err != nil || !d.Allowed {
 					t.Fatalf("%s spending its quota: %+v, %v", v, d, err)
 				}
 				d, err := lim.Allow(ctx, v)
