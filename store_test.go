@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -328,4 +329,134 @@ func TestStoreResetForgetsEvictedDebt(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "Reset must clear a remembered debt")
 	assert.Equal(t, Stats{Keys: 1, MaxKeys: 1, EvictedLive: 2}, b.Stats())
+}
+
+// TestRestoreDominates checks what the debt memory relies on, for every
+// algorithm: the state restore(at) builds becomes fresh at at, and at no
+// time from now on does it leave more room than any state that becomes
+// fresh by at. Random histories give the states; the key's own freshAt
+// is the at it would be remembered with.
+func TestRestoreDominates(t *testing.T) {
+	type probe func(now int64, n int) (allowed bool, remaining int)
+	type kind struct {
+		name string
+		// run plays a random history, then returns the key's freshAt,
+		// the freshAt of the restored state, probes on copies of the
+		// real and the restored state, and the capacity.
+		run func(rng *rand.Rand) (now, at, restoredAt int64, real, restored probe, capacity int)
+	}
+	history := func(rng *rand.Rand, l Limiter, clk *slClock, period time.Duration, capacity int) int64 {
+		var now time.Duration
+		for i := 0; i < 12; i++ {
+			now += time.Duration(rng.Int63n(int64(period) / 3))
+			clk.set(now)
+			mustAllowN(t, l, "k", 1+rng.Intn(capacity))
+		}
+		return int64(now)
+	}
+	tbKind := func(name string, r Rate, opts ...Option) kind {
+		return kind{name, func(rng *rand.Rand) (int64, int64, int64, probe, probe, int) {
+			clk := newSlClock()
+			b, err := NewTokenBucket(r, append(opts, WithClock(clk.now))...)
+			require.NoError(t, err)
+			now := history(rng, b, clk, r.Period, b.burst)
+			k, _ := b.store.acquire("k", false)
+			real := *k.st
+			k.sh.mu.Unlock()
+			at := b.store.freshAt(&real)
+			var restored tbState
+			b.restore(&restored, at)
+			p := func(st0 tbState) probe {
+				return func(now int64, n int) (bool, int) {
+					st := st0 // each probe on the state as it was
+					var d Decision
+					if b.interval {
+						b.decideInterval(&d, &st, now, n)
+					} else {
+						b.decideGreedy(&d, &st, now, n)
+					}
+					return d.Allowed, d.Remaining
+				}
+			}
+			return now, at, b.store.freshAt(&restored), p(real), p(restored), b.burst
+		}}
+	}
+	kinds := []kind{
+		tbKind("TokenBucket/exact", Rate{10, time.Second}),
+		tbKind("TokenBucket/fraction", Rate{7, 10 * time.Second}, WithBurst(12)),
+		tbKind("TokenBucket/interval", Rate{10, time.Minute}, WithIntervalRefill(), WithBurst(15)),
+		{"SlidingCounter", func(rng *rand.Rand) (int64, int64, int64, probe, probe, int) {
+			clk := newSlClock()
+			r := Rate{5, 10 * time.Second}
+			sc, err := NewSlidingCounter(r, WithClock(clk.now))
+			require.NoError(t, err)
+			now := history(rng, sc, clk, r.Period, r.Limit)
+			k, _ := sc.store.acquire("k", false)
+			real := *k.st
+			k.sh.mu.Unlock()
+			at := sc.freshAt(&real)
+			var restored scState
+			sc.restore(&restored, at)
+			p := func(st0 scState) probe {
+				return func(now int64, n int) (bool, int) {
+					st := st0 // each probe on the state as it was
+					var d Decision
+					sc.decide(&d, &st, now, n)
+					return d.Allowed, d.Remaining
+				}
+			}
+			return now, at, sc.freshAt(&restored), p(real), p(restored), r.Limit
+		}},
+		{"SlidingLog", func(rng *rand.Rand) (int64, int64, int64, probe, probe, int) {
+			clk := newSlClock()
+			r := Rate{5, 10 * time.Second}
+			l, err := NewSlidingLog(r, WithClock(clk.now))
+			require.NoError(t, err)
+			now := history(rng, l, clk, r.Period, r.Limit)
+			k, _ := l.store.acquire("k", false)
+			real := *k.st
+			real.ring = append([]slEntry(nil), real.ring...)
+			k.sh.mu.Unlock()
+			at := l.freshAt(&real)
+			var restored slState
+			l.restore(&restored, at)
+			p := func(st slState) probe {
+				return func(now int64, n int) (bool, int) {
+					st := st
+					st.ring = append([]slEntry(nil), st.ring...)
+					var d Decision
+					l.decide(&d, &st, now, n)
+					return d.Allowed, d.Remaining
+				}
+			}
+			return now, at, l.freshAt(&restored), p(real), p(restored), r.Limit
+		}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			rng := rand.New(rand.NewSource(1))
+			checked := 0
+			for trial := 0; trial < 300; trial++ {
+				now, at, restoredAt, real, restored, capacity := k.run(rng)
+				if at <= now {
+					continue // fresh already: nothing would be remembered
+				}
+				checked++
+				require.Equal(t, at, restoredAt, "trial %d: the restored state must be fresh exactly at at", trial)
+				for t0 := now; t0 <= at+1; t0 += 1 + rng.Int63n((at-now)/8+1) {
+					for n := 0; n <= capacity; n++ {
+						ra, rr := real(t0, n)
+						sa, sr := restored(t0, n)
+						// Remaining is compared on reports (n == 0): after
+						// an allowed n > 0 it counts the units just taken.
+						if sa && !ra || n == 0 && sr > rr {
+							t.Fatalf("trial %d at %d (fresh at %d), n=%d: restored allowed %v remaining %d, real allowed %v remaining %d",
+								trial, t0, at, n, sa, sr, ra, rr)
+						}
+					}
+				}
+			}
+			require.Greater(t, checked, 100)
+		})
+	}
 }
