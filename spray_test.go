@@ -192,6 +192,16 @@ func Example_keySprayStats() {
 	// Output: 2 2 1
 }
 
+// sprayStoreKeys is the store size of the spray tests: n, or an eighth of
+// it under the race detector or -short, to keep their time in bounds (the
+// sprays are 2 and 20 times as many keys).
+func sprayStoreKeys(n int) int {
+	if raceEnabled || testing.Short() {
+		return n / 8
+	}
+	return n
+}
+
 // sprayLimiter is what the spray tests need of every in-memory limiter.
 type sprayLimiter interface {
 	floodgate.Limiter
@@ -236,10 +246,8 @@ func spray(t *testing.T, lim sprayLimiter, limit int, tag string, count int, adv
 // so that every limited client is evicted while it still owes. None of
 // them may be allowed before the RetryAfter it was given before the spray.
 func TestSprayDoesNotFreeLimitedClients(t *testing.T) {
-	const (
-		maxKeys = 1 << 13
-		victims = 200
-	)
+	const victims = 200
+	maxKeys := sprayStoreKeys(1 << 13)
 	rate := floodgate.Rate{Limit: 10, Period: time.Hour}
 	for _, tc := range []struct {
 		kind     int
@@ -285,7 +293,7 @@ func TestSprayDoesNotFreeLimitedClients(t *testing.T) {
 
 			spray(t, lim, rate.Limit, "x", 20*maxKeys, func() { now = now.Add(time.Microsecond) })
 			st := lim.Stats()
-			if st.EvictedLive < 19*maxKeys {
+			if st.EvictedLive < uint64(19*maxKeys) {
 				t.Fatalf("Stats %+v: the spray did not evict live entries", st)
 			}
 
@@ -363,16 +371,18 @@ func TestSprayDailyReward(t *testing.T) {
 // share of 1,000 fresh keys denied right after sprays of 2 × and 20 ×
 // MaxKeys keys that each spent their whole quota, and the memory of the
 // debts. It bounds the 2 × case, where the memory still keeps most debts
-// apart; after 20 × MaxKeys nearly every place holds a shared debt, which
+// apart (about 5 % at 16,384 keys, up to 13 % in the small store of -short
+// and -race, whose shards fill unevenly; the bound catches a memory that
+// stops telling debts apart, which denies 40 % or more); after 20 × MaxKeys nearly every place holds a shared debt, which
 // no fixed memory could avoid without forgetting.
 func TestSprayPrice(t *testing.T) {
-	const maxKeys = 1 << 14
+	maxKeys := sprayStoreKeys(1 << 14)
 	rate := floodgate.Rate{Limit: 10, Period: time.Hour}
 	for _, k := range sprayKinds {
 		for _, tc := range []struct {
 			times   int
 			maxDeny float64
-		}{{2, 0.15}, {20, 1}} {
+		}{{2, 0.2}, {20, 1}} {
 			t.Run(fmt.Sprintf("%s/%dx", k.name, tc.times), func(t *testing.T) {
 				now := time.Unix(1_700_000_000, 0)
 				lim, err := k.build(rate, floodgate.WithMaxKeys(maxKeys), floodgate.WithClock(func() time.Time { return now }))
@@ -396,7 +406,7 @@ func TestSprayPrice(t *testing.T) {
 					t.Errorf("%.1f %% of fresh keys denied after a %d × MaxKeys spray, bound %.0f %%", 100*share, tc.times, 100*tc.maxDeny)
 				}
 				t.Logf("after %d × MaxKeys (%d) sprayed keys: %.1f %% of 1,000 fresh keys denied; heap %.0f B per key of MaxKeys; %+v",
-					tc.times, maxKeys, 100*share, float64(heapInUse()-before)/maxKeys, lim.Stats())
+					tc.times, maxKeys, 100*share, float64(heapInUse()-before)/float64(maxKeys), lim.Stats())
 			})
 		}
 	}
