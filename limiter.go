@@ -98,8 +98,9 @@ func (r Rate) Validate() error {
 }
 
 // maxLimit keeps every product of a count and a period inside int64
-// nanoseconds for any period up to ~292 years / maxLimit, and keeps per-key
-// sliding-log memory (4 bytes per event) reasonable.
+// nanoseconds for any period up to ~292 years / maxLimit. The sliding log,
+// whose memory grows with the limit, has its own smaller bound,
+// MaxSlidingLogLimit.
 const maxLimit = 1 << 24
 
 // Sentinel errors. Errors returned by this package wrap one of them, so
