@@ -188,7 +188,7 @@ func WithForgetEvicted() Option {
 	return func(c *config) error {
 		c.forgetEvicted = true
 		c.markStore("WithForgetEvicted")
-		return nil
+		return c.once("WithForgetEvicted")
 	}
 }
 
