@@ -27,10 +27,16 @@ func TestRateLargestLimit(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidRate)
 	for name, build := range map[string]func() error{
 		"token bucket":    func() error { _, err := NewTokenBucket(scaled, WithBurst(1<<24)); return err },
-		"sliding log":     func() error { _, err := NewSlidingLog(scaled); return err },
 		"sliding counter": func() error { _, err := NewSlidingCounter(scaled); return err },
 	} {
 		assert.NoError(t, build(), name)
 	}
+	// A sliding log keeps an entry per decision: it stops at
+	// MaxSlidingLogLimit and says what to use instead.
+	_, err = NewSlidingLog(scaled)
+	require.ErrorIs(t, err, ErrInvalidRate)
+	assert.Contains(t, err.Error(), "SlidingCounter")
+	_, err = NewSlidingLog(Rate{Limit: MaxSlidingLogLimit, Period: time.Hour})
+	assert.NoError(t, err)
 	assert.Equal(t, 100_000_000.0, float64(scaled.Limit)*float64(time.Hour)/float64(scaled.Period))
 }
