@@ -1,0 +1,355 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strings"
+)
+
+// ErrNoClientIP reports a request whose client address cannot be parsed.
+var ErrNoClientIP = errors.New("floodgate: no valid client IP")
+
+// IPOption configures KeyByIP.
+type IPOption func(*ipConfig) error
+
+// ipSource is where a trusted peer's client address is read from.
+type ipSource int
+
+const (
+	sourcePeer      ipSource = iota // RemoteAddr only
+	sourceXFF                       // X-Forwarded-For, skipping trusted hops
+	sourceXFFHops                   // X-Forwarded-For, a fixed count of hops
+	sourceHeader                    // a single-address header
+	sourceForwarded                 // RFC 7239 Forwarded: for=
+)
+
+type ipConfig struct {
+	v4Bits  int
+	v6Bits  int
+	trusted []netip.Prefix
+	source  ipSource
+	header  string // canonical header key read by the source
+	hops    int    // sourceXFFHops
+}
+
+// setSource records the one forwarding source; two are a configuration
+// error, since which one wins would be a guess.
+func (c *ipConfig) setSource(s ipSource, header string) error {
+	if c.source != sourcePeer {
+		return fmt.Errorf("%w: more than one client-address source (FromXForwardedFor, FromXForwardedForHops, FromHeader, FromForwarded); choose one", ErrInvalidOption)
+	}
+	c.source, c.header = s, header
+	return nil
+}
+
+// TrustProxies sets the proxies whose forwarding headers are believed: a
+// forwarding header is read only when the TCP peer lies in one of these
+// prefixes, and, walking X-Forwarded-For or Forwarded, entries in them are
+// skipped as proxy hops. IPv4-mapped IPv6 prefixes are converted to IPv4.
+// It may be given more than once; the prefixes add up.
+//
+// Trusting proxies without choosing a source (FromXForwardedFor,
+// FromXForwardedForHops, FromHeader or FromForwarded) is an error: every
+// client behind the proxy would otherwise share the proxy's key.
+func TrustProxies(prefixes ...netip.Prefix) IPOption {
+	return func(c *ipConfig) error {
+		for _, p := range prefixes {
+			if !p.IsValid() {
+				return fmt.Errorf("%w: invalid trusted proxy prefix %v", ErrInvalidOption, p)
+			}
+			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
+			c.trusted = append(c.trusted, p.Masked())
+		}
+		return nil
+	}
+}
+
+// FromXForwardedFor reads the client address from X-Forwarded-For when the
+// peer is a trusted proxy. All header lines are merged in order (RFC 9110
+// §5.3), the list is walked from the right, entries inside the trusted
+// prefixes are skipped as proxy hops and the first other entry is the
+// client: the part a client may forge, on the left, is never reached as
+// long as the proxies append what they saw.
+//
+// Entries may carry ports, brackets and zones. Empty entries are ignored
+// (RFC 9110 §5.6.1). If the header is missing or empty, the trusted peer
+// itself is the client (a health check, a request the proxy made on its
+// own); if every entry is trusted, the leftmost is (the request came from
+// inside the trusted network). The first untrusted entry that is not an IP
+// address (garbage, "unknown") yields ErrNoClientIP: the entries beyond it
+// cannot be trusted and the proxy's key would be a shared bucket.
+func FromXForwardedFor() IPOption {
+	return func(c *ipConfig) error { return c.setSource(sourceXFF, "X-Forwarded-For") }
+}
+
+// FromXForwardedForHops reads the client address from X-Forwarded-For as
+// the n-th entry from the right, for deployments that know how many
+// proxies (n, counting the peer) append to the header but not their
+// addresses: n = 1 takes the rightmost entry. The peer must still be a
+// trusted proxy (TrustProxies; PrivatePrefixes fits a load balancer inside
+// a private network). n must be in 1..MaxForwardedEntries. Empty entries
+// do not count; with fewer than n entries the leftmost is taken, with none
+// the peer. It cannot be combined with FromXForwardedFor.
+func FromXForwardedForHops(n int) IPOption {
+	return func(c *ipConfig) error {
+		if n < 1 || n > MaxForwardedEntries {
+			return fmt.Errorf("%w: X-Forwarded-For hop count %d must be in 1..%d", ErrInvalidOption, n, MaxForwardedEntries)
+		}
+		c.hops = n
+		return c.setSource(sourceXFFHops, "X-Forwarded-For")
+	}
+}
+
+// FromHeader reads the client address from a header that holds a single
+// address, such as X-Real-IP or CF-Connecting-IP, when the peer is a
+// trusted proxy. The value may carry a port, brackets and a zone. A
+// missing or empty header means the peer itself is the client; a value
+// that is not one address, or the header given more than once, yields
+// ErrNoClientIP. X-Forwarded-For and Forwarded are lists and are refused
+// here: use FromXForwardedFor or FromForwarded.
+func FromHeader(name string) IPOption {
+	return func(c *ipConfig) error {
+		if !validHeaderName(name) {
+			return fmt.Errorf("%w: header name %q is not an HTTP token", ErrInvalidOption, name)
+		}
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if key == "X-Forwarded-For" || key == "Forwarded" {
+			return fmt.Errorf("%w: %s is a list; use FromXForwardedFor or FromForwarded", ErrInvalidOption, key)
+		}
+		return c.setSource(sourceHeader, key)
+	}
+}
+
+// FromForwarded reads the client address from the RFC 7239 Forwarded
+// header when the peer is a trusted proxy, walking its elements like
+// FromXForwardedFor walks X-Forwarded-For and taking the for= parameter of
+// each. Quoted values, bracketed IPv6 addresses and ports (numeric or
+// obfuscated) are understood; commas and semicolons inside quoted strings
+// do not split. An untrusted hop whose for= is an obfuscated identifier
+// ("_hidden"), "unknown", missing, or malformed yields ErrNoClientIP: the
+// proxy hid the client, and keying by the proxy would put every hidden
+// client in one bucket. A missing header means the peer is the client.
+func FromForwarded() IPOption {
+	return func(c *ipConfig) error { return c.setSource(sourceForwarded, "Forwarded") }
+}
+
+// WithIPv6Prefix groups IPv6 clients by their first bits bits (default 64,
+// since a single subscriber usually controls a whole /64 and can hop
+// between its addresses at will). bits must be in 16..128.
+func WithIPv6Prefix(bits int) IPOption {
+	return func(c *ipConfig) error {
+		if bits < 16 || bits > 128 {
+			return fmt.Errorf("%w: IPv6 prefix /%d must be in /16../128", ErrInvalidOption, bits)
+		}
+		c.v6Bits = bits
+		return nil
+	}
+}
+
+// WithIPv4Prefix groups IPv4 clients by their first bits bits (default 32:
+// one key per address). bits must be in 8..32; shorter prefixes would put
+// unrelated networks in one bucket.
+func WithIPv4Prefix(bits int) IPOption {
+	return func(c *ipConfig) error {
+		if bits < 8 || bits > 32 {
+			return fmt.Errorf("%w: IPv4 prefix /%d must be in /8../32", ErrInvalidOption, bits)
+		}
+		c.v4Bits = bits
+		return nil
+	}
+}
+
+// LoopbackPrefixes returns the loopback ranges 127.0.0.0/8 and ::1/128,
+// for a proxy on the same host. The slice is new on every call.
+func LoopbackPrefixes() []netip.Prefix {
+	return []netip.Prefix{
+		netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("::1/128"),
+	}
+}
+
+// PrivatePrefixes returns the private ranges of RFC 1918 (10.0.0.0/8,
+// 172.16.0.0/12, 192.168.0.0/16) and RFC 4193 (fc00::/7), the same set as
+// netip.Addr.IsPrivate, for proxies inside a private network. The slice is
+// new on every call.
+func PrivatePrefixes() []netip.Prefix {
+	return []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.0.0/16"),
+		netip.MustParsePrefix("fc00::/7"),
+	}
+}
+
+// KeyByIP returns a KeyFunc that keys a request by its client IP address.
+//
+// Without options it uses the TCP peer (Request.RemoteAddr) only: no
+// forwarding header is believed, so a client cannot choose its own key.
+// Behind a reverse proxy, name the proxies with TrustProxies and the header
+// they set with one of FromXForwardedFor, FromXForwardedForHops, FromHeader
+// or FromForwarded; the header is read only when the peer is trusted, so a
+// client connecting directly still gets its own address. A source without
+// trusted proxies, trusted proxies without a source, or two sources are
+// errors wrapping ErrInvalidOption.
+//
+// The key is the address in canonical form ("192.0.2.1", "2001:db8::1"),
+// or its prefix when aggregated ("2001:db8:1:2::/64"): IPv4-mapped IPv6
+// addresses are unmapped, zones and ports dropped, and IPv6 clients are
+// grouped by their /64 unless WithIPv6Prefix says otherwise. A request
+// whose address cannot be determined gets an error wrapping ErrNoClientIP,
+// never a shared key. The work per request is bounded (see
+// MaxForwardedEntries) and, on success, allocates only the key.
+func KeyByIP(opts ...IPOption) (KeyFunc, error) {
+	c := &ipConfig{v4Bits: 32, v6Bits: 64}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil IP option", ErrInvalidOption)
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case c.source != sourcePeer && len(c.trusted) == 0:
+		return nil, fmt.Errorf("%w: a forwarding header source needs TrustProxies: believing it from any peer lets every client choose its key", ErrInvalidOption)
+	case c.source == sourcePeer && len(c.trusted) > 0:
+		return nil, fmt.Errorf("%w: TrustProxies without a forwarding header source (FromXForwardedFor, FromXForwardedForHops, FromHeader, FromForwarded) would key every proxied client by the proxy", ErrInvalidOption)
+	}
+	return func(r *http.Request) (string, error) {
+		a, err := c.clientAddr(r)
+		if err != nil {
+			return "", err
+		}
+		return c.key(a), nil
+	}, nil
+}
+
+// clientAddr resolves the client address of r, unmapped and without zone.
+func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, error) {
+	peer, ok := parseIP(r.RemoteAddr, false)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
+	}
+	if c.source == sourcePeer || !c.isTrusted(peer) {
+		return peer, nil
+	}
+	// Indexing the map with the pre-canonicalized key avoids
+	// Header.Values' per-call canonicalization.
+	lines := r.Header[c.header]
+	switch c.source {
+	case sourceXFF:
+		return c.walk(lines, peer, false)
+	case sourceForwarded:
+		return c.walk(lines, peer, true)
+	case sourceXFFHops:
+		return c.nthFromRight(lines, peer)
+	default: // sourceHeader
+		return singleAddr(c.header, lines, peer)
+	}
+}
+
+func (c *ipConfig) isTrusted(a netip.Addr) bool {
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// key formats addr aggregated to the configured prefix. It formats into a
+// stack buffer so that the key string is the only allocation.
+func (c *ipConfig) key(addr netip.Addr) string {
+	bits := c.v6Bits
+	if addr.Is4() {
+		bits = c.v4Bits
+	}
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
+	if bits == addr.BitLen() {
+		return string(addr.AppendTo(buf[:0]))
+	}
+	p, _ := addr.Prefix(bits) // bits is validated: cannot fail
+	return string(p.AppendTo(buf[:0]))
+}
+
+// parseIP parses an address as it appears in RemoteAddr and forwarding
+// headers: "192.0.2.1", "192.0.2.1:8080", "2001:db8::1", "[2001:db8::1]",
+// "[2001:db8::1]:8080", "fe80::1%eth0". obfPort also accepts an RFC 7239
+// obfuscated port ("_p1"). The result is unmapped and has no zone.
+func parseIP(s string, obfPort bool) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
+			return netip.Addr{}, false
+		}
+		a, ok := parseAddr(s[1:end])
+		if !ok || !a.Is6() { // brackets belong to IPv6 only
+			return netip.Addr{}, false
+		}
+		return a.Unmap(), true
+	}
+	// The number of colons tells the forms apart before netip is asked:
+	// a failed netip parse allocates its error, and "192.0.2.1:1234" is
+	// the common case.
+	switch i := strings.IndexByte(s, ':'); {
+	case i < 0 || strings.IndexByte(s[i+1:], ':') >= 0: // bare IPv4 or IPv6
+		a, ok := parseAddr(s)
+		return a.Unmap(), ok
+	case !validPort(s[i+1:], obfPort):
+		return netip.Addr{}, false
+	default: // IPv4 and port: an unbracketed IPv6 address cannot carry one
+		a, ok := parseAddr(s[:i])
+		return a, ok && a.Is4()
+	}
+}
+
+// parseAddr parses a bare address, dropping its zone. The zone is cut off
+// before netip sees it: netip interns zones, and an attacker's zones need
+// not be kept.
+func parseAddr(s string) (netip.Addr, bool) {
+	host, zone, hasZone := strings.Cut(s, "%")
+	if hasZone && zone == "" {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || (hasZone && !a.Is6()) {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// validPort reports a decimal port 0..65535, or with obf an obfuscated
+// port: "_" followed by letters, digits, ".", "_" or "-" (RFC 7239 §6.3).
+func validPort(p string, obf bool) bool {
+	if obf && len(p) > 1 && p[0] == '_' {
+		for i := 1; i < len(p); i++ {
+			c := p[i]
+			if !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+				return false
+			}
+		}
+		return true
+	}
+	if p == "" || len(p) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+		n = n*10 + int(p[i]-'0')
+	}
+	return n <= 65535
+}

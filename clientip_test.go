@@ -1,0 +1,386 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// ipReq builds a request from peer with the given header lines.
+func ipReq(peer string, headers ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = peer
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	return r
+}
+
+func mustKeyByIP(t testing.TB, opts ...IPOption) KeyFunc {
+	t.Helper()
+	kf, err := KeyByIP(opts...)
+	if err != nil {
+		t.Fatalf("KeyByIP: %v", err)
+	}
+	return kf
+}
+
+// ipCase is one request and the key (or error) it must give.
+type ipCase struct {
+	name    string
+	peer    string
+	headers []string
+	want    string // "" means an error wrapping ErrNoClientIP
+}
+
+func runIPCases(t *testing.T, kf KeyFunc, cases []ipCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := kf(ipReq(tc.peer, tc.headers...))
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoClientIP) {
+					t.Fatalf("key = %q, err = %v; want an error wrapping ErrNoClientIP", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("key = %q, err = %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestKeyByIPPeerOnly(t *testing.T) {
+	spoof := []string{
+		"X-Forwarded-For", "203.0.113.7",
+		"X-Real-IP", "203.0.113.8",
+		"Forwarded", "for=203.0.113.9",
+		"CF-Connecting-IP", "203.0.113.10",
+	}
+	runIPCases(t, mustKeyByIP(t), []ipCase{
+		{"ipv4 with port", "192.0.2.1:1234", nil, "192.0.2.1"},
+		{"ipv4 without port", "192.0.2.1", nil, "192.0.2.1"},
+		{"headers ignored", "192.0.2.1:1234", spoof, "192.0.2.1"},
+		{"ipv6 aggregated to /64", "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
+		{"bare ipv6", "2001:db8:1:2::9", nil, "2001:db8:1:2::/64"},
+		{"ipv4-mapped unmapped", "[::ffff:192.0.2.1]:80", nil, "192.0.2.1"},
+		{"bare ipv4-mapped", "::ffff:192.0.2.1", nil, "192.0.2.1"},
+		{"zone dropped", "[fe80::1%eth0]:80", nil, "fe80::/64"},
+		{"loopback v6", "[::1]:80", nil, "::/64"},
+		{"empty", "", nil, ""},
+		{"garbage", "garbage", nil, ""},
+		{"unix socket", "@", nil, ""},
+		{"port out of range", "192.0.2.1:99999", nil, ""},
+		{"empty port", "192.0.2.1:", nil, ""},
+		{"bracketed ipv4", "[192.0.2.1]:80", nil, ""},
+		{"unclosed bracket", "[2001:db8::1:80", nil, ""},
+		{"junk after bracket", "[2001:db8::1]x80", nil, ""},
+		{"empty zone", "fe80::1%", nil, ""},
+		{"zone on ipv4", "192.0.2.1%eth0", nil, ""},
+		{"hostname", "localhost:80", nil, ""},
+		{"ipv6 with unbracketed port", "2001:db8::1:99999", nil, ""},
+	})
+}
+
+func TestKeyByIPPrefixes(t *testing.T) {
+	tests := []struct {
+		opts []IPOption
+		peer string
+		want string
+	}{
+		{nil, "[2001:db8:1:2:3:4:5:6]:1", "2001:db8:1:2::/64"},
+		{[]IPOption{WithIPv6Prefix(48)}, "[2001:db8:1:2:3:4:5:6]:1", "2001:db8:1::/48"},
+		{[]IPOption{WithIPv6Prefix(128)}, "[2001:db8:1:2:3:4:5:6]:1", "2001:db8:1:2:3:4:5:6"},
+		{[]IPOption{WithIPv6Prefix(56)}, "[2001:db8:1:2ff::1]:1", "2001:db8:1:200::/56"},
+		{[]IPOption{WithIPv4Prefix(24)}, "192.0.2.77:1", "192.0.2.0/24"},
+		{[]IPOption{WithIPv4Prefix(24)}, "[::ffff:192.0.2.77]:1", "192.0.2.0/24"},
+		{[]IPOption{WithIPv4Prefix(24), WithIPv6Prefix(48)}, "[2001:db8:1:2::1]:1", "2001:db8:1::/48"},
+	}
+	for _, tc := range tests {
+		got, err := mustKeyByIP(t, tc.opts...)(ipReq(tc.peer))
+		if err != nil || got != tc.want {
+			t.Errorf("%s: key = %q, %v; want %q", tc.peer, got, err, tc.want)
+		}
+	}
+}
+
+// TestKeyByIPv6Aggregation: every address of one /64 is one client; the
+// neighbouring /64 is another.
+func TestKeyByIPv6Aggregation(t *testing.T) {
+	kf := mustKeyByIP(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := netip.MustParseAddr("2001:db8:aa:bb::").As16()
+	want := "2001:db8:aa:bb::/64"
+	for i := 0; i < 1000; i++ {
+		a := base
+		for j := 8; j < 16; j++ {
+			a[j] = byte(rng.Uint32())
+		}
+		got, err := kf(ipReq(netip.AddrPortFrom(netip.AddrFrom16(a), 443).String()))
+		if err != nil || got != want {
+			t.Fatalf("%v: key = %q, %v; want %q", netip.AddrFrom16(a), got, err, want)
+		}
+	}
+	got, _ := kf(ipReq("[2001:db8:aa:bc::1]:443"))
+	if got == want {
+		t.Fatalf("neighbouring /64 shares the key %q", got)
+	}
+}
+
+func TestKeyByIPInvalidOptions(t *testing.T) {
+	trust := TrustProxies(PrivatePrefixes()...)
+	tests := []struct {
+		name string
+		opts []IPOption
+	}{
+		{"nil option", []IPOption{nil}},
+		{"ipv6 bits too small", []IPOption{WithIPv6Prefix(8)}},
+		{"ipv6 bits too large", []IPOption{WithIPv6Prefix(129)}},
+		{"ipv4 bits zero", []IPOption{WithIPv4Prefix(0)}},
+		{"ipv4 bits too large", []IPOption{WithIPv4Prefix(33)}},
+		{"invalid prefix", []IPOption{TrustProxies(netip.Prefix{}), FromXForwardedFor()}},
+		{"xff without trusted proxies", []IPOption{FromXForwardedFor()}},
+		{"header without trusted proxies", []IPOption{FromHeader("X-Real-IP")}},
+		{"forwarded without trusted proxies", []IPOption{FromForwarded()}},
+		{"hops without trusted proxies", []IPOption{FromXForwardedForHops(1)}},
+		{"trusted proxies without source", []IPOption{trust}},
+		{"empty trusted list is no trust", []IPOption{TrustProxies(), FromXForwardedFor()}},
+		{"zero hops", []IPOption{trust, FromXForwardedForHops(0)}},
+		{"negative hops", []IPOption{trust, FromXForwardedForHops(-1)}},
+		{"too many hops", []IPOption{trust, FromXForwardedForHops(MaxForwardedEntries + 1)}},
+		{"hops with xff", []IPOption{trust, FromXForwardedFor(), FromXForwardedForHops(2)}},
+		{"two sources", []IPOption{trust, FromForwarded(), FromHeader("X-Real-IP")}},
+		{"same source twice", []IPOption{trust, FromXForwardedFor(), FromXForwardedFor()}},
+		{"empty header name", []IPOption{trust, FromHeader("")}},
+		{"header name with space", []IPOption{trust, FromHeader("X Real IP")}},
+		{"header name with colon", []IPOption{trust, FromHeader("X-Real-IP:")}},
+		{"xff as single header", []IPOption{trust, FromHeader("x-forwarded-for")}},
+		{"forwarded as single header", []IPOption{trust, FromHeader("Forwarded")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kf, err := KeyByIP(tc.opts...)
+			if !errors.Is(err, ErrInvalidOption) || kf != nil {
+				t.Fatalf("KeyByIP = %v, %v; want nil and an error wrapping ErrInvalidOption", kf != nil, err)
+			}
+		})
+	}
+}
+
+func TestTrustProxiesUnmapsAndMasks(t *testing.T) {
+	kf := mustKeyByIP(t, TrustProxies(netip.MustParsePrefix("::ffff:10.1.2.3/104")), FromXForwardedFor())
+	// ::ffff:10.0.0.0/104 is 10.0.0.0/8: the unmapped peer 10.200.0.1 is trusted.
+	got, err := kf(ipReq("10.200.0.1:1", "X-Forwarded-For", "203.0.113.7"))
+	if err != nil || got != "203.0.113.7" {
+		t.Fatalf("key = %q, %v; want the forwarded client", got, err)
+	}
+}
+
+func TestPrefixHelpers(t *testing.T) {
+	for _, a := range []string{"127.0.0.1", "127.255.0.9", "::1"} {
+		if !containsAddr(LoopbackPrefixes(), a) {
+			t.Errorf("LoopbackPrefixes does not contain %s", a)
+		}
+	}
+	for _, a := range []string{"10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "fd00::1", "fc00::1"} {
+		if !containsAddr(PrivatePrefixes(), a) {
+			t.Errorf("PrivatePrefixes does not contain %s", a)
+		}
+	}
+	for _, a := range []string{"172.32.0.1", "8.8.8.8", "2001:db8::1", "::1", "127.0.0.1"} {
+		if containsAddr(PrivatePrefixes(), a) {
+			t.Errorf("PrivatePrefixes contains %s", a)
+		}
+	}
+	p := PrivatePrefixes()
+	p[0] = netip.MustParsePrefix("0.0.0.0/0")
+	if containsAddr(PrivatePrefixes(), "8.8.8.8") {
+		t.Error("PrivatePrefixes returns a shared slice")
+	}
+}
+
+func containsAddr(ps []netip.Prefix, s string) bool {
+	a := netip.MustParseAddr(s)
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+const (
+	proxy  = "10.0.0.1:5000" // a trusted peer
+	direct = "198.51.100.9:5000"
+)
+
+// spoofValue returns a random forwarding-header value: addresses, lists,
+// Forwarded syntax or raw bytes.
+func spoofValue(rng *rand.Rand) string {
+	randIP := func() string {
+		if rng.IntN(2) == 0 {
+			return netip.AddrFrom4([4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())}).String()
+		}
+		var a [16]byte
+		for i := range a {
+			a[i] = byte(rng.Uint32())
+		}
+		return netip.AddrFrom16(a).String()
+	}
+	switch rng.IntN(5) {
+	case 0:
+		return randIP()
+	case 1:
+		n := 1 + rng.IntN(50)
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = randIP()
+		}
+		return strings.Join(parts, ", ")
+	case 2:
+		return fmt.Sprintf(`for="[%s]:%d";proto=https, for=%s`, randIP(), rng.IntN(70000), randIP())
+	case 3:
+		b := make([]byte, rng.IntN(200))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return string(b)
+	default:
+		const alphabet = `0123456789abcdef:.,;="[]%_ \` + "\t"
+		b := make([]byte, rng.IntN(100))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+}
+
+// TestSpoofingUntrustedPeer: whatever forwarding headers a client sends
+// directly, under every configuration, its key is its own address.
+func TestSpoofingUntrustedPeer(t *testing.T) {
+	trust := TrustProxies(PrivatePrefixes()...)
+	configs := map[string]KeyFunc{
+		"peer only": mustKeyByIP(t),
+		"xff":       mustKeyByIP(t, trust, FromXForwardedFor()),
+		"xff hops":  mustKeyByIP(t, trust, FromXForwardedForHops(2)),
+		"x-real-ip": mustKeyByIP(t, trust, FromHeader("X-Real-IP")),
+		"cf":        mustKeyByIP(t, trust, FromHeader("CF-Connecting-IP")),
+		"forwarded": mustKeyByIP(t, trust, FromForwarded()),
+	}
+	names := []string{"X-Forwarded-For", "X-Real-IP", "CF-Connecting-IP", "Forwarded"}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 10000; i++ {
+		r := ipReq("203.0.113.50:4000")
+		for _, n := range names {
+			for k := rng.IntN(3); k > 0; k-- {
+				r.Header.Add(n, spoofValue(rng))
+			}
+		}
+		for name, kf := range configs {
+			got, err := kf(r)
+			if err != nil || got != "203.0.113.50" {
+				t.Fatalf("%s: headers %q: key = %q, %v; want the peer", name, r.Header, got, err)
+			}
+		}
+	}
+}
+
+// TestSpoofingBehindProxy: behind trusted proxies that append what they
+// see, whatever the client put on the left, the key is the client's.
+func TestSpoofingBehindProxy(t *testing.T) {
+	trust := TrustProxies(netip.MustParsePrefix("10.0.0.0/8"))
+	xff := mustKeyByIP(t, trust, FromXForwardedFor())
+	hops := mustKeyByIP(t, trust, FromXForwardedForHops(2))
+	fwd := mustKeyByIP(t, trust, FromForwarded())
+	rng := rand.New(rand.NewPCG(8, 8))
+	for i := 0; i < 10000; i++ {
+		forged := spoofValue(rng)
+		// client 203.0.113.50 → edge 10.0.0.2 → 10.0.0.1 (peer) → us.
+		r := ipReq(proxy)
+		r.Header.Add("X-Forwarded-For", forged)
+		r.Header.Add("Forwarded", forged)
+		if rng.IntN(2) == 0 { // the proxy appends to the client's line
+			r.Header["X-Forwarded-For"][0] += ", 203.0.113.50, 10.0.0.2"
+			r.Header["Forwarded"][0] += `, for=203.0.113.50, for="10.0.0.2:80"`
+		} else { // or adds its own line
+			r.Header.Add("X-Forwarded-For", "203.0.113.50, 10.0.0.2")
+			r.Header.Add("Forwarded", `for=203.0.113.50, for="10.0.0.2:80"`)
+		}
+		for name, kf := range map[string]KeyFunc{"xff": xff, "hops": hops, "forwarded": fwd} {
+			got, err := kf(r)
+			if err != nil || got != "203.0.113.50" {
+				t.Fatalf("%s: forged %q: key = %q, %v; want the client", name, forged, got, err)
+			}
+		}
+	}
+}
+
+func BenchmarkKeyByIP(b *testing.B) {
+	trust := TrustProxies(netip.MustParsePrefix("10.0.0.0/8"))
+	benches := []struct {
+		name string
+		opts []IPOption
+		peer string
+		xff  string
+	}{
+		{"peer-v4", nil, "192.0.2.1:1234", ""},
+		{"peer-v6", nil, "[2001:db8:1:2::1]:1234", ""},
+		{"xff-3-hops", []IPOption{trust, FromXForwardedFor()}, proxy, "203.0.113.7, 10.0.0.3, 10.0.0.2"},
+		{"xff-spoofed-1000", []IPOption{trust, FromXForwardedFor()}, proxy, strings.Repeat("1.1.1.1, ", 1000) + "203.0.113.7"},
+		{"forwarded", []IPOption{trust, FromForwarded()}, proxy, ""},
+	}
+	// The baseline is the least any resolver does: parse RemoteAddr with
+	// netip and format the address.
+	peers := make([]string, 1024)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("203.0.%d.%d:1234", i/256, i%256)
+	}
+	b.Run("baseline-netip", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			ap, err := netip.ParseAddrPort(peers[i%len(peers)])
+			if err != nil || ap.Addr().String() == "" {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, bc := range benches {
+		kf := mustKeyByIP(b, bc.opts...)
+		// A populated set of distinct clients, as a busy server sees.
+		reqs := make([]*http.Request, 1024)
+		for i := range reqs {
+			peer, v := bc.peer, bc.xff
+			client := fmt.Sprintf("203.0.%d.%d", i/256, i%256)
+			switch {
+			case bc.opts == nil && strings.HasPrefix(peer, "["):
+				peer = fmt.Sprintf("[2001:db8:%x::1]:1234", i)
+			case bc.opts == nil:
+				peer = client + ":1234"
+			default:
+				v = strings.Replace(v, "203.0.113.7", client, 1)
+			}
+			r := ipReq(peer)
+			switch {
+			case bc.name == "forwarded":
+				r.Header.Set("Forwarded", `for="`+client+`:4711";proto=https, for=10.0.0.2`)
+			case v != "":
+				r.Header.Set("X-Forwarded-For", v)
+			}
+			reqs[i] = r
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := kf(reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
