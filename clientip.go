@@ -51,6 +51,14 @@ func (c *ipConfig) setSource(s ipSource, header string) error {
 // skipped as proxy hops. IPv4-mapped IPv6 prefixes are converted to IPv4.
 // It may be given more than once; the prefixes add up.
 //
+// Every address inside a trusted range can set any key: the forwarding
+// header it sends is believed. Trust the proxies' own addresses where you
+// can; PrivatePrefixes trusts every host of the internal network, so any
+// of them, compromised, can pose as any client. A prefix of length 0
+// (0.0.0.0/0, ::/0, or ::ffff:0:0/96, which is all of IPv4) is an error
+// wrapping ErrInvalidOption: trusting every address would let every
+// client choose its own key, which is no limit at all.
+//
 // Trusting proxies without choosing a source (FromXForwardedFor,
 // FromXForwardedForHops, FromHeader or FromForwarded) is an error: every
 // client behind the proxy would otherwise share the proxy's key.
@@ -60,8 +68,12 @@ func TrustProxies(prefixes ...netip.Prefix) IPOption {
 			if !p.IsValid() {
 				return fmt.Errorf("%w: invalid trusted proxy prefix %v", ErrInvalidOption, p)
 			}
+			given := p
 			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
 				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
+			if p.Bits() == 0 {
+				return fmt.Errorf("%w: trusted proxy prefix %v is every address: any client could set its own key through a forwarding header; name the proxies' addresses", ErrInvalidOption, given)
 			}
 			c.trusted = append(c.trusted, p.Masked())
 		}
@@ -175,8 +187,9 @@ func LoopbackPrefixes() []netip.Prefix {
 
 // PrivatePrefixes returns the private ranges of RFC 1918 (10.0.0.0/8,
 // 172.16.0.0/12, 192.168.0.0/16) and RFC 4193 (fc00::/7), the same set as
-// netip.Addr.IsPrivate, for proxies inside a private network. The slice is
-// new on every call.
+// netip.Addr.IsPrivate, for proxies inside a private network. Trusting
+// them trusts every internal host to tell who the client is (see
+// TrustProxies). The slice is new on every call.
 func PrivatePrefixes() []netip.Prefix {
 	return []netip.Prefix{
 		netip.MustParsePrefix("10.0.0.0/8"),

@@ -162,6 +162,11 @@ func TestKeyByIPInvalidOptions(t *testing.T) {
 		{"header name with colon", []IPOption{trust, FromHeader("X-Real-IP:")}},
 		{"xff as single header", []IPOption{trust, FromHeader("x-forwarded-for")}},
 		{"forwarded as single header", []IPOption{trust, FromHeader("Forwarded")}},
+		// Trusting every address lets any client choose its key.
+		{"trust all ipv4", []IPOption{TrustProxies(netip.MustParsePrefix("0.0.0.0/0")), FromXForwardedFor()}},
+		{"trust all ipv6", []IPOption{TrustProxies(netip.MustParsePrefix("::/0")), FromXForwardedFor()}},
+		{"trust all ipv4, mapped", []IPOption{TrustProxies(netip.MustParsePrefix("::ffff:0:0/96")), FromXForwardedFor()}},
+		{"trust all among others", []IPOption{TrustProxies(LoopbackPrefixes()...), TrustProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("0.0.0.0/0")), FromHeader("X-Real-IP")}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
