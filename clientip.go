@@ -30,9 +30,12 @@ type ipConfig struct {
 	v4Bits  int
 	v6Bits  int
 	trusted []netip.Prefix
-	source  ipSource
-	header  string // canonical header key read by the source
-	hops    int    // sourceXFFHops
+	// trustUnix makes a unix-socket peer (RemoteAddr "@" or "") a
+	// trusted proxy.
+	trustUnix bool
+	source    ipSource
+	header    string // canonical header key read by the source
+	hops      int    // sourceXFFHops
 }
 
 // setSource records the one forwarding source; two are a configuration
@@ -77,6 +80,23 @@ func TrustProxies(prefixes ...netip.Prefix) IPOption {
 			}
 			c.trusted = append(c.trusted, p.Masked())
 		}
+		return nil
+	}
+}
+
+// TrustUnixSocket makes a peer connected over a unix socket a trusted
+// proxy, for a reverse proxy on the same host that reaches the server
+// through one: net/http gives such a peer the RemoteAddr "@" or "", which
+// is no address. Its forwarding header is read under the configured
+// source (FromXForwardedFor, FromXForwardedForHops, FromHeader or
+// FromForwarded, one of which is required); since the peer has no address
+// of its own, a request without that header is an error wrapping
+// ErrNoClientIP rather than a key shared by every such request. It may be
+// combined with TrustProxies. Without it, a unix-socket peer is an error
+// wrapping ErrNoClientIP whose message names this option.
+func TrustUnixSocket() IPOption {
+	return func(c *ipConfig) error {
+		c.trustUnix = true
 		return nil
 	}
 }
@@ -227,11 +247,12 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 			return nil, err
 		}
 	}
+	trusts := len(c.trusted) > 0 || c.trustUnix
 	switch {
-	case c.source != sourcePeer && len(c.trusted) == 0:
-		return nil, fmt.Errorf("%w: a forwarding header source needs TrustProxies: believing it from any peer lets every client choose its key", ErrInvalidOption)
-	case c.source == sourcePeer && len(c.trusted) > 0:
-		return nil, fmt.Errorf("%w: TrustProxies without a forwarding header source (FromXForwardedFor, FromXForwardedForHops, FromHeader, FromForwarded) would key every proxied client by the proxy", ErrInvalidOption)
+	case c.source != sourcePeer && !trusts:
+		return nil, fmt.Errorf("%w: a forwarding header source needs TrustProxies or TrustUnixSocket: believing it from any peer lets every client choose its key", ErrInvalidOption)
+	case c.source == sourcePeer && trusts:
+		return nil, fmt.Errorf("%w: TrustProxies or TrustUnixSocket without a forwarding header source (FromXForwardedFor, FromXForwardedForHops, FromHeader, FromForwarded) would key every proxied client by the proxy", ErrInvalidOption)
 	}
 	return func(r *http.Request) (string, error) {
 		a, err := c.clientAddr(r)
@@ -245,12 +266,28 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 // clientAddr resolves the client address of r, unmapped and without zone.
 func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, error) {
 	peer, ok := parseIP(r.RemoteAddr, false)
-	if !ok {
+	switch {
+	case ok:
+		if c.source == sourcePeer || !c.isTrusted(peer) {
+			return peer, nil
+		}
+	case r.RemoteAddr != "@" && r.RemoteAddr != "":
 		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
+	case !c.trustUnix:
+		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, r.RemoteAddr)
 	}
-	if c.source == sourcePeer || !c.isTrusted(peer) {
-		return peer, nil
+	// The peer is a trusted proxy. A unix-socket peer leaves peer invalid:
+	// it has no address to fall back on.
+	a, err := c.forwardedAddr(r, peer)
+	if err == nil && !a.IsValid() {
+		return netip.Addr{}, fmt.Errorf("%w: the unix-socket peer sent no %s", ErrNoClientIP, c.header)
 	}
+	return a, err
+}
+
+// forwardedAddr reads the client address from the forwarding header of a
+// trusted peer; peer is the answer when the header names no client.
+func (c *ipConfig) forwardedAddr(r *http.Request, peer netip.Addr) (netip.Addr, error) {
 	// Indexing the map with the pre-canonicalized key avoids
 	// Header.Values' per-call canonicalization.
 	lines := r.Header[c.header]

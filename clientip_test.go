@@ -1,12 +1,15 @@
 package floodgate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -175,6 +178,101 @@ func TestKeyByIPInvalidOptions(t *testing.T) {
 				t.Fatalf("KeyByIP = %v, %v; want nil and an error wrapping ErrInvalidOption", kf != nil, err)
 			}
 		})
+	}
+}
+
+// TestUnixSocketPeerRefusedByDefault: a unix-socket peer has no address;
+// without TrustUnixSocket it is an error that names the option, never a
+// shared key.
+func TestUnixSocketPeerRefusedByDefault(t *testing.T) {
+	configs := map[string]KeyFunc{
+		"peer": mustKeyByIP(t),
+		"xff":  mustKeyByIP(t, TrustProxies(LoopbackPrefixes()...), FromXForwardedFor()),
+	}
+	for name, kf := range configs {
+		for _, peer := range []string{"@", ""} {
+			k, err := kf(ipReq(peer, "X-Forwarded-For", "203.0.113.7"))
+			if !errors.Is(err, ErrNoClientIP) || !strings.Contains(err.Error(), "TrustUnixSocket") {
+				t.Errorf("%s, RemoteAddr %q: key = %q, %v; want ErrNoClientIP naming TrustUnixSocket", name, peer, k, err)
+			}
+		}
+	}
+}
+
+// TestTrustUnixSocket: under TrustUnixSocket a unix-socket peer is a
+// trusted proxy whose forwarding header is read; with no header it is an
+// error (the peer has no address of its own to share).
+func TestTrustUnixSocket(t *testing.T) {
+	xff, real, fwd := "X-Forwarded-For", "X-Real-Ip", "Forwarded"
+	unixOnly := mustKeyByIP(t, TrustUnixSocket(), FromXForwardedFor())
+	runIPCases(t, unixOnly, []ipCase{
+		{"@ with xff", "@", []string{xff, "203.0.113.7"}, "203.0.113.7"},
+		{"empty with xff", "", []string{xff, "203.0.113.7"}, "203.0.113.7"},
+		{"forged left part", "@", []string{xff, "1.1.1.1, 203.0.113.7"}, "203.0.113.7"},
+		{"no header", "@", nil, ""},
+		{"empty header", "@", []string{xff, " , "}, ""},
+		{"garbage", "@", []string{xff, "unknown"}, ""},
+		{"tcp peers still untrusted", direct, []string{xff, "203.0.113.7"}, "198.51.100.9"},
+		{"loopback tcp peer not trusted", "127.0.0.1:80", []string{xff, "203.0.113.7"}, "127.0.0.1"},
+	})
+	withProxies := mustKeyByIP(t, TrustUnixSocket(), TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), FromXForwardedFor())
+	runIPCases(t, withProxies, []ipCase{
+		{"trusted hops skipped", "@", []string{xff, "203.0.113.7, 10.0.0.2"}, "203.0.113.7"},
+		{"all trusted: the leftmost", "@", []string{xff, "10.0.0.3, 10.0.0.2"}, "10.0.0.3"},
+		{"tcp proxy too", proxy, []string{xff, "203.0.113.7"}, "203.0.113.7"},
+	})
+	runIPCases(t, mustKeyByIP(t, TrustUnixSocket(), FromHeader("X-Real-IP")), []ipCase{
+		{"single header", "@", []string{real, "203.0.113.7"}, "203.0.113.7"},
+		{"missing", "@", nil, ""},
+	})
+	runIPCases(t, mustKeyByIP(t, TrustUnixSocket(), FromForwarded()), []ipCase{
+		{"forwarded", "", []string{fwd, "for=203.0.113.7;proto=https"}, "203.0.113.7"},
+		{"missing", "", nil, ""},
+	})
+	runIPCases(t, mustKeyByIP(t, TrustUnixSocket(), FromXForwardedForHops(1)), []ipCase{
+		{"rightmost", "@", []string{xff, "1.1.1.1, 203.0.113.7"}, "203.0.113.7"},
+		{"missing", "@", nil, ""},
+	})
+	if kf, err := KeyByIP(TrustUnixSocket()); !errors.Is(err, ErrInvalidOption) || kf != nil {
+		t.Fatalf("TrustUnixSocket without a source: %v; want ErrInvalidOption", err)
+	}
+}
+
+// TestTrustUnixSocketServer: behind a real unix-socket listener, the
+// request's RemoteAddr is what the option recognizes.
+func TestTrustUnixSocketServer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Skipf("no unix sockets here: %v", err)
+	}
+	kf := mustKeyByIP(t, TrustUnixSocket(), FromXForwardedFor())
+	type result struct {
+		remote, key string
+		err         error
+	}
+	got := make(chan result, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, err := kf(r)
+		got <- result{r.RemoteAddr, k, err}
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		},
+	}}
+	req, _ := http.NewRequest(http.MethodGet, "http://unix/", nil)
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	res := <-got
+	if res.err != nil || res.key != "203.0.113.7" {
+		t.Fatalf("RemoteAddr %q: key = %q, %v; want the forwarded client", res.remote, res.key, res.err)
 	}
 }
 

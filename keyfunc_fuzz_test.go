@@ -20,7 +20,7 @@ import (
 //	go test -run '^$' -fuzz '^FuzzKeyByIP$' -fuzztime 5m
 
 // fuzzIPConfigs are the resolver configurations the fuzz targets check;
-// each trusts 10.0.0.0/8 and loopback.
+// each trusts 10.0.0.0/8 and loopback, "unix" unix-socket peers as well.
 func fuzzIPConfigs(t testing.TB) map[string]KeyFunc {
 	trust := TrustProxies(append(LoopbackPrefixes(), netip.MustParsePrefix("10.0.0.0/8"))...)
 	return map[string]KeyFunc{
@@ -29,6 +29,7 @@ func fuzzIPConfigs(t testing.TB) map[string]KeyFunc {
 		"hops":      mustKeyByIP(t, trust, FromXForwardedForHops(2)),
 		"header":    mustKeyByIP(t, trust, FromHeader("X-Real-IP")),
 		"forwarded": mustKeyByIP(t, trust, FromForwarded()),
+		"unix":      mustKeyByIP(t, trust, TrustUnixSocket(), FromXForwardedFor()),
 	}
 }
 
