@@ -172,7 +172,10 @@ func FromForwarded() IPOption {
 
 // WithIPv6Prefix groups IPv6 clients by their first bits bits (default 64,
 // since a single subscriber usually controls a whole /64 and can hop
-// between its addresses at will). bits must be in 16..128.
+// between its addresses at will). bits must be in 16..128. It does not
+// apply to transition addresses (NAT64, IPv4-compatible, 6to4, Teredo),
+// which are keyed by the IPv4 address they carry under WithIPv4Prefix:
+// see KeyByIP.
 func WithIPv6Prefix(bits int) IPOption {
 	return func(c *ipConfig) error {
 		if bits < 16 || bits > 128 {
@@ -233,7 +236,21 @@ func PrivatePrefixes() []netip.Prefix {
 // The key is the address in canonical form ("192.0.2.1", "2001:db8::1"),
 // or its prefix when aggregated ("2001:db8:1:2::/64"): IPv4-mapped IPv6
 // addresses are unmapped, zones and ports dropped, and IPv6 clients are
-// grouped by their /64 unless WithIPv6Prefix says otherwise. A request
+// grouped by their /64 unless WithIPv6Prefix says otherwise.
+//
+// An IPv6 transition address is keyed by the IPv4 address it carries,
+// grouped by WithIPv4Prefix like any IPv4 client: NAT64 64:ff9b::/96 and
+// 64:ff9b:1::/48 (the IPv4 address in the last 32 bits), IPv4-compatible
+// ::a.b.c.d (not :: or ::1), 6to4 2002:AABB:CCDD::/48 (bits 16-47) and
+// Teredo 2001::/32 (the last 32 bits inverted). Otherwise every IPv4
+// client behind a NAT64 gateway, or of one Teredo server, would share one
+// /64, and one 6to4 site could mint 65,536 keys. A 64:ff9b:1::/48 address
+// in a layout shorter than /96 (the IPv4 address elsewhere, its last 24
+// bits zero) is keyed by the whole address, one key per client. Trusted
+// proxies are matched against the address as it is, not the IPv4 address
+// it carries.
+//
+// A request
 // whose address cannot be determined gets an error wrapping ErrNoClientIP,
 // never a shared key. The work per request is bounded (see
 // MaxForwardedEntries) and, on success, allocates only the key.
@@ -315,9 +332,13 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 // key formats addr aggregated to the configured prefix. It formats into a
 // stack buffer so that the key string is the only allocation.
 func (c *ipConfig) key(addr netip.Addr) string {
+	addr, whole := clientOf(addr)
 	bits := c.v6Bits
-	if addr.Is4() {
+	switch {
+	case addr.Is4():
 		bits = c.v4Bits
+	case whole:
+		bits = 128
 	}
 	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
 	if bits == addr.BitLen() {
@@ -325,6 +346,58 @@ func (c *ipConfig) key(addr netip.Addr) string {
 	}
 	p, _ := addr.Prefix(bits) // bits is validated: cannot fail
 	return string(p.AppendTo(buf[:0]))
+}
+
+// clientOf returns the address a client is keyed by: for an IPv6
+// transition address, the IPv4 address it carries, since the IPv6 prefix
+// of such an address belongs to a gateway or a tunnel, not to the client:
+//
+//   - NAT64, well-known prefix 64:ff9b::/96 (RFC 6052): the last 32 bits.
+//   - NAT64, local-use prefix 64:ff9b:1::/48 (RFC 8215): the operator may
+//     place any RFC 6052 layout from /48 to /96 in it, and only the /96
+//     layout puts IPv4 bits into the last 24, where the others keep their
+//     zero suffix (RFC 6052 §2.2). With one of those bits set the IPv4
+//     address is the last 32 bits; otherwise the layout cannot be told
+//     from the address, and whole is true: the client is keyed by its
+//     whole address, which the translator derives from the IPv4 address
+//     alone, so two clients never share a key and one cannot mint more.
+//     An address with the u-octet (bits 64-71) set is not RFC 6052's and
+//     is ordinary IPv6.
+//   - IPv4-compatible ::a.b.c.d (RFC 4291, deprecated), except :: and ::1.
+//   - 6to4 2002:AABB:CCDD::/48 (RFC 3056): bits 16-47, so one IPv4 site
+//     cannot mint a key per /64 of its 2^16.
+//   - Teredo 2001::/32 (RFC 4380): the client's public address, the last
+//     32 bits inverted, so the clients of one Teredo server do not share
+//     its /64.
+//
+// Any other address is returned as it is.
+func clientOf(a netip.Addr) (client netip.Addr, whole bool) {
+	if !a.Is6() {
+		return a, false
+	}
+	b := a.As16()
+	last := [4]byte{b[12], b[13], b[14], b[15]}
+	hi := uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+	switch {
+	case hi == 0x0064_ff9b_0000_0000 && b[8]|b[9]|b[10]|b[11] == 0: // 64:ff9b::/96
+		return netip.AddrFrom4(last), false
+	case hi>>16 == 0x0064_ff9b_0001 && b[8] == 0: // 64:ff9b:1::/48
+		if b[13]|b[14]|b[15] != 0 {
+			return netip.AddrFrom4(last), false
+		}
+		return a, true
+	case hi == 0 && b[8]|b[9]|b[10]|b[11] == 0: // ::/96
+		if b[12]|b[13]|b[14] == 0 && b[15] <= 1 { // :: and ::1
+			return a, false
+		}
+		return netip.AddrFrom4(last), false
+	case hi>>48 == 0x2002: // 6to4
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), false
+	case hi>>32 == 0x2001_0000: // Teredo
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), false
+	}
+	return a, false
 }
 
 // parseIP parses an address as it appears in RemoteAddr and forwarding

@@ -487,3 +487,74 @@ func BenchmarkKeyByIP(b *testing.B) {
 		})
 	}
 }
+
+// TestKeyByIPTransitionAddresses: an IPv6 transition address is keyed by
+// the IPv4 address it carries, under the IPv4 prefix rules, so a NAT64
+// gateway or Teredo server does not put its clients in one /64 and a
+// 6to4 site cannot mint a key per /64.
+func TestKeyByIPTransitionAddresses(t *testing.T) {
+	// A 64:ff9b:1::/48 address in the RFC 6052 /64 layout: the IPv4
+	// address in bits 72-103, the u-octet and the suffix zero.
+	localUse64 := netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 0, 1, 0, 0xab, 0, 203, 0, 113, 7}).String()
+	runIPCases(t, mustKeyByIP(t), []ipCase{
+		{"nat64 well-known", "[64:ff9b::203.0.113.7]:443", nil, "203.0.113.7"},
+		{"nat64 well-known, hex", "64:ff9b::cb00:7107", nil, "203.0.113.7"},
+		{"nat64 local-use /96 layout", "[64:ff9b:1::203.0.113.7]:1", nil, "203.0.113.7"},
+		{"nat64 local-use /96 layout, subnet", "[64:ff9b:1:ab::203.0.113.7]:1", nil, "203.0.113.7"},
+		{"nat64 local-use shorter layout: the whole address", "[" + localUse64 + "]:1", nil, localUse64},
+		{"nat64 local-use, u-octet set: not RFC 6052", "[64:ff9b:1:ab:ff00::1]:1", nil, "64:ff9b:1:ab::/64"},
+		{"ipv4-compatible", "[::203.0.113.7]:80", nil, "203.0.113.7"},
+		{"unspecified is not ipv4-compatible", "[::]:80", nil, "::/64"},
+		{"loopback is not ipv4-compatible", "[::1]:80", nil, "::/64"},
+		{"6to4", "[2002:cb00:7107::1]:80", nil, "203.0.113.7"},
+		{"6to4 other subnet, same site", "[2002:cb00:7107:ffff:1:2:3:4]:80", nil, "203.0.113.7"},
+		{"teredo (RFC 4380 example)", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:80", nil, "192.0.2.45"},
+		{"teredo other server, same client", "[2001:0:102:304:0:ffff:3fff:fdd2]:80", nil, "192.0.2.45"},
+		{"not teredo", "[2001:1:4136:e378:8000:63bf:3fff:fdd2]:80", nil, "2001:1:4136:e378::/64"},
+		{"documentation range untouched", "[2001:db8::1]:80", nil, "2001:db8::/64"},
+	})
+	runIPCases(t, mustKeyByIP(t, WithIPv4Prefix(24), WithIPv6Prefix(48)), []ipCase{
+		{"nat64 under the ipv4 prefix", "[64:ff9b::203.0.113.7]:1", nil, "203.0.113.0/24"},
+		{"6to4 under the ipv4 prefix", "[2002:cb00:71ff::1]:1", nil, "203.0.113.0/24"},
+		{"teredo under the ipv4 prefix", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:1", nil, "192.0.2.0/24"},
+		{"native ipv6 under the ipv6 prefix", "[2001:db8:1:2::1]:1", nil, "2001:db8:1::/48"},
+	})
+	// Behind a trusted proxy, the forwarded address is decoded the same way.
+	kf := mustKeyByIP(t, TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), FromXForwardedFor())
+	runIPCases(t, kf, []ipCase{
+		{"forwarded nat64", proxy, []string{"X-Forwarded-For", "64:ff9b::203.0.113.7"}, "203.0.113.7"},
+	})
+}
+
+// TestKeyByIPTransitionKeyCounts: 1,000 IPv4 clients behind one NAT64
+// gateway or one Teredo server get 1,000 keys, not one; one IPv4 address
+// behind 6to4 gets one key, not one per /64.
+func TestKeyByIPTransitionKeyCounts(t *testing.T) {
+	kf := mustKeyByIP(t)
+	count := func(addr func(i int) netip.Addr) int {
+		keys := map[string]bool{}
+		for i := 0; i < 1000; i++ {
+			k, err := kf(ipReq(netip.AddrPortFrom(addr(i), 443).String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys[k] = true
+		}
+		return len(keys)
+	}
+	v4 := func(i int) [4]byte { return [4]byte{198, 51, byte(i >> 8), byte(i)} }
+	nat64 := count(func(i int) netip.Addr {
+		c := v4(i)
+		return netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: c[0], 13: c[1], 14: c[2], 15: c[3]})
+	})
+	teredo := count(func(i int) netip.Addr {
+		c := v4(i)
+		return netip.AddrFrom16([16]byte{0x20, 0x01, 4: 65, 5: 54, 6: 227, 7: 120, 12: ^c[0], 13: ^c[1], 14: ^c[2], 15: ^c[3]})
+	})
+	sixToFour := count(func(i int) netip.Addr {
+		return netip.AddrFrom16([16]byte{0x20, 0x02, 203, 0, 113, 7, byte(i >> 8), byte(i), 15: 1})
+	})
+	if nat64 != 1000 || teredo != 1000 || sixToFour != 1 {
+		t.Fatalf("keys: NAT64 %d, Teredo %d (want 1000 each); 6to4 %d (want 1)", nat64, teredo, sixToFour)
+	}
+}

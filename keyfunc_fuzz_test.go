@@ -34,15 +34,24 @@ func fuzzIPConfigs(t testing.TB) map[string]KeyFunc {
 }
 
 // checkIPKey fails unless k is a key KeyByIP's defaults can produce: an
-// unmapped IPv4 address without zone, or a masked IPv6 /64, both in
-// canonical form.
+// unmapped IPv4 address without zone, a whole NAT64 local-use address
+// whose layout is unknown, or a masked IPv6 /64 that is not a transition
+// address, all in canonical form.
 func checkIPKey(t *testing.T, k string) {
 	t.Helper()
 	if a, err := netip.ParseAddr(k); err == nil {
-		if !a.Is4() || a.String() != k {
+		localUse := netip.MustParsePrefix("64:ff9b:1::/48")
+		if !(a.Is4() || localUse.Contains(a) && a.Zone() == "") || a.String() != k {
 			t.Fatalf("key %q is not a canonical IPv4 address", k)
 		}
 		return
+	}
+	if p, err := netip.ParsePrefix(k); err == nil {
+		for _, tunnel := range []string{"2002::/16", "2001::/32"} { // 6to4, Teredo
+			if netip.MustParsePrefix(tunnel).Overlaps(p) {
+				t.Fatalf("key %q is the /64 of a transition address", k)
+			}
+		}
 	}
 	p, err := netip.ParsePrefix(k)
 	if err != nil || p.Bits() != 64 || p != p.Masked() || !p.Addr().Is6() || p.Addr().Is4In6() || p.String() != k {
