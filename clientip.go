@@ -253,7 +253,10 @@ func PrivatePrefixes() []netip.Prefix {
 // A request
 // whose address cannot be determined gets an error wrapping ErrNoClientIP,
 // never a shared key. The work per request is bounded (see
-// MaxForwardedEntries) and, on success, allocates only the key.
+// MaxForwardedEntries) and, on success, allocates only the key; a
+// dotted-quad client under the default /32 allocates nothing, its key
+// being the text it was written in (a substring of RemoteAddr or of the
+// header, as KeyByHeader's keys are).
 func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 	c := &ipConfig{v4Bits: 32, v6Bits: 64}
 	for _, o := range opts {
@@ -276,35 +279,47 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 		if err != nil {
 			return "", err
 		}
-		return c.key(a), nil
+		if a.text != "" && c.v4Bits == 32 {
+			return a.text, nil // already canonical: no formatting, no allocation
+		}
+		return c.key(a.addr), nil
 	}, nil
 }
 
+// ipText is a client address and, when it was written as a dotted quad,
+// that text. netip accepts only canonical dotted quads (four decimal
+// fields, no leading zeros), so the text is then the address's canonical
+// form: the /32 key as it is, with nothing to format or allocate.
+type ipText struct {
+	addr netip.Addr
+	text string // canonical IPv4 text of addr, or ""
+}
+
 // clientAddr resolves the client address of r, unmapped and without zone.
-func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, error) {
+func (c *ipConfig) clientAddr(r *http.Request) (ipText, error) {
 	peer, ok := parseIP(r.RemoteAddr, false)
 	switch {
 	case ok:
-		if c.source == sourcePeer || !c.isTrusted(peer) {
+		if c.source == sourcePeer || !c.isTrusted(peer.addr) {
 			return peer, nil
 		}
 	case r.RemoteAddr != "@" && r.RemoteAddr != "":
-		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
+		return ipText{}, fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
 	case !c.trustUnix:
-		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, r.RemoteAddr)
+		return ipText{}, fmt.Errorf("%w: RemoteAddr %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, r.RemoteAddr)
 	}
 	// The peer is a trusted proxy. A unix-socket peer leaves peer invalid:
 	// it has no address to fall back on.
 	a, err := c.forwardedAddr(r, peer)
-	if err == nil && !a.IsValid() {
-		return netip.Addr{}, fmt.Errorf("%w: the unix-socket peer sent no %s", ErrNoClientIP, c.header)
+	if err == nil && !a.addr.IsValid() {
+		return ipText{}, fmt.Errorf("%w: the unix-socket peer sent no %s", ErrNoClientIP, c.header)
 	}
 	return a, err
 }
 
 // forwardedAddr reads the client address from the forwarding header of a
 // trusted peer; peer is the answer when the header names no client.
-func (c *ipConfig) forwardedAddr(r *http.Request, peer netip.Addr) (netip.Addr, error) {
+func (c *ipConfig) forwardedAddr(r *http.Request, peer ipText) (ipText, error) {
 	// Indexing the map with the pre-canonicalized key avoids
 	// Header.Values' per-call canonicalization.
 	lines := r.Header[c.header]
@@ -404,37 +419,43 @@ func clientOf(a netip.Addr) (client netip.Addr, whole bool) {
 // headers: "192.0.2.1", "192.0.2.1:8080", "2001:db8::1", "[2001:db8::1]",
 // "[2001:db8::1]:8080", "fe80::1%eth0". obfPort also accepts an RFC 7239
 // obfuscated port ("_p1"). The result is unmapped and has no zone.
-func parseIP(s string, obfPort bool) (netip.Addr, bool) {
+func parseIP(s string, obfPort bool) (ipText, bool) {
 	if s == "" {
-		return netip.Addr{}, false
+		return ipText{}, false
 	}
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return netip.Addr{}, false
+			return ipText{}, false
 		}
 		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
-			return netip.Addr{}, false
+			return ipText{}, false
 		}
 		a, ok := parseAddr(s[1:end])
 		if !ok || !a.Is6() { // brackets belong to IPv6 only
-			return netip.Addr{}, false
+			return ipText{}, false
 		}
-		return a.Unmap(), true
+		return ipText{addr: a.Unmap()}, true
 	}
 	// The number of colons tells the forms apart before netip is asked:
 	// a failed netip parse allocates its error, and "192.0.2.1:1234" is
 	// the common case.
+	host := s
 	switch i := strings.IndexByte(s, ':'); {
-	case i < 0 || strings.IndexByte(s[i+1:], ':') >= 0: // bare IPv4 or IPv6
+	case i < 0: // bare IPv4
+	case strings.IndexByte(s[i+1:], ':') >= 0: // bare IPv6
 		a, ok := parseAddr(s)
-		return a.Unmap(), ok
+		return ipText{addr: a.Unmap()}, ok
 	case !validPort(s[i+1:], obfPort):
-		return netip.Addr{}, false
+		return ipText{}, false
 	default: // IPv4 and port: an unbracketed IPv6 address cannot carry one
-		a, ok := parseAddr(s[:i])
-		return a, ok && a.Is4()
+		host = s[:i]
 	}
+	a, ok := parseAddr(host)
+	if !ok || !a.Is4() {
+		return ipText{}, false
+	}
+	return ipText{addr: a, text: host}, true
 }
 
 // parseAddr parses a bare address, dropping its zone. The zone is cut off

@@ -433,7 +433,9 @@ func BenchmarkKeyByIP(b *testing.B) {
 		xff  string
 	}{
 		{"peer-v4", nil, "192.0.2.1:1234", ""},
+		{"peer-v4-mapped", nil, "[::ffff:192.0.2.1]:1234", ""},
 		{"peer-v6", nil, "[2001:db8:1:2::1]:1234", ""},
+		{"xff-1-hop", []IPOption{trust, FromXForwardedFor()}, proxy, "203.0.113.7"},
 		{"xff-3-hops", []IPOption{trust, FromXForwardedFor()}, proxy, "203.0.113.7, 10.0.0.3, 10.0.0.2"},
 		{"xff-spoofed-1000", []IPOption{trust, FromXForwardedFor()}, proxy, strings.Repeat("1.1.1.1, ", 1000) + "203.0.113.7"},
 		{"forwarded", []IPOption{trust, FromForwarded()}, proxy, ""},
@@ -461,6 +463,8 @@ func BenchmarkKeyByIP(b *testing.B) {
 			peer, v := bc.peer, bc.xff
 			client := fmt.Sprintf("203.0.%d.%d", i/256, i%256)
 			switch {
+			case bc.opts == nil && strings.HasPrefix(peer, "[::ffff:"):
+				peer = "[::ffff:" + client + "]:1234"
 			case bc.opts == nil && strings.HasPrefix(peer, "["):
 				peer = fmt.Sprintf("[2001:db8:%x::1]:1234", i)
 			case bc.opts == nil:
@@ -556,5 +560,50 @@ func TestKeyByIPTransitionKeyCounts(t *testing.T) {
 	})
 	if nat64 != 1000 || teredo != 1000 || sixToFour != 1 {
 		t.Fatalf("keys: NAT64 %d, Teredo %d (want 1000 each); 6to4 %d (want 1)", nat64, teredo, sixToFour)
+	}
+}
+
+// TestKeyByIPv4NoAlloc: a dotted-quad client under the default /32 is
+// keyed by the text it was written in, which netip only accepts in
+// canonical form: no formatting and no allocation, from the peer and from
+// a trusted proxy's X-Forwarded-For. Non-canonical spellings still get the
+// canonical key.
+func TestKeyByIPv4NoAlloc(t *testing.T) {
+	peerOnly := mustKeyByIP(t)
+	xff := mustKeyByIP(t, TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), FromXForwardedFor())
+	cases := []struct {
+		name string
+		kf   KeyFunc
+		r    *http.Request
+		want string
+	}{
+		{"peer", peerOnly, ipReq("192.0.2.1:1234"), "192.0.2.1"},
+		{"peer without port", peerOnly, ipReq("192.0.2.1"), "192.0.2.1"},
+		{"xff", xff, ipReq(proxy, "X-Forwarded-For", "203.0.113.7"), "203.0.113.7"},
+		{"xff with port and hops", xff, ipReq(proxy, "X-Forwarded-For", " 203.0.113.7:80 , 10.0.0.2"), "203.0.113.7"},
+		{"xff, every hop trusted", xff, ipReq(proxy, "X-Forwarded-For", "10.0.0.3"), "10.0.0.3"},
+		{"xff missing: the proxy", xff, ipReq(proxy), "10.0.0.1"},
+	}
+	for _, tc := range cases {
+		if k, err := tc.kf(tc.r); err != nil || k != tc.want {
+			t.Fatalf("%s: key = %q, %v; want %q", tc.name, k, err, tc.want)
+		}
+		if n := testing.AllocsPerRun(100, func() { tc.kf(tc.r) }); n != 0 {
+			t.Errorf("%s: %v allocations per key; want 0", tc.name, n)
+		}
+	}
+	for peer, want := range map[string]string{
+		"[::ffff:192.0.2.1]:1":  "192.0.2.1",
+		"::ffff:c000:201":       "192.0.2.1",
+		"[64:ff9b::c000:201]:1": "192.0.2.1",
+	} {
+		if k, err := peerOnly(ipReq(peer)); err != nil || k != want {
+			t.Errorf("%s: key = %q, %v; want %q", peer, k, err, want)
+		}
+	}
+	for _, peer := range []string{"192.0.2.01:1", "192.000.2.1:1", "0192.0.2.1", "192.0.2:1", "192.0.2.1.5:1", "192.0.2.256:1"} {
+		if k, err := peerOnly(ipReq(peer)); !errors.Is(err, ErrNoClientIP) {
+			t.Errorf("%s: key = %q, %v; want ErrNoClientIP", peer, k, err)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 )
 
@@ -22,45 +21,45 @@ const maxEntryLen = 512
 
 // walk implements FromXForwardedFor (forwarded false) and FromForwarded:
 // right to left, skip trusted hops, return the first untrusted address.
-func (c *ipConfig) walk(lines []string, peer netip.Addr, forwarded bool) (netip.Addr, error) {
+func (c *ipConfig) walk(lines []string, peer ipText, forwarded bool) (ipText, error) {
 	w := listWalker{lines: lines, quoted: forwarded}
-	var last netip.Addr // leftmost entry seen, every one of them trusted
+	var last ipText // leftmost entry seen, every one of them trusted
 	for {
 		e, ok, err := w.next()
 		if err != nil {
-			return netip.Addr{}, err
+			return ipText{}, err
 		}
 		if !ok {
 			break
 		}
-		var a netip.Addr
+		var a ipText
 		if forwarded {
 			a, err = forwardedFor(e)
 		} else {
 			a, err = xffAddr(e)
 		}
 		if err != nil {
-			return netip.Addr{}, err
+			return ipText{}, err
 		}
-		if !c.isTrusted(a) {
+		if !c.isTrusted(a.addr) {
 			return a, nil
 		}
 		last = a
 	}
-	if last.IsValid() {
+	if last.addr.IsValid() {
 		return last, nil
 	}
 	return peer, nil
 }
 
 // nthFromRight implements FromXForwardedForHops.
-func (c *ipConfig) nthFromRight(lines []string, peer netip.Addr) (netip.Addr, error) {
+func (c *ipConfig) nthFromRight(lines []string, peer ipText) (ipText, error) {
 	w := listWalker{lines: lines}
 	var e string
 	for n := 0; n < c.hops; n++ {
 		next, ok, err := w.next()
 		if err != nil {
-			return netip.Addr{}, err
+			return ipText{}, err
 		}
 		if !ok {
 			break
@@ -74,13 +73,13 @@ func (c *ipConfig) nthFromRight(lines []string, peer netip.Addr) (netip.Addr, er
 }
 
 // singleAddr implements FromHeader.
-func singleAddr(name string, lines []string, peer netip.Addr) (netip.Addr, error) {
+func singleAddr(name string, lines []string, peer ipText) (ipText, error) {
 	switch len(lines) {
 	case 0:
 		return peer, nil
 	case 1:
 	default:
-		return netip.Addr{}, fmt.Errorf("%w: %s given %d times", ErrNoClientIP, name, len(lines))
+		return ipText{}, fmt.Errorf("%w: %s given %d times", ErrNoClientIP, name, len(lines))
 	}
 	v := trimOWS(lines[0])
 	if v == "" {
@@ -88,15 +87,15 @@ func singleAddr(name string, lines []string, peer netip.Addr) (netip.Addr, error
 	}
 	a, ok := parseIP(v, false)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: %s %q is not an IP address", ErrNoClientIP, name, clip(v))
+		return ipText{}, fmt.Errorf("%w: %s %q is not an IP address", ErrNoClientIP, name, clip(v))
 	}
 	return a, nil
 }
 
-func xffAddr(e string) (netip.Addr, error) {
+func xffAddr(e string) (ipText, error) {
 	a, ok := parseIP(e, false)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: X-Forwarded-For entry %q is not an IP address", ErrNoClientIP, clip(e))
+		return ipText{}, fmt.Errorf("%w: X-Forwarded-For entry %q is not an IP address", ErrNoClientIP, clip(e))
 	}
 	return a, nil
 }
@@ -195,7 +194,7 @@ func backslashesBefore(s string, i, lo int) int {
 // forwardedFor returns the address in the for= parameter of one Forwarded
 // element (RFC 7239 §4: pairs separated by semicolons, each parameter at
 // most once, values a token or a quoted string).
-func forwardedFor(elem string) (netip.Addr, error) {
+func forwardedFor(elem string) (ipText, error) {
 	var value string
 	found := false
 	for rest := elem; rest != ""; {
@@ -210,23 +209,23 @@ func forwardedFor(elem string) (netip.Addr, error) {
 			continue
 		}
 		if found {
-			return netip.Addr{}, fmt.Errorf("%w: Forwarded element %q repeats for=", ErrNoClientIP, clip(elem))
+			return ipText{}, fmt.Errorf("%w: Forwarded element %q repeats for=", ErrNoClientIP, clip(elem))
 		}
 		value, found = trimOWS(v), true
 	}
 	if !found {
-		return netip.Addr{}, fmt.Errorf("%w: Forwarded element %q has no for=", ErrNoClientIP, clip(elem))
+		return ipText{}, fmt.Errorf("%w: Forwarded element %q has no for=", ErrNoClientIP, clip(elem))
 	}
 	node, ok := unquote(value)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%s is malformed", ErrNoClientIP, clip(value))
+		return ipText{}, fmt.Errorf("%w: Forwarded for=%s is malformed", ErrNoClientIP, clip(value))
 	}
 	if isObfuscated(node) {
-		return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%s hides the client", ErrNoClientIP, clip(value))
+		return ipText{}, fmt.Errorf("%w: Forwarded for=%s hides the client", ErrNoClientIP, clip(value))
 	}
 	a, ok := parseIP(node, true)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%s is not an IP address", ErrNoClientIP, clip(value))
+		return ipText{}, fmt.Errorf("%w: Forwarded for=%s is not an IP address", ErrNoClientIP, clip(value))
 	}
 	return a, nil
 }
