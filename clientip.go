@@ -72,9 +72,7 @@ func TrustProxies(prefixes ...netip.Prefix) IPOption {
 				return fmt.Errorf("%w: invalid trusted proxy prefix %v", ErrInvalidOption, p)
 			}
 			given := p
-			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-			}
+			p = unmapPrefix(p)
 			if p.Bits() == 0 {
 				return fmt.Errorf("%w: trusted proxy prefix %v is every address: any client could set its own key through a forwarding header; name the proxies' addresses", ErrInvalidOption, given)
 			}
@@ -99,6 +97,15 @@ func TrustUnixSocket() IPOption {
 		c.trustUnix = true
 		return nil
 	}
+}
+
+// unmapPrefix converts an IPv4-mapped IPv6 prefix to IPv4, since client
+// addresses are unmapped before they are matched.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 // FromXForwardedFor reads the client address from X-Forwarded-For when the
@@ -258,6 +265,94 @@ func PrivatePrefixes() []netip.Prefix {
 // being the text it was written in (a substring of RemoteAddr or of the
 // header, as KeyByHeader's keys are).
 func KeyByIP(opts ...IPOption) (KeyFunc, error) {
+	c, err := newIPConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) (string, error) {
+		a, err := c.clientAddr(r)
+		if err != nil {
+			return "", err
+		}
+		if a.text != "" && c.v4Bits == 32 {
+			return a.text, nil // already canonical: no formatting, no allocation
+		}
+		return c.key(a.addr), nil
+	}, nil
+}
+
+// ClientIP returns a function that resolves the client address of a
+// request by the rules KeyByIP applies for the same options: the trusted
+// proxies, the forwarding source, TrustUnixSocket. The address is the one
+// KeyByIP would key by before grouping it by prefix: unmapped, without
+// zone, and for an IPv6 transition address the IPv4 address it carries.
+// Use it where a handler or a predicate needs the client, so that it
+// agrees with the limit instead of reading X-Forwarded-For again (and
+// believing it from anyone). An address that cannot be resolved is an
+// error wrapping ErrNoClientIP; the options are checked as KeyByIP checks
+// them.
+func ClientIP(opts ...IPOption) (func(*http.Request) (netip.Addr, error), error) {
+	c, err := newIPConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) (netip.Addr, error) {
+		a, err := c.clientAddr(r)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		client, _ := clientOf(a.addr)
+		return client, nil
+	}, nil
+}
+
+// SkipClients returns a predicate for WithSkip that exempts the clients
+// whose address, resolved as ClientIP resolves it with opts, lies in one
+// of prefixes: monitoring probes, an office range. Give it the options of
+// the key function, so that the exemption trusts exactly the proxies the
+// limit trusts. A client whose address cannot be resolved is not exempt:
+// it is limited, and its key function reports the error. IPv4-mapped
+// prefixes are converted to IPv4; a transition address is matched by the
+// IPv4 address it carries. An empty list, an invalid prefix or a prefix
+// of length 0 (which would exempt everyone) is an error wrapping
+// ErrInvalidOption.
+func SkipClients(prefixes []netip.Prefix, opts ...IPOption) (func(*http.Request) bool, error) {
+	if len(prefixes) == 0 {
+		return nil, fmt.Errorf("%w: SkipClients needs at least one prefix", ErrInvalidOption)
+	}
+	exempt := make([]netip.Prefix, 0, len(prefixes))
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("%w: invalid exempt prefix %v", ErrInvalidOption, p)
+		}
+		given := p
+		p = unmapPrefix(p)
+		if p.Bits() == 0 {
+			return nil, fmt.Errorf("%w: exempt prefix %v is every address: it would disable the limit", ErrInvalidOption, given)
+		}
+		exempt = append(exempt, p.Masked())
+	}
+	client, err := ClientIP(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) bool {
+		a, err := client(r)
+		if err != nil {
+			return false
+		}
+		for _, p := range exempt {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}, nil
+}
+
+// newIPConfig applies opts to the defaults and checks that they make a
+// configuration.
+func newIPConfig(opts []IPOption) (*ipConfig, error) {
 	c := &ipConfig{v4Bits: 32, v6Bits: 64}
 	for _, o := range opts {
 		if o == nil {
@@ -274,16 +369,7 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 	case c.source == sourcePeer && trusts:
 		return nil, fmt.Errorf("%w: TrustProxies or TrustUnixSocket without a forwarding header source (FromXForwardedFor, FromXForwardedForHops, FromHeader, FromForwarded) would key every proxied client by the proxy", ErrInvalidOption)
 	}
-	return func(r *http.Request) (string, error) {
-		a, err := c.clientAddr(r)
-		if err != nil {
-			return "", err
-		}
-		if a.text != "" && c.v4Bits == 32 {
-			return a.text, nil // already canonical: no formatting, no allocation
-		}
-		return c.key(a.addr), nil
-	}, nil
+	return c, nil
 }
 
 // ipText is a client address and, when it was written as a dotted quad,

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // ipReq builds a request from peer with the given header lines.
@@ -605,5 +606,130 @@ func TestKeyByIPv4NoAlloc(t *testing.T) {
 		if k, err := peerOnly(ipReq(peer)); !errors.Is(err, ErrNoClientIP) {
 			t.Errorf("%s: key = %q, %v; want ErrNoClientIP", peer, k, err)
 		}
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	client, err := ClientIP(TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), FromXForwardedFor(), WithIPv6Prefix(48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		peer, xff, want string
+	}{
+		{"198.51.100.9:1", "203.0.113.7", "198.51.100.9"},   // untrusted peer: header ignored
+		{proxy, "6.6.6.6, 203.0.113.7", "203.0.113.7"},      // trusted: the walk
+		{proxy, "[2001:db8:1:2::5]:443", "2001:db8:1:2::5"}, // not aggregated
+		{proxy, "::ffff:203.0.113.7", "203.0.113.7"},        // unmapped
+		{proxy, "2002:cb00:7107::1", "203.0.113.7"},         // 6to4: the IPv4 it carries
+		{"[64:ff9b::cb00:7107]:1", "", "203.0.113.7"},       // NAT64 peer
+		{proxy, "garbage", ""},                              // error
+		{"@", "203.0.113.7", ""},                            // unix peer, not trusted
+	} {
+		var hdr []string
+		if tc.xff != "" {
+			hdr = []string{"X-Forwarded-For", tc.xff}
+		}
+		a, err := client(ipReq(tc.peer, hdr...))
+		if tc.want == "" {
+			if !errors.Is(err, ErrNoClientIP) {
+				t.Errorf("%s %q: %v, %v; want ErrNoClientIP", tc.peer, tc.xff, a, err)
+			}
+			continue
+		}
+		if err != nil || a != netip.MustParseAddr(tc.want) {
+			t.Errorf("%s %q: %v, %v; want %s", tc.peer, tc.xff, a, err, tc.want)
+		}
+	}
+	if f, err := ClientIP(FromXForwardedFor()); !errors.Is(err, ErrInvalidOption) || f != nil {
+		t.Fatalf("ClientIP without trusted proxies: %v; want ErrInvalidOption", err)
+	}
+}
+
+// TestSkipClients: an exemption trusts exactly the proxies the key
+// function trusts, so a client cannot exempt itself with a forged
+// X-Forwarded-For, and a client that cannot be resolved is limited.
+func TestSkipClients(t *testing.T) {
+	office := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:aa::/48")}
+	opts := []IPOption{TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), FromXForwardedFor()}
+	skip, err := SkipClients(office, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xff := "X-Forwarded-For"
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		want bool
+	}{
+		{"office client through the proxy", ipReq(proxy, xff, "198.51.100.20"), true},
+		{"office ipv6 client through the proxy", ipReq(proxy, xff, "[2001:db8:aa:1::9]:443"), true},
+		{"office client directly", ipReq("198.51.100.20:1"), true},
+		{"other client through the proxy", ipReq(proxy, xff, "203.0.113.7"), false},
+		{"forged office address from outside", ipReq("203.0.113.7:1", xff, "198.51.100.20"), false},
+		{"forged left part through the proxy", ipReq(proxy, xff, "198.51.100.20, 203.0.113.7"), false},
+		{"office client inside NAT64", ipReq("[64:ff9b::198.51.100.20]:1"), true},
+		{"unresolvable: limited", ipReq(proxy, xff, "garbage"), false},
+		{"no address: limited", ipReq("@"), false},
+		{"the proxy itself", ipReq(proxy), false},
+	} {
+		if got := skip(tc.r); got != tc.want {
+			t.Errorf("%s: skip = %v; want %v", tc.name, got, tc.want)
+		}
+	}
+	for name, bad := range map[string]struct {
+		prefixes []netip.Prefix
+		opts     []IPOption
+	}{
+		"no prefixes":        {nil, nil},
+		"invalid prefix":     {[]netip.Prefix{{}}, nil},
+		"every ipv4":         {[]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, nil},
+		"every ipv6":         {[]netip.Prefix{netip.MustParsePrefix("::/0")}, nil},
+		"every ipv4, mapped": {[]netip.Prefix{netip.MustParsePrefix("::ffff:0:0/96")}, nil},
+		"invalid options":    {office, []IPOption{FromXForwardedFor()}},
+	} {
+		if f, err := SkipClients(bad.prefixes, bad.opts...); !errors.Is(err, ErrInvalidOption) || f != nil {
+			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
+		}
+	}
+}
+
+// TestSkipClientsMiddleware: through the middleware, an exempt office
+// client is never limited while a forged claim to be one is.
+func TestSkipClientsMiddleware(t *testing.T) {
+	opts := []IPOption{TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), FromXForwardedFor()}
+	key, err := KeyByIP(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip, err := SkipClients([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := NewTokenBucket(Rate{Limit: 1, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := NewMiddleware(lim, WithKeyFunc(key), WithSkip(skip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	status := func(r *http.Request) int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := 0; i < 5; i++ {
+		if c := status(ipReq(proxy, "X-Forwarded-For", "198.51.100.20")); c != http.StatusOK {
+			t.Fatalf("office request %d: status %d; want 200", i, c)
+		}
+	}
+	var codes []int
+	for i := 0; i < 3; i++ {
+		codes = append(codes, status(ipReq("203.0.113.7:1", "X-Forwarded-For", "198.51.100.20")))
+	}
+	if codes[0] != http.StatusOK || codes[1] != http.StatusTooManyRequests || codes[2] != http.StatusTooManyRequests {
+		t.Fatalf("forged office claims: statuses %v; want 200, 429, 429", codes)
 	}
 }
