@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,13 @@ import (
 // KeyFunc returns the key a request is limited by. An error means no key
 // could be formed; the middleware's error policy then decides the answer,
 // so a malformed request never silently shares an "unknown" bucket.
+//
+// The constructors that return a KeyFunc without an error (KeyByHeader,
+// KeyByQuery, KeyByForm, KeyByJSONField, JoinKeys, KeyByPattern) return,
+// for invalid arguments, an invalid KeyFunc: NewMiddleware,
+// NewPolicySelector and JoinKeys refuse it with its error, wrapping
+// ErrInvalidOption, and called anyway it fails every request with that
+// error.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey reports a request that does not carry what a key function needs:
@@ -39,7 +47,7 @@ const MaxFormBytes = 64 << 10
 // KeyByHeader returns a KeyFunc that keys a request by the value of the
 // header name: its first line, as Header.Get reads it, trimmed of white
 // space. A missing or empty header yields ErrNoKey. An empty or invalid
-// name makes every call fail with ErrInvalidOption.
+// name makes an invalid KeyFunc (see KeyFunc).
 func KeyByHeader(name string) KeyFunc {
 	if !validHeaderName(name) {
 		return invalidKeyFunc(fmt.Sprintf("KeyByHeader: header name %q is not an HTTP token", name))
@@ -59,7 +67,7 @@ func KeyByHeader(name string) KeyFunc {
 // the URL query parameter param, decoded exactly as URL.Query().Get would
 // decode it (malformed pairs are skipped), without parsing the rest of the
 // query. A missing or empty parameter yields ErrNoKey. An empty param
-// makes every call fail with ErrInvalidOption.
+// makes an invalid KeyFunc (see KeyFunc).
 func KeyByQuery(param string) KeyFunc {
 	if param == "" {
 		return invalidKeyFunc("KeyByQuery: empty parameter name")
@@ -102,8 +110,8 @@ func queryValue(q, param string) (string, bool) {
 // not consulted: use KeyByQuery). At most MaxFormBytes are read, and the
 // body is handed on intact: the handler can still read or parse it. A
 // request without such a body, or without the field, yields ErrNoKey; a
-// larger or unreadable body, ErrInvalidBody. An empty field name makes
-// every call fail with ErrInvalidOption.
+// larger or unreadable body, ErrInvalidBody. An empty field name makes an
+// invalid KeyFunc (see KeyFunc).
 func KeyByForm(field string) KeyFunc {
 	if field == "" {
 		return invalidKeyFunc("KeyByForm: empty field name")
@@ -143,7 +151,7 @@ func KeyByForm(field string) KeyFunc {
 // that is missing, null, empty or not a string, or an empty body, yields
 // ErrNoKey; a body larger than maxBytes, not a single JSON object, or with
 // the field repeated, yields ErrInvalidBody. An empty field or a
-// non-positive maxBytes makes every call fail with ErrInvalidOption.
+// non-positive maxBytes makes an invalid KeyFunc (see KeyFunc).
 func KeyByJSONField(field string, maxBytes int64) KeyFunc {
 	switch {
 	case field == "":
@@ -234,15 +242,20 @@ type replayBody struct {
 // its raw path, so /users/1 and /users/2 share one key and a client cannot
 // mint keys by varying the path. The pattern is set only once the mux has
 // routed the request: wrap the handlers registered on the mux, not the mux
-// itself. An empty pattern yields ErrNoKey.
+// itself. A request without a pattern got to the key function outside
+// the mux's match, which no request can cause on its own: the error wraps
+// ErrInvalidOption (not ErrNoKey, so a PolicySelector does not fall back
+// to a weaker limit for every request) and says how to fix it.
 func KeyByRoutePattern() KeyFunc {
 	return func(r *http.Request) (string, error) {
 		if r.Pattern == "" {
-			return "", fmt.Errorf("%w: no route pattern (is the key function used outside the ServeMux?)", ErrNoKey)
+			return "", errNoRoutePattern
 		}
 		return r.Pattern, nil
 	}
 }
+
+var errNoRoutePattern = fmt.Errorf("%w: KeyByRoutePattern found no route pattern: the limiter runs outside the ServeMux's match; wrap the handlers registered on the ServeMux, not the mux (mux.Handle(pattern, mw(handler)))", ErrInvalidOption)
 
 // KeyByMethod returns a KeyFunc that keys a request by its method; an
 // empty method is GET, as net/http defines it.
@@ -261,7 +274,8 @@ func KeyByMethod() KeyFunc {
 // "12:/auth/signup"), so no component can forge a boundary: two different
 // lists of components never join to the same key. The first component
 // error is returned, wrapped, so errors.Is(err, ErrNoKey) still works. No
-// functions, or a nil one, makes every call fail with ErrInvalidOption.
+// functions, a nil one or an invalid one (KeyByHeader(""), say) make an
+// invalid KeyFunc (see KeyFunc).
 func JoinKeys(fns ...KeyFunc) KeyFunc {
 	if len(fns) == 0 {
 		return invalidKeyFunc("JoinKeys: no key functions")
@@ -269,6 +283,9 @@ func JoinKeys(fns ...KeyFunc) KeyFunc {
 	for i, fn := range fns {
 		if fn == nil {
 			return invalidKeyFunc(fmt.Sprintf("JoinKeys: key function %d is nil", i))
+		}
+		if err := keyFuncError(fn); err != nil {
+			return invalidKey{fmt.Errorf("JoinKeys: key function %d: %w", i, err)}.key
 		}
 	}
 	fns = slices.Clone(fns)
@@ -288,12 +305,35 @@ func JoinKeys(fns ...KeyFunc) KeyFunc {
 	}
 }
 
-// invalidKeyFunc is the KeyFunc of a misconfigured constructor whose
-// signature has no error result: it fails every call, loudly, rather than
-// limiting by a key that means nothing.
+// invalidKey is what a key function constructor whose signature has no
+// error result returns for invalid arguments: the method value
+// invalidKey{err}.key, which fails every call, loudly, rather than
+// limiting by a key that means nothing. Every such KeyFunc shares one
+// code pointer, that of the compiler's wrapper for the method value,
+// which no other function has; keyFuncError recognises them by it, so
+// that NewMiddleware and NewPolicySelector refuse them at construction.
+type invalidKey struct{ err error }
+
+func (k invalidKey) key(*http.Request) (string, error) { return "", k.err }
+
+// invalidKeyCode is the code pointer every invalidKey method value has.
+var invalidKeyCode = reflect.ValueOf(invalidKey{}.key).Pointer()
+
+// invalidKeyFunc returns the invalid KeyFunc of a constructor given bad
+// arguments; msg says which and why.
 func invalidKeyFunc(msg string) KeyFunc {
-	err := fmt.Errorf("%w: %s", ErrInvalidOption, msg)
-	return func(*http.Request) (string, error) { return "", err }
+	return invalidKey{fmt.Errorf("%w: %s", ErrInvalidOption, msg)}.key
+}
+
+// keyFuncError returns the error of a KeyFunc this package built from
+// invalid arguments (one wrapping ErrInvalidOption), or nil for any other
+// KeyFunc, nil included. It never calls a valid key function.
+func keyFuncError(f KeyFunc) error {
+	if f == nil || reflect.ValueOf(f).Pointer() != invalidKeyCode {
+		return nil
+	}
+	_, err := f(nil) // invalidKey.key ignores its request
+	return err
 }
 
 func isAlnum(c byte) bool {

@@ -2,11 +2,15 @@ package floodgate
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestKeyByHeader(t *testing.T) {
@@ -214,8 +218,12 @@ func TestKeyByRoutePattern(t *testing.T) {
 	if strings.Join(keys, "|") != "GET /users/{id}|GET /users/{id}|GET /users/{id}" {
 		t.Fatalf("keys = %q; want the pattern for every path", keys)
 	}
-	if _, err := kf(httptest.NewRequest(http.MethodGet, "/users/1", nil)); !errors.Is(err, ErrNoKey) {
-		t.Fatalf("outside the mux: err = %v; want ErrNoKey", err)
+	// Wrapping the mux instead of its handlers is a misconfiguration, not
+	// a request without a key: it must not fall to a weaker policy, and
+	// the error must say how to fix it.
+	_, err := kf(httptest.NewRequest(http.MethodGet, "/users/1", nil))
+	if !errors.Is(err, ErrInvalidOption) || errors.Is(err, ErrNoKey) || !strings.Contains(err.Error(), "wrap the handlers registered on the ServeMux") {
+		t.Fatalf("outside the mux: err = %v; want ErrInvalidOption naming the fix", err)
 	}
 }
 
@@ -272,19 +280,121 @@ func TestJoinKeys(t *testing.T) {
 	}
 }
 
+// invalidKeyFuncs are key functions built from invalid arguments.
+func invalidKeyFuncs() map[string]KeyFunc {
+	return map[string]KeyFunc{
+		"KeyByHeader empty":            KeyByHeader(""),
+		"KeyByHeader invalid":          KeyByHeader("X Y"),
+		"KeyByQuery empty":             KeyByQuery(""),
+		"KeyByForm empty":              KeyByForm(""),
+		"KeyByJSONField empty":         KeyByJSONField("", 10),
+		"KeyByJSONField zero max":      KeyByJSONField("a", 0),
+		"KeyByJSONField negative max":  KeyByJSONField("a", -1),
+		"JoinKeys none":                JoinKeys(),
+		"JoinKeys nil":                 JoinKeys(KeyByMethod(), nil),
+		"JoinKeys invalid component":   JoinKeys(KeyByMethod(), KeyByHeader("")),
+		"JoinKeys nested invalid":      JoinKeys(KeyByMethod(), JoinKeys(KeyByQuery(""))),
+		"KeyByPattern nil":             KeyByPattern(nil),
+		"KeyByPattern invalid":         KeyByPattern(KeyByJSONField("nickname", 0)),
+		"KeyByPattern of invalid join": KeyByPattern(JoinKeys()),
+	}
+}
+
+// TestKeyFuncError: every key function built from invalid arguments is
+// recognised before any request, with an error that says which and why;
+// no valid one is, whatever its origin.
+func TestKeyFuncError(t *testing.T) {
+	for name, kf := range invalidKeyFuncs() {
+		if err := keyFuncError(kf); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: keyFuncError = %v; want an error wrapping ErrInvalidOption", name, err)
+		}
+	}
+	if err := keyFuncError(JoinKeys(KeyByMethod(), KeyByHeader(""))); err == nil || !strings.Contains(err.Error(), "KeyByHeader") {
+		t.Errorf("a component's error does not name it: %v", err)
+	}
+	// Method values made elsewhere, in a function the compiler inlines
+	// or directly here, share the one wrapper: recognised all the same.
+	errX := fmt.Errorf("%w: x", ErrInvalidOption)
+	inlined := func() KeyFunc { return invalidKey{errX}.key }()
+	for name, kf := range map[string]KeyFunc{"inlined": inlined, "direct": invalidKey{errX}.key} {
+		if err := keyFuncError(kf); err != errX {
+			t.Errorf("%s: keyFuncError = %v; want %v", name, err, errX)
+		}
+	}
+	ip, _ := KeyByIP()
+	var nilFunc KeyFunc
+	alwaysInvalid := func(*http.Request) (string, error) { return "", ErrInvalidOption }
+	for name, kf := range map[string]KeyFunc{
+		"KeyByHeader":        KeyByHeader("X-Api-Key"),
+		"KeyByQuery":         KeyByQuery("id"),
+		"KeyByForm":          KeyByForm("nickname"),
+		"KeyByJSONField":     KeyByJSONField("nickname", 1),
+		"JoinKeys":           JoinKeys(KeyByMethod(), KeyByRoutePattern()),
+		"KeyByPattern":       KeyByPattern(KeyByQuery("nick")),
+		"KeyByIP":            ip,
+		"nil":                nilFunc,
+		"user closure":       alwaysInvalid,
+		"other method value": closeRecorderKey{}.key,
+		"function literal":   func(*http.Request) (string, error) { return "k", nil },
+	} {
+		if err := keyFuncError(kf); err != nil {
+			t.Errorf("%s: keyFuncError = %v; want nil", name, err)
+		}
+	}
+}
+
+// TestKeyFuncErrorUnoptimisedBuild: the code pointer keyFuncError
+// compares is the same without optimisation and inlining (-N -l), the way
+// a debugger builds: run TestKeyFuncError in such a build.
+func TestKeyFuncErrorUnoptimisedBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the package again; skipped in -short mode")
+	}
+	if os.Getenv("FLOODGATE_UNOPTIMISED_CHILD") != "" {
+		t.Skip("already the unoptimised build")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build with: %v", err)
+	}
+	cmd := exec.Command(goTool, "test", "-count=1", "-gcflags=-N -l", "-run", "^(TestKeyFuncError|TestMisconfiguredKeyFuncsRefused)$", ".")
+	cmd.Env = append(os.Environ(), "FLOODGATE_UNOPTIMISED_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("unoptimised build: %v\n%s", err, out)
+	}
+}
+
+// closeRecorderKey has a method with a KeyFunc's signature, to show that
+// another type's method value is not mistaken for an invalid key function.
+type closeRecorderKey struct{}
+
+func (closeRecorderKey) key(*http.Request) (string, error) { return "", nil }
+
+// TestMisconfiguredKeyFuncsRefused: NewMiddleware and NewPolicySelector
+// refuse an invalid key function when they are built, instead of failing
+// every request.
+func TestMisconfiguredKeyFuncsRefused(t *testing.T) {
+	lim, err := NewTokenBucket(Rate{Limit: 1, Period: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, kf := range invalidKeyFuncs() {
+		if mw, err := NewMiddleware(lim, WithKeyFunc(kf)); !errors.Is(err, ErrInvalidOption) || mw != nil {
+			t.Errorf("NewMiddleware with %s: %v; want ErrInvalidOption", name, err)
+		}
+		sel, err := NewPolicySelector(
+			Policy{Name: "nickname", Limiter: lim, Key: kf},
+			Policy{Name: "ip", Limiter: lim, Key: KeyByMethod()},
+		)
+		if !errors.Is(err, ErrInvalidOption) || sel != nil || !strings.Contains(err.Error(), `"nickname"`) {
+			t.Errorf("NewPolicySelector with %s: %v; want ErrInvalidOption naming the policy", name, err)
+		}
+	}
+}
+
 func TestMisconfiguredKeyFuncsFail(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"a":"b"}`))
-	for name, kf := range map[string]KeyFunc{
-		"KeyByHeader empty":       KeyByHeader(""),
-		"KeyByHeader invalid":     KeyByHeader("X Y"),
-		"KeyByQuery empty":        KeyByQuery(""),
-		"KeyByForm empty":         KeyByForm(""),
-		"KeyByJSONField empty":    KeyByJSONField("", 10),
-		"KeyByJSONField zero max": KeyByJSONField("a", 0),
-		"JoinKeys none":           JoinKeys(),
-		"JoinKeys nil":            JoinKeys(KeyByMethod(), nil),
-		"KeyByPattern nil":        KeyByPattern(nil),
-	} {
+	for name, kf := range invalidKeyFuncs() {
 		if k, err := kf(r); !errors.Is(err, ErrInvalidOption) || k != "" {
 			t.Errorf("%s: key = %q, %v; want an error wrapping ErrInvalidOption", name, k, err)
 		}

@@ -124,11 +124,14 @@ func foldRune(r rune) rune {
 // NormalizePattern: KeyByPattern(KeyByJSONField("nickname", 4096)) keys a
 // sign-up by its nickname pattern. When src yields a key from which no
 // pattern can be formed the error wraps ErrNoKey, so a PolicySelector
-// falls back to its next policy; errors of src are passed on. A nil src
-// makes every call fail with ErrInvalidOption.
+// falls back to its next policy; errors of src are passed on. A nil or
+// invalid src makes an invalid KeyFunc (see KeyFunc).
 func KeyByPattern(src KeyFunc) KeyFunc {
 	if src == nil {
 		return invalidKeyFunc("KeyByPattern: nil key function")
+	}
+	if err := keyFuncError(src); err != nil {
+		return invalidKey{fmt.Errorf("KeyByPattern: %w", err)}.key
 	}
 	return func(r *http.Request) (string, error) {
 		k, err := src(r)
