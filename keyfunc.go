@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -40,8 +42,9 @@ var ErrNoKey = errors.New("floodgate: request carries no key")
 // limit for a body the handler might still accept.
 var ErrInvalidBody = errors.New("floodgate: request body cannot be read for a key")
 
-// MaxFormBytes is the most of a request body KeyByForm reads. A larger
-// body gets ErrInvalidBody.
+// MaxFormBytes is the most of a request body KeyByForm reads: a larger
+// URL-encoded body gets ErrInvalidBody, and so does a multipart body
+// whose field does not end within it.
 const MaxFormBytes = 64 << 10
 
 // KeyByHeader returns a KeyFunc that keys a request by the value of the
@@ -105,26 +108,40 @@ func queryValue(q, param string) (string, bool) {
 }
 
 // KeyByForm returns a KeyFunc that keys a request by the first value of
-// the field of a URL-encoded form body (application/x-www-form-urlencoded
-// on POST, PUT or PATCH, as Request.PostFormValue sees it; the URL query is
-// not consulted: use KeyByQuery). At most MaxFormBytes are read, and the
-// body is handed on intact: the handler can still read or parse it. A
-// request without such a body, or without the field, yields ErrNoKey; a
-// larger or unreadable body, ErrInvalidBody. An empty field name makes an
-// invalid KeyFunc (see KeyFunc).
+// the field of a form body, the value the handler's PostFormValue will
+// see (the URL query is not consulted: use KeyByQuery):
+//
+//   - application/x-www-form-urlencoded, on POST, PUT or PATCH: at most
+//     MaxFormBytes are read; a larger body gets ErrInvalidBody.
+//   - multipart/form-data, on any method, as ParseMultipartForm reads it:
+//     the first part named field that is not a file. It must end within
+//     the first MaxFormBytes of the body (a file after it may be of any
+//     size); otherwise, or for a malformed body, the error wraps
+//     ErrInvalidBody. Files are skipped in memory, never written to disk.
+//
+// Either way the body is handed on intact: the handler can still read or
+// parse all of it. A request without such a body, or whose first value of
+// the field is missing or empty, yields ErrNoKey; an unreadable body,
+// ErrInvalidBody. An empty field name makes an invalid KeyFunc (see
+// KeyFunc).
 func KeyByForm(field string) KeyFunc {
 	if field == "" {
 		return invalidKeyFunc("KeyByForm: empty field name")
 	}
 	return func(r *http.Request) (string, error) {
+		// The media type is parsed as net/http parses it, so that the key
+		// function and PostFormValue agree on what is a form.
+		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		switch {
+		case mt == "multipart/form-data" && err == nil:
+			return multipartValue(r, params["boundary"], field)
+		case mt != "application/x-www-form-urlencoded":
+			return "", fmt.Errorf("%w: body is not a form", ErrNoKey)
+		}
 		switch r.Method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch:
 		default:
 			return "", fmt.Errorf("%w: %s request has no form body", ErrNoKey, r.Method)
-		}
-		mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
-		if !strings.EqualFold(trimOWS(mt), "application/x-www-form-urlencoded") {
-			return "", fmt.Errorf("%w: body is not a URL-encoded form", ErrNoKey)
 		}
 		body, err := peekBody(r, MaxFormBytes)
 		if err != nil {
@@ -136,6 +153,45 @@ func KeyByForm(field string) KeyFunc {
 			return v, nil
 		}
 		return "", fmt.Errorf("%w: form field %q is missing or empty", ErrNoKey, field)
+	}
+}
+
+// multipartValue returns the first non-file value of field in r's
+// multipart body, reading no more than MaxFormBytes of it. Stopping at the
+// first value is exact: PostFormValue returns the first value too.
+func multipartValue(r *http.Request, boundary, field string) (string, error) {
+	if boundary == "" {
+		return "", fmt.Errorf("%w: multipart body without a boundary", ErrInvalidBody)
+	}
+	body, whole, err := peek(r, MaxFormBytes)
+	if err != nil {
+		return "", err
+	}
+	broken := func(err error) error {
+		if !whole {
+			return fmt.Errorf("%w: multipart field %q does not end within the first %d bytes", ErrInvalidBody, field, MaxFormBytes)
+		}
+		return fmt.Errorf("%w: malformed multipart body: %v", ErrInvalidBody, err)
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := mr.NextPart() // decodes quoted-printable, as ParseMultipartForm does
+		switch {
+		case err == io.EOF:
+			return "", fmt.Errorf("%w: form field %q is missing", ErrNoKey, field)
+		case err != nil:
+			return "", broken(err)
+		case p.FormName() != field || p.FileName() != "":
+			continue // NextPart skips the rest of this part
+		}
+		v, err := io.ReadAll(p) // bounded: body is
+		if err != nil {
+			return "", broken(err)
+		}
+		if len(v) == 0 {
+			return "", fmt.Errorf("%w: form field %q is empty", ErrNoKey, field)
+		}
+		return string(v), nil
 	}
 }
 
@@ -215,19 +271,30 @@ func jsonStringField(body []byte, field string) (string, error) {
 // of the unread rest, so the handler sees the body unchanged. More than
 // max bytes, or a read error, is ErrInvalidBody; no body reads as empty.
 func peekBody(r *http.Request, max int64) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	orig := r.Body
-	buf, err := io.ReadAll(io.LimitReader(orig, max+1))
-	r.Body = replayBody{Reader: io.MultiReader(bytes.NewReader(buf), orig), Closer: orig}
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%w: reading the body: %v", ErrInvalidBody, err)
-	case int64(len(buf)) > max:
+	buf, whole, err := peek(r, max)
+	if err == nil && !whole {
 		return nil, fmt.Errorf("%w: body larger than %d bytes", ErrInvalidBody, max)
 	}
-	return buf, nil
+	return buf, err
+}
+
+// peek reads the first max bytes of r's body, or all of it if shorter
+// (whole), and puts them back in front of the unread rest. A read error
+// is ErrInvalidBody; no body reads as empty.
+func peek(r *http.Request, max int64) (buf []byte, whole bool, err error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true, nil
+	}
+	orig := r.Body
+	buf, err = io.ReadAll(io.LimitReader(orig, max+1))
+	r.Body = replayBody{Reader: io.MultiReader(bytes.NewReader(buf), orig), Closer: orig}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: reading the body: %v", ErrInvalidBody, err)
+	}
+	if int64(len(buf)) > max {
+		return buf[:max], false, nil
+	}
+	return buf, true, nil
 }
 
 // replayBody is a request body that yields the bytes a key function read

@@ -1,9 +1,11 @@
 package floodgate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -106,6 +108,122 @@ func TestKeyByForm(t *testing.T) {
 }
 
 // assertBody checks that the handler can still read the whole body.
+// multipartBody builds a multipart/form-data body from parts given as
+// name, filename, content triples (an empty filename makes a value).
+func multipartBody(t *testing.T, parts ...string) (body, contentType string) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for i := 0; i+2 < len(parts); i += 3 {
+		var pw io.Writer
+		var err error
+		if parts[i+1] == "" {
+			pw, err = w.CreateFormField(parts[i])
+		} else {
+			pw, err = w.CreateFormFile(parts[i], parts[i+1])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(pw, parts[i+2])
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String(), w.FormDataContentType()
+}
+
+// TestKeyByFormMultipart: a multipart/form-data body is keyed by the value
+// PostFormValue gives the handler, and the handler still parses every
+// field and file of the body afterwards.
+func TestKeyByFormMultipart(t *testing.T) {
+	kf := KeyByForm("nickname")
+	big := strings.Repeat("x", 2*MaxFormBytes)
+	tests := []struct {
+		name   string
+		method string
+		parts  []string
+		want   string
+		err    error
+	}{
+		{"one field", "POST", []string{"nickname", "", "abc1"}, "abc1", nil},
+		{"among others", "POST", []string{"email", "", "a@example.com", "nickname", "", "abc2", "x", "", "y"}, "abc2", nil},
+		{"first value wins", "PUT", []string{"nickname", "", "abc3", "nickname", "", "other"}, "abc3", nil},
+		{"a file of that name is not a value", "POST", []string{"nickname", "n.txt", "file", "nickname", "", "abc4"}, "abc4", nil},
+		{"field before a large file", "POST", []string{"nickname", "", "abc5", "avatar", "a.png", big}, "abc5", nil},
+		{"any method, as PostFormValue", "GET", []string{"nickname", "", "abc6"}, "abc6", nil},
+		{"utf-8 value", "POST", []string{"nickname", "", "닉네임7"}, "닉네임7", nil},
+		{"missing", "POST", []string{"email", "", "a@example.com"}, "", ErrNoKey},
+		{"empty value", "POST", []string{"nickname", "", ""}, "", ErrNoKey},
+		{"only a file", "POST", []string{"nickname", "n.txt", "abc"}, "", ErrNoKey},
+		{"field beyond the limit", "POST", []string{"avatar", "a.png", big, "nickname", "", "abc8"}, "", ErrInvalidBody},
+		{"value larger than the limit", "POST", []string{"nickname", "", big}, "", ErrInvalidBody},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body, ct := multipartBody(t, tc.parts...)
+			r := httptest.NewRequest(tc.method, "/signup?nickname=query", strings.NewReader(body))
+			r.Header.Set("Content-Type", ct)
+			got, err := kf(r)
+			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+			// The handler parses the whole body: every field and file.
+			if err := r.ParseMultipartForm(32 << 20); err != nil {
+				t.Fatalf("handler's ParseMultipartForm: %v", err)
+			}
+			defer r.MultipartForm.RemoveAll()
+			if tc.err == nil {
+				if v := r.PostFormValue("nickname"); v != got {
+					t.Fatalf("handler's PostFormValue = %q; key %q", v, got)
+				}
+			}
+			values, files := 0, 0
+			for i := 0; i+2 < len(tc.parts); i += 3 {
+				if tc.parts[i+1] == "" {
+					values++
+				} else {
+					files++
+				}
+			}
+			gotValues, gotFiles := 0, 0
+			for _, v := range r.MultipartForm.Value {
+				gotValues += len(v)
+			}
+			for _, f := range r.MultipartForm.File {
+				for _, fh := range f {
+					gotFiles++
+					if fh.Size != int64(len(big)) && fh.Size != 4 && fh.Size != 3 {
+						t.Errorf("file %s: %d bytes", fh.Filename, fh.Size)
+					}
+				}
+			}
+			if gotValues != values || gotFiles != files {
+				t.Fatalf("handler saw %d values and %d files; want %d and %d", gotValues, gotFiles, values, files)
+			}
+		})
+	}
+}
+
+// TestKeyByFormMultipartMalformed: a broken multipart body is the
+// client's error (ErrInvalidBody), never a fall back to a weaker policy,
+// and the handler still gets the body as sent.
+func TestKeyByFormMultipartMalformed(t *testing.T) {
+	kf := KeyByForm("nickname")
+	for name, c := range map[string]struct{ ct, body string }{
+		"no closing boundary": {"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1"},
+		"no boundary":         {"multipart/form-data", "--XX\r\n"},
+		"garbage":             {"multipart/form-data; boundary=XX", "garbage"},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
+		r.Header.Set("Content-Type", c.ct)
+		if k, err := kf(r); !errors.Is(err, ErrInvalidBody) {
+			t.Errorf("%s: key = %q, %v; want ErrInvalidBody", name, k, err)
+		}
+		assertBody(t, r, c.body)
+	}
+}
+
 func assertBody(t *testing.T, r *http.Request, want string) {
 	t.Helper()
 	b, err := io.ReadAll(r.Body)
