@@ -196,6 +196,9 @@ func FuzzNormalizePattern(f *testing.F) {
 			if !wellFormed {
 				t.Fatalf("NormalizePattern(%q) = %q has a forged or stray brace", s, p)
 			}
+			if i := strings.IndexFunc(p, func(r rune) bool { return ignorable(r) || refused(r) }); i >= 0 {
+				t.Fatalf("NormalizePattern(%q) = %q keeps a mark, an invisible or a refused code point at %d", s, p, i)
+			}
 			if again, ok2 := NormalizePattern(name); !ok2 || again != p {
 				t.Fatalf("NormalizePattern(%q) = %q, but its spelling %q gives %q, %v", s, p, name, again, ok2)
 			}
