@@ -257,9 +257,8 @@ func PrivatePrefixes() []netip.Prefix {
 // proxies are matched against the address as it is, not the IPv4 address
 // it carries.
 //
-// A request
-// whose address cannot be determined gets an error wrapping ErrNoClientIP,
-// never a shared key. The work per request is bounded (see
+// A request whose address cannot be determined gets an error wrapping
+// ErrNoClientIP, never a shared key. The work per request is bounded (see
 // MaxForwardedEntries) and, on success, allocates only the key; a
 // dotted-quad client under the default /32 allocates nothing, its key
 // being the text it was written in (a substring of RemoteAddr or of the
@@ -504,7 +503,8 @@ func clientOf(a netip.Addr) (client netip.Addr, whole bool) {
 // parseIP parses an address as it appears in RemoteAddr and forwarding
 // headers: "192.0.2.1", "192.0.2.1:8080", "2001:db8::1", "[2001:db8::1]",
 // "[2001:db8::1]:8080", "fe80::1%eth0". obfPort also accepts an RFC 7239
-// obfuscated port ("_p1"). The result is unmapped and has no zone.
+// obfuscated port ("_p1"). The address is unmapped and has no zone; an
+// IPv4 address written as a dotted quad comes with that text.
 func parseIP(s string, obfPort bool) (ipText, bool) {
 	if s == "" {
 		return ipText{}, false
