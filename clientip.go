@@ -269,14 +269,14 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 		return nil, err
 	}
 	return func(r *http.Request) (string, error) {
-		a, err := c.clientAddr(r)
+		a, text, err := c.clientAddr(r)
 		if err != nil {
 			return "", err
 		}
-		if a.text != "" && c.v4Bits == 32 {
-			return a.text, nil // already canonical: no formatting, no allocation
+		if text != "" && c.v4Bits == 32 {
+			return text, nil // already canonical: no formatting, no allocation
 		}
-		return c.key(a.addr), nil
+		return c.key(a), nil
 	}, nil
 }
 
@@ -296,11 +296,11 @@ func ClientIP(opts ...IPOption) (func(*http.Request) (netip.Addr, error), error)
 		return nil, err
 	}
 	return func(r *http.Request) (netip.Addr, error) {
-		a, err := c.clientAddr(r)
+		a, _, err := c.clientAddr(r)
 		if err != nil {
 			return netip.Addr{}, err
 		}
-		client, _ := clientOf(a.addr)
+		client, _ := clientOf(a)
 		return client, nil
 	}, nil
 }
@@ -380,26 +380,29 @@ type ipText struct {
 	text string // canonical IPv4 text of addr, or ""
 }
 
-// clientAddr resolves the client address of r, unmapped and without zone.
-func (c *ipConfig) clientAddr(r *http.Request) (ipText, error) {
-	peer, ok := parseIP(r.RemoteAddr, false)
+// clientAddr resolves the client address of r, unmapped and without
+// zone, and its text if it was written as a dotted quad (see ipText). The
+// results are separate values, not an ipText, so that they stay in
+// registers on the hot path.
+func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, string, error) {
+	peer, text, ok := parseIP(r.RemoteAddr, false)
 	switch {
 	case ok:
-		if c.source == sourcePeer || !c.isTrusted(peer.addr) {
-			return peer, nil
+		if c.source == sourcePeer || !c.isTrusted(peer) {
+			return peer, text, nil
 		}
 	case r.RemoteAddr != "@" && r.RemoteAddr != "":
-		return ipText{}, fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
+		return netip.Addr{}, "", fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
 	case !c.trustUnix:
-		return ipText{}, fmt.Errorf("%w: RemoteAddr %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, r.RemoteAddr)
+		return netip.Addr{}, "", fmt.Errorf("%w: RemoteAddr %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, r.RemoteAddr)
 	}
 	// The peer is a trusted proxy. A unix-socket peer leaves peer invalid:
 	// it has no address to fall back on.
-	a, err := c.forwardedAddr(r, peer)
+	a, err := c.forwardedAddr(r, ipText{peer, text})
 	if err == nil && !a.addr.IsValid() {
-		return ipText{}, fmt.Errorf("%w: the unix-socket peer sent no %s", ErrNoClientIP, c.header)
+		return netip.Addr{}, "", fmt.Errorf("%w: the unix-socket peer sent no %s", ErrNoClientIP, c.header)
 	}
-	return a, err
+	return a.addr, a.text, err
 }
 
 // forwardedAddr reads the client address from the forwarding header of a
@@ -505,23 +508,23 @@ func clientOf(a netip.Addr) (client netip.Addr, whole bool) {
 // "[2001:db8::1]:8080", "fe80::1%eth0". obfPort also accepts an RFC 7239
 // obfuscated port ("_p1"). The address is unmapped and has no zone; an
 // IPv4 address written as a dotted quad comes with that text.
-func parseIP(s string, obfPort bool) (ipText, bool) {
+func parseIP(s string, obfPort bool) (addr netip.Addr, text string, ok bool) {
 	if s == "" {
-		return ipText{}, false
+		return netip.Addr{}, "", false
 	}
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return ipText{}, false
+			return netip.Addr{}, "", false
 		}
 		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
-			return ipText{}, false
+			return netip.Addr{}, "", false
 		}
 		a, ok := parseAddr(s[1:end])
 		if !ok || !a.Is6() { // brackets belong to IPv6 only
-			return ipText{}, false
+			return netip.Addr{}, "", false
 		}
-		return ipText{addr: a.Unmap()}, true
+		return a.Unmap(), "", true
 	}
 	// The number of colons tells the forms apart before netip is asked:
 	// a failed netip parse allocates its error, and "192.0.2.1:1234" is
@@ -531,17 +534,17 @@ func parseIP(s string, obfPort bool) (ipText, bool) {
 	case i < 0: // bare IPv4
 	case strings.IndexByte(s[i+1:], ':') >= 0: // bare IPv6
 		a, ok := parseAddr(s)
-		return ipText{addr: a.Unmap()}, ok
+		return a.Unmap(), "", ok
 	case !validPort(s[i+1:], obfPort):
-		return ipText{}, false
+		return netip.Addr{}, "", false
 	default: // IPv4 and port: an unbracketed IPv6 address cannot carry one
 		host = s[:i]
 	}
 	a, ok := parseAddr(host)
 	if !ok || !a.Is4() {
-		return ipText{}, false
+		return netip.Addr{}, "", false
 	}
-	return ipText{addr: a, text: host}, true
+	return a, host, true
 }
 
 // parseAddr parses a bare address, dropping its zone. The zone is cut off

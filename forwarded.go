@@ -85,19 +85,19 @@ func singleAddr(name string, lines []string, peer ipText) (ipText, error) {
 	if v == "" {
 		return peer, nil
 	}
-	a, ok := parseIP(v, false)
+	a, text, ok := parseIP(v, false)
 	if !ok {
 		return ipText{}, fmt.Errorf("%w: %s %q is not an IP address", ErrNoClientIP, name, clip(v))
 	}
-	return a, nil
+	return ipText{a, text}, nil
 }
 
 func xffAddr(e string) (ipText, error) {
-	a, ok := parseIP(e, false)
+	a, text, ok := parseIP(e, false)
 	if !ok {
 		return ipText{}, fmt.Errorf("%w: X-Forwarded-For entry %q is not an IP address", ErrNoClientIP, clip(e))
 	}
-	return a, nil
+	return ipText{a, text}, nil
 }
 
 // listWalker yields the entries of a comma-separated header list from right
@@ -223,11 +223,11 @@ func forwardedFor(elem string) (ipText, error) {
 	if isObfuscated(node) {
 		return ipText{}, fmt.Errorf("%w: Forwarded for=%s hides the client", ErrNoClientIP, clip(value))
 	}
-	a, ok := parseIP(node, true)
+	a, text, ok := parseIP(node, true)
 	if !ok {
 		return ipText{}, fmt.Errorf("%w: Forwarded for=%s is not an IP address", ErrNoClientIP, clip(value))
 	}
-	return a, nil
+	return ipText{a, text}, nil
 }
 
 // indexUnquoted is strings.IndexByte outside quoted strings.
