@@ -208,3 +208,57 @@ func populateWindows(b *testing.B, l Limiter, clk *benchClock, names []string, r
 	clk.ns.Store(int64(r.Period))
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(len(names))
 }
+
+// BenchmarkBytesPerKey reports the heap retained per tracked key by each
+// limiter, for the figures their docs state: 10,000 keys that made one
+// decision each, and for the sliding log the worst case, every key
+// holding Limit entries (Limit decisions of one unit at distinct times;
+// 1,000 keys at Limit 1,000, to keep the run short).
+//
+//	go test -run '^$' -bench BytesPerKey -benchtime 3x .
+func BenchmarkBytesPerKey(b *testing.B) {
+	cases := []struct {
+		kind    benchKind
+		limit   int
+		entries int // decisions per key, each at its own time
+		keys    int
+	}{
+		{slidingBenchKinds[2], 100, 1, 10_000},
+		{slidingBenchKinds[1], 100, 1, 10_000},
+		{slidingBenchKinds[0], 100, 1, 10_000},
+		{slidingBenchKinds[0], 100, 100, 10_000},
+		{slidingBenchKinds[0], 1000, 1000, 1000},
+	}
+	for _, c := range cases {
+		keys := c.keys
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = "client-" + strconv.Itoa(i)
+		}
+		b.Run(fmt.Sprintf("%s/limit=%d/decisions=%d", c.kind.name, c.limit, c.entries), func(b *testing.B) {
+			r := Rate{Limit: c.limit, Period: time.Hour}
+			var total float64
+			for i := 0; i < b.N; i++ {
+				clk := newBenchClock()
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				l := mustBenchLimiter(b, c.kind, r, WithClock(clk.now))
+				ctx := context.Background()
+				for j := 0; j < c.entries; j++ {
+					clk.ns.Store(int64(j) * int64(time.Millisecond))
+					for _, name := range names {
+						if d, err := l.AllowN(ctx, name, 1); err != nil || !d.Allowed {
+							b.Fatalf("%s: %+v, %v", name, d, err)
+						}
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				total += float64(after.HeapAlloc-before.HeapAlloc) / float64(keys)
+				runtime.KeepAlive(l)
+			}
+			b.ReportMetric(total/float64(b.N), "B/key")
+		})
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -119,4 +121,67 @@ func ExampleJoinKeys() {
 	// Output:
 	// 15:GET /users/{id}9:192.0.2.1 <nil>
 	// 15:GET /users/{id}9:192.0.2.1 <nil>
+}
+
+// Exempt the office and the monitoring probe from the limit, resolving the
+// client with the same trusted proxies as the key function, so that no
+// one outside can claim an office address in X-Forwarded-For.
+func ExampleSkipClients() {
+	ipOpts := []floodgate.IPOption{
+		floodgate.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), // the load balancers
+		floodgate.FromXForwardedFor(),
+	}
+	clientKey, err := floodgate.KeyByIP(ipOpts...)
+	if err != nil {
+		panic(err)
+	}
+	exempt, err := floodgate.SkipClients([]netip.Prefix{
+		netip.MustParsePrefix("198.51.100.0/24"), // the office
+		netip.MustParsePrefix("192.0.2.10/32"),   // the monitoring probe
+	}, ipOpts...)
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: 1, Period: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	mw, err := floodgate.NewMiddleware(limiter, floodgate.WithKeyFunc(clientKey), floodgate.WithSkip(exempt))
+	if err != nil {
+		panic(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+
+	send := func(peer, xff string) int {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-For", xff)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	// The office, through the balancer: never limited.
+	fmt.Println(send("10.0.0.5:1234", "198.51.100.7"), send("10.0.0.5:1234", "198.51.100.7"))
+	// Someone outside claiming an office address: limited by its own.
+	fmt.Println(send("203.0.113.9:1234", "198.51.100.7"), send("203.0.113.9:1234", "198.51.100.7"))
+	// Output:
+	// 200 200
+	// 200 429
+}
+
+// ClientIP gives a handler the client address the limit was keyed by.
+func ExampleClientIP() {
+	clientIP, err := floodgate.ClientIP(
+		floodgate.TrustProxies(floodgate.LoopbackPrefixes()...),
+		floodgate.FromHeader("X-Real-IP"),
+	)
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "127.0.0.1:8080"
+	r.Header.Set("X-Real-IP", "[2001:db8:1:2::5]:443")
+	fmt.Println(clientIP(r))
+	// Output:
+	// 2001:db8:1:2::5 <nil>
 }

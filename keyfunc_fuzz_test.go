@@ -20,7 +20,7 @@ import (
 //	go test -run '^$' -fuzz '^FuzzKeyByIP$' -fuzztime 5m
 
 // fuzzIPConfigs are the resolver configurations the fuzz targets check;
-// each trusts 10.0.0.0/8 and loopback.
+// each trusts 10.0.0.0/8 and loopback, "unix" unix-socket peers as well.
 func fuzzIPConfigs(t testing.TB) map[string]KeyFunc {
 	trust := TrustProxies(append(LoopbackPrefixes(), netip.MustParsePrefix("10.0.0.0/8"))...)
 	return map[string]KeyFunc{
@@ -29,19 +29,29 @@ func fuzzIPConfigs(t testing.TB) map[string]KeyFunc {
 		"hops":      mustKeyByIP(t, trust, FromXForwardedForHops(2)),
 		"header":    mustKeyByIP(t, trust, FromHeader("X-Real-IP")),
 		"forwarded": mustKeyByIP(t, trust, FromForwarded()),
+		"unix":      mustKeyByIP(t, trust, TrustUnixSocket(), FromXForwardedFor()),
 	}
 }
 
 // checkIPKey fails unless k is a key KeyByIP's defaults can produce: an
-// unmapped IPv4 address without zone, or a masked IPv6 /64, both in
-// canonical form.
+// unmapped IPv4 address without zone, a whole NAT64 local-use address
+// whose layout is unknown, or a masked IPv6 /64 that is not a transition
+// address, all in canonical form.
 func checkIPKey(t *testing.T, k string) {
 	t.Helper()
 	if a, err := netip.ParseAddr(k); err == nil {
-		if !a.Is4() || a.String() != k {
+		localUse := netip.MustParsePrefix("64:ff9b:1::/48")
+		if !(a.Is4() || localUse.Contains(a) && a.Zone() == "") || a.String() != k {
 			t.Fatalf("key %q is not a canonical IPv4 address", k)
 		}
 		return
+	}
+	if p, err := netip.ParsePrefix(k); err == nil {
+		for _, tunnel := range []string{"2002::/16", "2001::/32"} { // 6to4, Teredo
+			if netip.MustParsePrefix(tunnel).Overlaps(p) {
+				t.Fatalf("key %q is the /64 of a transition address", k)
+			}
+		}
 	}
 	p, err := netip.ParsePrefix(k)
 	if err != nil || p.Bits() != 64 || p != p.Masked() || !p.Addr().Is6() || p.Addr().Is4In6() || p.String() != k {
@@ -186,6 +196,9 @@ func FuzzNormalizePattern(f *testing.F) {
 			if !wellFormed {
 				t.Fatalf("NormalizePattern(%q) = %q has a forged or stray brace", s, p)
 			}
+			if i := strings.IndexFunc(p, func(r rune) bool { return ignorable(r) || refused(r) }); i >= 0 {
+				t.Fatalf("NormalizePattern(%q) = %q keeps a mark, an invisible or a refused code point at %d", s, p, i)
+			}
 			if again, ok2 := NormalizePattern(name); !ok2 || again != p {
 				t.Fatalf("NormalizePattern(%q) = %q, but its spelling %q gives %q, %v", s, p, name, again, ok2)
 			}
@@ -198,6 +211,41 @@ func FuzzNormalizePattern(f *testing.F) {
 			if p2, ok2 := NormalizePattern(" \t" + s + "\u200b"); p2 != p || ok2 != ok {
 				t.Fatalf("padding changes %q, %v to %q, %v", p, ok, p2, ok2)
 			}
+		}
+	})
+}
+
+// FuzzKeyByFormMultipart: whatever the multipart body, the handler gets it
+// intact, and the key function never reports "no key" (which would let a
+// selector fall back to a weaker policy) for a body in which the handler's
+// PostFormValue finds the field; when both find a value, it is the same.
+func FuzzKeyByFormMultipart(f *testing.F) {
+	const ct = "multipart/form-data; boundary=XX"
+	f.Add([]byte("--XX\r\nContent-Disposition: form-data; name=\"nickname\"\r\n\r\nabc1\r\n--XX--\r\n"))
+	f.Add([]byte("--XX\r\nContent-Disposition: form-data; name=\"nickname\"; filename=\"a\"\r\n\r\nf\r\n--XX\r\nContent-Disposition: form-data; name=\"nickname\"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nab=3Dc\r\n--XX--\r\n"))
+	f.Add([]byte("preamble\r\n--XX\r\nContent-Disposition: form-data; name=nickname\r\n\r\n\r\n--XX--\r\nepilogue"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		r.Header.Set("Content-Type", ct)
+		k, err := KeyByForm("nickname")(r)
+		if err != nil && !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrInvalidBody) {
+			t.Fatalf("err %v wraps neither ErrNoKey nor ErrInvalidBody", err)
+		}
+		got, rerr := io.ReadAll(r.Body)
+		if rerr != nil || !bytes.Equal(got, body) {
+			t.Fatalf("handler reads %q, %v; want the body %q", got, rerr, body)
+		}
+		h := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		h.Header.Set("Content-Type", ct)
+		v := h.PostFormValue("nickname")
+		if h.MultipartForm != nil {
+			h.MultipartForm.RemoveAll()
+		}
+		switch {
+		case v != "" && errors.Is(err, ErrNoKey):
+			t.Fatalf("no key, but the handler sees nickname %q", v)
+		case v != "" && err == nil && k != v:
+			t.Fatalf("key %q, but the handler sees nickname %q", k, v)
 		}
 	})
 }

@@ -53,9 +53,10 @@ type Decision struct {
 //
 // Limit is at most 2^24 (16,777,216) events per period; a larger Limit is
 // refused with ErrInvalidRate. The bound keeps every product of a count
-// and a period inside int64 nanoseconds, and a sliding log's memory per
-// key (4 bytes an event) within reason. The same bound applies to
-// WithBurst and to a request's cost. Above it:
+// and a period inside int64 nanoseconds. The same bound applies to
+// WithBurst and to a request's cost. A sliding log, which keeps an entry
+// per decision, accepts at most MaxSlidingLogLimit (65,536); use a
+// SlidingCounter or a TokenBucket above that. Above 2^24:
 //   - state the same rate over a shorter period: 100,000,000 an hour is
 //     Rate{Limit: 1_000_000, Period: 36 * time.Second}. For a token bucket
 //     this changes nothing but the default burst (WithBurst sets it, up to
@@ -98,8 +99,9 @@ func (r Rate) Validate() error {
 }
 
 // maxLimit keeps every product of a count and a period inside int64
-// nanoseconds for any period up to ~292 years / maxLimit, and keeps per-key
-// sliding-log memory (4 bytes per event) reasonable.
+// nanoseconds for any period up to ~292 years / maxLimit. The sliding log,
+// whose memory grows with the limit, has its own smaller bound,
+// MaxSlidingLogLimit.
 const maxLimit = 1 << 24
 
 // Sentinel errors. Errors returned by this package wrap one of them, so

@@ -345,9 +345,18 @@ func TestLimiterConstructorErrors(t *testing.T) {
 				t.Errorf("%s, %s: error %v, want %v", name, tt.name, err, tt.want)
 			}
 		}
-		// The largest supported limit is accepted.
-		if _, err := newLimiter(floodgate.Rate{Limit: 1 << 24, Period: time.Hour}); err != nil {
-			t.Errorf("%s: limit 2^24: %v", name, err)
+		// The largest supported limit is accepted: 2^24, or
+		// MaxSlidingLogLimit for a sliding log, which keeps an entry per
+		// decision.
+		largest := 1 << 24
+		if name == "NewSlidingLog" {
+			largest = floodgate.MaxSlidingLogLimit
+		}
+		if _, err := newLimiter(floodgate.Rate{Limit: largest, Period: time.Hour}); err != nil {
+			t.Errorf("%s: limit %d: %v", name, largest, err)
+		}
+		if _, err := newLimiter(floodgate.Rate{Limit: largest + 1, Period: time.Hour}); !errors.Is(err, floodgate.ErrInvalidRate) {
+			t.Errorf("%s: limit %d: error %v, want ErrInvalidRate", name, largest+1, err)
 		}
 	}
 }
@@ -370,10 +379,16 @@ func TestRateLargestLimit(t *testing.T) {
 	require.ErrorIs(t, err, floodgate.ErrInvalidRate)
 	for name, build := range map[string]func() error{
 		"token bucket":    func() error { _, err := floodgate.NewTokenBucket(scaled, floodgate.WithBurst(1<<24)); return err },
-		"sliding log":     func() error { _, err := floodgate.NewSlidingLog(scaled); return err },
 		"sliding counter": func() error { _, err := floodgate.NewSlidingCounter(scaled); return err },
 	} {
 		assert.NoError(t, build(), name)
 	}
+	// A sliding log keeps an entry per decision: it stops at
+	// MaxSlidingLogLimit and says what to use instead.
+	_, err = floodgate.NewSlidingLog(scaled)
+	require.ErrorIs(t, err, floodgate.ErrInvalidRate)
+	assert.Contains(t, err.Error(), "SlidingCounter")
+	_, err = floodgate.NewSlidingLog(floodgate.Rate{Limit: floodgate.MaxSlidingLogLimit, Period: time.Hour})
+	assert.NoError(t, err)
 	assert.Equal(t, 100_000_000.0, float64(scaled.Limit)*float64(time.Hour)/float64(scaled.Period))
 }

@@ -17,13 +17,15 @@ type Option func(*config) error
 // Defaults of the in-memory store.
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
-	// WithMaxKeys says otherwise. A token bucket costs about 128 bytes per
-	// tracked key (measured by BenchmarkTokenBucketBytesPerKey: 80 for
-	// simplelru's list entry, 24 for the bucket state and its recently-used
-	// mark, about 22 for the map slot), so the default bounds it to roughly
-	// 32 MiB. A sliding log costs about 152 bytes plus 4 per event its ring
-	// holds (rounded up to an allocator size class; the ring grows with
-	// use, up to Limit): about 176 B per key at Limit 5, 568 B at Limit 100.
+	// WithMaxKeys says otherwise. A token bucket or a sliding counter
+	// costs about 128 bytes per tracked key (measured by
+	// BenchmarkTokenBucketBytesPerKey: 80 for simplelru's list entry, 24
+	// for the state and its recently-used mark, about 22 for the map
+	// slot), so the default bounds it to roughly 32 MiB. A sliding log
+	// costs about 180 bytes with one decision held and 8 more per entry
+	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
+	// to drop live keys adds 24 bytes per key of the bound for their debts
+	// (see WithForgetEvicted).
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.
@@ -46,6 +48,8 @@ type config struct {
 	now         func() time.Time
 	interval    bool // token bucket: refill intervally
 	countDenied bool // sliding log: record denied attempts too
+	// forgetEvicted: no debt memory; a live eviction resets the key.
+	forgetEvicted bool
 	// storeOpt names the first store option given (WithMaxKeys,
 	// WithMaxKeyLength, WithShards), so that a limiter without a key store
 	// can refuse it.
@@ -154,6 +158,37 @@ func WithShards(n int) Option {
 		c.shards = n
 		c.markStore("WithShards")
 		return c.once("WithShards")
+	}
+}
+
+// WithForgetEvicted makes the store forget the state of a key it drops
+// while that state still limits the client (a live eviction, counted in
+// Stats().EvictedLive), as limiters with a bounded LRU usually do.
+//
+// By default the store remembers such debts in a fixed-size memory (24
+// bytes per key of WithMaxKeys, allocated by each shard at its first live
+// eviction, so a store sized for its traffic never pays for it), and a
+// key that comes back starts from
+// an upper bound of what it owed: no one can buy a reset of a live limit
+// by spraying keys until theirs is pushed out. The price falls on new
+// keys when more debts must be remembered than the memory has room for
+// (Stats().Merged): some of them then start limited, until the debts they
+// share a place with run out. Measured with every sprayed key spending its
+// whole quota, 1,000 new keys right after the spray were denied at a rate
+// of about 5 % after 2 × MaxKeys sprayed keys and nearly 100 % after
+// 20 × MaxKeys (see the README's Reliability section).
+//
+// Forgetting instead keeps new keys unaffected and saves that memory, at
+// the cost that anyone able to send MaxKeys fresh keys that spend quota
+// (many IPv6 addresses, account-like keys) frees every limited client.
+// Prefer the default, sized with WithMaxKeys so that Stats().EvictedLive
+// stays at zero; choose forgetting only where a reset limit costs less
+// than a wrongly limited newcomer.
+func WithForgetEvicted() Option {
+	return func(c *config) error {
+		c.forgetEvicted = true
+		c.markStore("WithForgetEvicted")
+		return c.once("WithForgetEvicted")
 	}
 }
 

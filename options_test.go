@@ -44,6 +44,7 @@ func TestOptionGivenTwice(t *testing.T) {
 		{"WithMaxKeys", []string{"token bucket", "sliding log", "sliding counter"}, func(i int) Option { return WithMaxKeys(1000 + i) }},
 		{"WithMaxKeyLength", []string{"token bucket", "sliding log", "sliding counter"}, func(i int) Option { return WithMaxKeyLength(100 + i) }},
 		{"WithShards", []string{"token bucket", "sliding log", "sliding counter"}, func(i int) Option { return WithShards(4 << i) }},
+		{"WithForgetEvicted", []string{"token bucket", "sliding log", "sliding counter"}, func(int) Option { return WithForgetEvicted() }},
 		{"WithClock", []string{"token bucket", "sliding log", "sliding counter", "rate.Limiter adapter"}, func(int) Option { return WithClock(clock) }},
 	}
 	for _, tt := range tests {

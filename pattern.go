@@ -30,12 +30,18 @@ const numPlaceholder = "{NUM}"
 // business code and, through KeyByPattern, as a KeyFunc. The rules, in
 // order:
 //
-//  1. Input over 1024 bytes or not valid UTF-8 forms no pattern.
+//  1. Input over 1024 bytes, not valid UTF-8, or holding a private-use
+//     (Co), unassigned or noncharacter code point forms no pattern: such a
+//     character has no agreed look, so each of the 137,000 private-use
+//     code points alone could otherwise mint a fresh pattern.
 //  2. White space, control and format characters (zero-width space and
 //     joiners, BOM, soft hyphen, bidi marks), variation selectors, the
-//     other default-ignorable characters (such as the Hangul fillers) and
-//     the Braille blank are dropped wherever they are: they are invisible,
-//     so "a b c 1" and "abc\u200b1" are abc1. Trimming is a special case.
+//     other default-ignorable characters (such as the Hangul fillers), the
+//     Braille blank, and combining and enclosing marks (categories Mn and
+//     Me: an accent written as its own character, the keycap U+20E3) are
+//     dropped wherever they are: they are invisible or sit on another
+//     character, so "a b c 1", "abc\u200b1", "abc1\u0301" and
+//     "abc1\ufe0f\u20e3" are abc1. Trimming is a special case.
 //  3. Fullwidth ASCII forms fold to ASCII ("ａｂｃ１" is abc1), and case
 //     folds by Unicode simple case folding ("ABC", "Abc" and the Kelvin
 //     sign's "K" variants agree), the result in lower case.
@@ -52,9 +58,12 @@ const numPlaceholder = "{NUM}"
 //     back to another key (the client IP, say).
 //
 // Other punctuation is kept: "abc_1" and "abc-1" are different patterns.
-// Without golang.org/x/text, canonical equivalence (a precomposed "é"
-// versus "e" and a combining accent) and look-alike letters from other
-// scripts (Cyrillic "а" for Latin "a") are not folded.
+// Without golang.org/x/text, canonical equivalence is not applied: a
+// precomposed "é" stays é while "e" with a combining accent becomes e;
+// look-alike letters from other scripts (Cyrillic "а" for Latin "a") are
+// not folded either. Dropping marks costs precision, never safety: in
+// scripts that write vowels as nonspacing marks (Devanagari, Thai) more
+// names share a pattern, and so a limit.
 //
 // Because of rule 5, normalizing a pattern again escapes its braces once
 // more; what is stable is its meaning: a name spelled like the pattern,
@@ -67,7 +76,10 @@ func NormalizePattern(s string) (pattern string, ok bool) {
 	b.Grow(len(s) + len(numPlaceholder))
 	tokens, letters, inNum := 0, 0, false
 	for _, r := range s {
-		if ignorable(r) {
+		switch {
+		case refused(r):
+			return "", false
+		case ignorable(r):
 			continue
 		}
 		r = foldRune(r)
@@ -96,11 +108,26 @@ func NormalizePattern(s string) (pattern string, ok bool) {
 	return b.String(), true
 }
 
-// ignorable reports a character that NormalizePattern drops as invisible.
+// ignorable reports a character that NormalizePattern drops: invisible,
+// or a mark on another character.
 func ignorable(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r <= ' ' || r == 0x7f // controls and the space
+	}
 	return unicode.IsSpace(r) ||
-		unicode.In(r, unicode.Cc, unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point) ||
+		unicode.In(r, unicode.Cc, unicode.Cf, unicode.Mn, unicode.Me, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point) ||
 		r == '\u2800' // Braille pattern blank: renders as a space, often abused as one
+}
+
+// refused reports a code point that forms no pattern: private use, or
+// not assigned in the Unicode tables of this Go release (noncharacters
+// included). Go has no table of unassigned code points (its unicode.C
+// includes them): they are those in no other general category.
+func refused(r rune) bool {
+	if r < utf8.RuneSelf {
+		return false
+	}
+	return !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.Cc, unicode.Cf, unicode.Cs)
 }
 
 // foldRune folds a fullwidth ASCII form to ASCII, then maps r to a single
@@ -124,11 +151,14 @@ func foldRune(r rune) rune {
 // NormalizePattern: KeyByPattern(KeyByJSONField("nickname", 4096)) keys a
 // sign-up by its nickname pattern. When src yields a key from which no
 // pattern can be formed the error wraps ErrNoKey, so a PolicySelector
-// falls back to its next policy; errors of src are passed on. A nil src
-// makes every call fail with ErrInvalidOption.
+// falls back to its next policy; errors of src are passed on. A nil or
+// invalid src makes an invalid KeyFunc (see KeyFunc).
 func KeyByPattern(src KeyFunc) KeyFunc {
 	if src == nil {
 		return invalidKeyFunc("KeyByPattern: nil key function")
+	}
+	if err := keyFuncError(src); err != nil {
+		return invalidKey{fmt.Errorf("KeyByPattern: %w", err)}.key
 	}
 	return func(r *http.Request) (string, error) {
 		k, err := src(r)

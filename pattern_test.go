@@ -101,14 +101,14 @@ func TestNormalizePatternBucketsCollide(t *testing.T) {
 // end at U+1E943); the planes above hold ideographs and private use.
 func TestFoldRuneStable(t *testing.T) {
 	for r := rune(0); r < 0x20000; r++ {
-		if !utf8.ValidRune(r) || ignorable(r) {
+		if !utf8.ValidRune(r) || ignorable(r) || refused(r) {
 			continue
 		}
 		f := foldRune(r)
 		if unicode.IsNumber(r) != unicode.IsNumber(f) {
 			t.Fatalf("foldRune(%U) = %U changes number-ness", r, f)
 		}
-		if ignorable(f) || foldRune(f) != f || !utf8.ValidRune(f) {
+		if ignorable(f) || refused(f) || foldRune(f) != f || !utf8.ValidRune(f) {
 			t.Fatalf("foldRune(%U) = %U is not a kept fixed point", r, f)
 		}
 		if g := foldRune(unicode.SimpleFold(r)); g != f {
@@ -184,5 +184,77 @@ func BenchmarkNormalizePattern(b *testing.B) {
 		if _, ok := NormalizePattern(names[i%len(names)]); !ok {
 			b.Fatal("no pattern")
 		}
+	}
+}
+
+// TestNormalizePatternMarksAndUnassigned: what folds away and what is
+// refused. Combining and enclosing marks (Mn, Me) are dropped, so a mark
+// cannot start a new pattern; private-use, unassigned and noncharacter
+// code points form no pattern, so they cannot mint one each.
+func TestNormalizePatternMarksAndUnassigned(t *testing.T) {
+	tests := []struct {
+		what string
+		in   string
+		want string // "" means ok == false
+	}{
+		// Folds away.
+		{"combining acute on a digit", "abc1\u0301", "abc{NUM}"},
+		{"combining keycap (Me)", "abc1\u20e3", "abc{NUM}"},
+		{"keycap sequence with variation selector", "abc1\ufe0f\u20e3", "abc{NUM}"},
+		{"enclosing circle (Me)", "abc\u20dd1", "abc{NUM}"},
+		{"stacked marks", "abc1\u0301\u0302\u0303\u0304", "abc{NUM}"},
+		{"mark on a letter", "ab\u0301c1", "abc{NUM}"},
+		{"diaeresis", "a\u0308bc1", "abc{NUM}"},
+		{"mark inside a digit run", "abc1\u03012", "abc{NUM}"},
+		{"variation selector supplement", "abc1\U000E0100", "abc{NUM}"},
+		{"decomposed e acute is e", "cafe\u03011", "cafe{NUM}"},
+		// Does not fold: a precomposed letter is a letter (canonical
+		// equivalence needs golang.org/x/text), a spacing mark (Mc) is kept.
+		{"precomposed e acute kept", "caf\u00e91", "caf\u00e9{NUM}"},
+		{"spacing mark kept", "abc\u09031", "abc\u0903{NUM}"},
+		{"hangul kept", "철수네1", "철수네{NUM}"},
+		// Refused: no pattern, the caller falls back (to the client IP).
+		{"private use", "abc\ue0001", ""},
+		{"private use, last of the BMP area", "abc\uf8ff1", ""},
+		{"supplementary private use A", "abc\U000F00001", ""},
+		{"supplementary private use B", "abc\U0010FFFD1", ""},
+		{"unassigned", "abc\u03781", ""},
+		{"unassigned astral", "abc\U0002FFF01", ""},
+		{"noncharacter FDD0", "abc\ufdd01", ""},
+		{"noncharacter FFFF", "abc\uffff1", ""},
+		{"noncharacter 1FFFE", "abc\U0001FFFE1", ""},
+		{"private use after marks", "abc1\u0301\ue000", ""},
+	}
+	for _, tc := range tests {
+		got, ok := NormalizePattern(tc.in)
+		if ok != (tc.want != "") || got != tc.want {
+			t.Errorf("%s: NormalizePattern(%+q) = %+q, %v; want %+q", tc.what, tc.in, got, ok, tc.want)
+		}
+	}
+}
+
+// TestNormalizePatternPrivateUseMintsNothing: 256 private-use code points
+// U+E000-U+E0FF, in any position, do not mint 256 patterns: they mint
+// none.
+func TestNormalizePatternPrivateUseMintsNothing(t *testing.T) {
+	patterns := map[string]bool{}
+	for r := rune(0xE000); r <= 0xE0FF; r++ {
+		for _, s := range []string{"abc1" + string(r), "abc" + string(r) + "1", string(r) + "abc1", "abc1" + string(r) + string(r)} {
+			if p, ok := NormalizePattern(s); ok {
+				patterns[p] = true
+			}
+		}
+	}
+	if len(patterns) != 0 {
+		t.Fatalf("private-use code points formed %d patterns; want none", len(patterns))
+	}
+	// Marks likewise: 112 combining marks after the digit are one pattern.
+	for r := rune(0x0300); r <= 0x036F; r++ {
+		if p, ok := NormalizePattern("abc1" + string(r)); ok {
+			patterns[p] = true
+		}
+	}
+	if len(patterns) != 1 || !patterns["abc{NUM}"] {
+		t.Fatalf("combining marks formed the patterns %v; want only abc{NUM}", patterns)
 	}
 }

@@ -45,11 +45,12 @@ func TestSlidingCounterTimeline(t *testing.T) {
 // (an integer), and the previous window's count and elapsed time it used.
 func scEstimate(t testing.TB, sc *SlidingCounter, key string) (estimateP, prev, elapsed int64) {
 	t.Helper()
-	sh, st, now, err := sc.store.acquire(key, false)
+	k, err := sc.store.acquire(key, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sh.mu.Unlock()
+	defer k.sh.mu.Unlock()
+	st, now := k.st, k.now
 	if st == nil {
 		return 0, 0, now % sc.period
 	}

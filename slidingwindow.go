@@ -4,29 +4,44 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
 // SlidingLog is an in-memory sliding-log limiter: for each key it allows at
 // most Rate.Limit events in any window of Rate.Period ending now. It keeps
-// the time of every counted event, so an event at t stops counting at
+// the time of every counted decision, so an event at t stops counting at
 // t+Period (to within a few nanoseconds, never earlier: see NewSlidingLog),
-// with no boundary burst and no estimate; use a SlidingCounter when
-// Rate.Limit is so large that a log per key costs too much memory.
+// with no boundary burst and no estimate.
 //
-// AllowN(n) records n events when the window has room for all of them. A
-// denied request is not recorded unless the limiter was built with
-// WithCountDenied, in which case a client's attempts count, not only its
-// successes: one that keeps trying Rate.Limit times a Period or more stays
-// blocked.
+// AllowN(n) records one entry, the decision's time and its weight n, when
+// the window has room for all n units. A denied request is not recorded
+// unless the limiter was built with WithCountDenied, in which case a
+// client's attempts count, not only its successes: one that keeps trying
+// Rate.Limit times a Period or more stays blocked.
 //
-// Each key costs about 4 bytes per recorded event, at most Rate.Limit of
-// them: event times are 32-bit offsets from a per-key base, in a time unit
-// of a few nanoseconds scaled to the period (see NewSlidingLog), kept in a
-// ring that grows only as far as the key's traffic needs. Keys live in a
-// bounded, sharded LRU store (WithMaxKeys); a log whose events have all aged
-// out equals a fresh one and is dropped first, at no cost.
+// # Cost
+//
+// A decision takes O(log k) time for the k entries of its key, and adds
+// one entry at most, whatever n: its weight is a count, not n entries. An
+// entry is 8 bytes (a 32-bit time offset from a per-key base, in a time
+// unit of a few nanoseconds scaled to the period, and a 32-bit running
+// total of the weights), held in a ring that grows by doubling only as far
+// as the key's traffic needs. A key's live entries weigh at least one unit
+// each and at most Rate.Limit together, so the ring never holds more than
+// Rate.Limit of them. A key costs about 180 bytes with one decision held
+// (the store's entry, map slot and 40-byte state, and a ring of two); the
+// worst case, a key that spends its quota one unit at a time at distinct
+// instants, adds 8·Rate.Limit bytes rounded up to the allocator's size
+// class (at most an eighth more): 1,057 B per key at Limit 100, 8,371 B
+// at Limit 1,000 (BenchmarkBytesPerKey), 512 KiB at MaxSlidingLogLimit,
+// the largest limit accepted. Where that times the keys tracked is too
+// much, use a SlidingCounter (constant memory) or a TokenBucket.
+//
+// Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
+// entries have all aged out equals a fresh one and is dropped first, at no
+// cost. A key dropped while its log still counts comes back as if it had
+// spent its whole limit at its newest entry: limited until that entry
+// would have aged out (unless WithForgetEvicted).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -38,21 +53,38 @@ type SlidingLog struct {
 	store       *store[slState]
 }
 
-// slState is one key's log. The entries are event times in units of
-// l.unit ns, stored as offsets from the base era<<eraShift units, in
-// chronological order starting at ring[head] and wrapping around.
-// len(ring) is the number of entries:
-// the ring grows by appending until it holds Rate.Limit of them and only
-// then wraps, so head is zero whenever the ring is not full. Entries are
-// never removed one by one as they age out: the decision skips them, a new
-// event overwrites the oldest once the ring is full, and a log whose
-// entries have all aged out is emptied. The zero value is an empty log.
+// MaxSlidingLogLimit is the largest Rate.Limit a sliding log accepts, in
+// memory and on Redis. A log holds up to Rate.Limit entries per key, so
+// the bound keeps the worst case of one key at 512 KiB in memory.
+const MaxSlidingLogLimit = 1 << 16
+
+// slState is one key's log: count entries in chronological order starting
+// at ring[head] and wrapping around; len(ring) is the capacity. Entries
+// that age out are dropped from the front by moving head, a decision adds
+// at most one at the back, and a log whose entries have all aged out is
+// emptied, keeping its memory. The zero value is an empty log.
+//
+// Weights are kept as running totals modulo 2³²: entry i has weighed
+// ring[i].total − low units since the oldest unit still counted, where low
+// is the total just before that unit. Differences are exact because a log
+// never counts more than Rate.Limit units (at most 2¹⁶) at once. With
+// totals, the weight of the live entries is one subtraction and the wait
+// for a denied request a binary search, however many entries there are.
 type slState struct {
-	ring []uint32
-	// era, rather than a 64-bit base, keeps the state at 32 bytes. A
+	ring []slEntry
+	// era, rather than a 64-bit base, keeps the state at 40 bytes. A
 	// 32-bit era count lasts 2⁶² units: at least 146 years of uptime.
-	era  uint32
-	head uint32
+	era   uint32
+	head  uint32
+	count uint32
+	low   uint32
+}
+
+// slEntry is one decision: its time, in units after the log's base, and
+// the running total of the weights up to and including it.
+type slEntry struct {
+	off   uint32
+	total uint32
 }
 
 // eraShift makes the base of a log a multiple of 2³⁰ units: a base at most
@@ -67,7 +99,8 @@ func (st *slState) base() int64 { return int64(st.era) << eraShift }
 const maxWindowPeriod = 1 << 61
 
 // NewSlidingLog returns a sliding log allowing r.Limit events per key in
-// any window of r.Period. It accepts WithCountDenied, WithMaxKeys,
+// any window of r.Period; r.Limit may be at most MaxSlidingLogLimit. It
+// accepts WithCountDenied, WithMaxKeys,
 // WithMaxKeyLength, WithShards and WithClock; invalid values, and options
 // that do not apply (such as WithBurst), are reported as errors wrapping
 // ErrInvalidRate or ErrInvalidOption.
@@ -84,6 +117,11 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	if err := validateWindowRate(r); err != nil {
 		return nil, err
 	}
+	if r.Limit > MaxSlidingLogLimit {
+		return nil, fmt.Errorf("%w: a sliding log keeps up to Limit entries per key, and %d is above MaxSlidingLogLimit %d; "+
+			"use a SlidingCounter (constant memory per key) or a TokenBucket for larger limits",
+			ErrInvalidRate, r.Limit, MaxSlidingLogLimit)
+	}
 	c, err := newConfig(kindSlidingLog, opts)
 	if err != nil {
 		return nil, err
@@ -95,7 +133,7 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 		unit:        logUnit(int64(r.Period)),
 		countDenied: c.countDenied,
 	}
-	if l.store, err = newStore(c, l.freshAt); err != nil {
+	if l.store, err = newStore(c, l.freshAt, l.restore); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -133,10 +171,12 @@ func logUnit(period int64) int64 {
 
 // WithCountDenied makes a sliding log record denied attempts too, each
 // with its cost, so that a client that keeps trying stays blocked until it
-// tries less than Rate.Limit times a Period. Memory stays bounded: the log
-// never holds more than Rate.Limit entries per key, a new entry
-// overwriting the oldest once it is full. The reported RetryAfter then accounts for the
-// denied attempt itself. It applies only to NewSlidingLog.
+// tries less than Rate.Limit times a Period. A denied attempt of cost n is
+// recorded as an entry of weight n, and the oldest units the log counts
+// are dropped until it counts Rate.Limit again: the log counts the newest
+// Rate.Limit units of attempts, so its memory stays bounded by Rate.Limit
+// entries per key. The reported RetryAfter then accounts for the denied
+// attempt itself. It applies only to NewSlidingLog.
 func WithCountDenied() Option {
 	return func(c *config) error {
 		c.countDenied = true
@@ -147,9 +187,10 @@ func WithCountDenied() Option {
 // Rate returns the rate the log was created with.
 func (l *SlidingLog) Rate() Rate { return l.rate }
 
-// Allow is AllowN(ctx, key, 1).
-func (l *SlidingLog) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+// Allow is AllowN(ctx, key, 1), inlinable as AllowN is.
+func (l *SlidingLog) Allow(_ context.Context, key string) (d Decision, err error) {
+	err = l.allowN(&d, key, 1)
+	return d, err
 }
 
 // AllowN records n events for key if at most Rate.Limit-n were recorded
@@ -157,33 +198,48 @@ func (l *SlidingLog) Allow(ctx context.Context, key string) (Decision, error) {
 // n == 0 reports without recording. A cost above Rate.Limit returns
 // ErrCostExceedsLimit. The context is not consulted: an in-memory decision
 // does not block.
-func (l *SlidingLog) AllowN(_ context.Context, key string, n int) (Decision, error) {
-	if err := checkCost(n, l.limit); err != nil {
-		return Decision{Limit: l.limit}, err
-	}
-	sh, st, now, err := l.store.acquire(key, n > 0)
-	if err != nil {
-		return Decision{Limit: l.limit}, err
-	}
-	if st == nil { // n == 0 on an untracked key: an empty log
-		sh.mu.Unlock()
-		return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}, nil
-	}
-	d := l.decide(st, now, n)
-	sh.mu.Unlock()
-	return d, nil
+func (l *SlidingLog) AllowN(_ context.Context, key string, n int) (d Decision, err error) {
+	err = l.allowN(&d, key, n)
+	return d, err
 }
 
-// RefundN removes the n newest entries of key's log, giving back the units
-// of an AllowN that was allowed but whose event did not happen (for
-// instance because another limit of a combined policy denied it). A log
-// holding fewer entries is left empty, an untracked key alone; a negative
-// n returns ErrInvalidCost and n above Rate.Limit ErrCostExceedsLimit.
+// allowN fills the caller's Decision in place: see TokenBucket.AllowN.
+func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
+	if err := checkCost(n, l.limit); err != nil {
+		*d = Decision{Limit: l.limit}
+		return err
+	}
+	k, err := l.store.acquire(key, n > 0)
+	if err != nil {
+		*d = Decision{Limit: l.limit}
+		return err
+	}
+	switch {
+	case k.st != nil:
+		l.decide(d, k.st, k.now, n)
+	case k.owed > k.now: // n == 0 on an untracked key that owes
+		var st slState
+		l.restore(&st, k.owed)
+		l.decide(d, &st, k.now, n)
+	default: // n == 0 on an untracked key: an empty log
+		*d = Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
+	}
+	k.sh.mu.Unlock()
+	return nil
+}
+
+// RefundN takes the n newest units off key's log, giving back the units of
+// an AllowN that was allowed but whose event did not happen (for instance
+// because another limit of a combined policy denied it). A log counting
+// fewer is left empty, an untracked key alone; a negative n returns
+// ErrInvalidCost and n above Rate.Limit ErrCostExceedsLimit. It drops the
+// entries it empties, each one added by an earlier decision, so its cost
+// is that of those decisions, not of n.
 //
 // The log does not know which entries belong to which call: if another
 // event for the key was recorded between the AllowN and the RefundN, the
-// refund removes that newer event's entries and keeps the refunded ones.
-// The count in the window is right, but those entries age out earlier than
+// refund takes that newer event's units and keeps the refunded ones.
+// The count in the window is right, but those units age out earlier than
 // the events they stand for, by at most the time between the two calls, so
 // for that long the key may get up to n events more than exact.
 func (l *SlidingLog) RefundN(_ context.Context, key string, n int) error {
@@ -193,15 +249,14 @@ func (l *SlidingLog) RefundN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	sh, st, _, err := l.store.acquire(key, false)
+	k, err := l.store.acquire(key, false)
 	if err != nil {
 		return err
 	}
-	if st != nil {
-		st.linearize()
-		st.ring = st.ring[:max(len(st.ring)-n, 0)]
+	if k.st != nil {
+		k.st.takeNewest(uint32(n))
 	}
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
 	return nil
 }
 
@@ -228,57 +283,74 @@ func (l *SlidingLog) Reset(_ context.Context, key string) error {
 func (l *SlidingLog) Stats() Stats { return l.store.stats() }
 
 // decide is the sliding log's state machine for one key at now.
-func (l *SlidingLog) decide(st *slState, now int64, n int) Decision {
-	live := len(st.ring) - l.firstLive(st, now)
-	d := Decision{Limit: l.limit}
+func (l *SlidingLog) decide(d *Decision, st *slState, now int64, n int) {
+	l.expire(st, now)
+	used := int(st.used())
+	*d = Decision{Limit: l.limit}
 	switch {
-	case live+n <= l.limit:
+	case used+n <= l.limit:
 		d.Allowed = true
 		if n > 0 {
-			l.record(st, now, n, live)
-			live += n
+			l.record(st, now, uint32(n))
+			used += n
 		}
 	case l.countDenied:
-		l.record(st, now, n, live)
-		// The new entries overwrote the oldest, which had aged out first.
-		live = min(live+n, l.limit)
+		// Drop the oldest units so that, with the attempt, the log counts
+		// Rate.Limit: the newest Rate.Limit units of attempts count.
+		st.takeOldest(uint32(used + n - l.limit))
+		l.record(st, now, uint32(n))
+		used = l.limit
 	}
-	d.Remaining = l.limit - live
-	if live > 0 {
-		d.ResetAfter = durationNS(l.at(st, len(st.ring)-1) + l.period - now)
+	d.Remaining = l.limit - used
+	if st.count > 0 {
+		d.ResetAfter = durationNS(l.at(st, int(st.count)-1) + l.period - now)
 	}
 	if !d.Allowed {
-		// n fits once live+n-limit of the live entries have aged out; the
-		// last of them is the (live+n-limit)-th oldest live entry.
-		first := len(st.ring) - live
-		d.RetryAfter = durationNS(l.at(st, first+live+n-l.limit-1) + l.period - now)
+		// n fits once used+n-limit units have aged out: at the expiry of
+		// the first entry whose running total reaches that many.
+		need := uint32(used + n - l.limit)
+		i := st.firstReaching(need)
+		d.RetryAfter = durationNS(l.at(st, i) + l.period - now)
 	}
-	return d
 }
 
-// at returns the time, in ns since the epoch, of the i-th oldest entry.
-func (l *SlidingLog) at(st *slState, i int) int64 {
+// entry returns the i-th oldest entry.
+func (st *slState) entry(i int) *slEntry {
 	j := int(st.head) + i
 	if j >= len(st.ring) {
 		j -= len(st.ring)
 	}
-	return (st.base() + int64(st.ring[j])) * l.unit
+	return &st.ring[j]
 }
 
-// firstLive returns the index (oldest first) of the first entry still in
-// the window ending at now, len(st.ring) if none is. An entry at t counts
-// while t > now-Period; the entries are in order, so the ones that aged
-// out come first and a binary search finds the boundary.
-func (l *SlidingLog) firstLive(st *slState, now int64) int {
-	cutoff := now - l.period
-	n := len(st.ring)
-	if n == 0 || l.at(st, n-1) <= cutoff {
-		return n
-	}
-	if l.at(st, 0) > cutoff {
+// at returns the time, in ns since the epoch, of the i-th oldest entry.
+func (l *SlidingLog) at(st *slState, i int) int64 {
+	return (st.base() + int64(st.entry(i).off)) * l.unit
+}
+
+// used returns the units the log counts.
+func (st *slState) used() uint32 {
+	if st.count == 0 {
 		return 0
 	}
-	lo, hi := 0, n-1 // the answer is in [lo, hi]: entry hi is live
+	return st.entry(int(st.count)-1).total - st.low
+}
+
+// expire drops the entries that are no longer in the window ending at now:
+// an entry at t counts while t > now-Period. The entries are in order, so
+// the ones that aged out come first and a binary search finds the boundary.
+func (l *SlidingLog) expire(st *slState, now int64) {
+	cutoff := now - l.period
+	n := int(st.count)
+	if n == 0 || l.at(st, n-1) <= cutoff {
+		// Every entry has aged out: start over, keeping the memory.
+		st.head, st.count, st.low = 0, 0, 0
+		return
+	}
+	if l.at(st, 0) > cutoff {
+		return
+	}
+	lo, hi := 1, n-1 // the first live entry is in [lo, hi]: entry 0 is not live, entry hi is
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if l.at(st, mid) > cutoff {
@@ -287,83 +359,148 @@ func (l *SlidingLog) firstLive(st *slState, now int64) int {
 			lo = mid + 1
 		}
 	}
+	st.drop(lo)
+}
+
+// drop removes the k oldest entries.
+func (st *slState) drop(k int) {
+	if k == 0 {
+		return
+	}
+	st.low = st.entry(k - 1).total
+	st.head = uint32((int(st.head) + k) % len(st.ring))
+	st.count -= uint32(k)
+}
+
+// firstReaching returns the index of the oldest entry with which the
+// entries up to it weigh at least need units; need is at most used().
+func (st *slState) firstReaching(need uint32) int {
+	lo, hi := 0, int(st.count)-1
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if st.entry(mid).total-st.low >= need {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
 	return lo
 }
 
-// record appends k entries at now to a log with live entries in the
-// window, overwriting the oldest once the ring holds Rate.Limit entries.
-func (l *SlidingLog) record(st *slState, now int64, k, live int) {
+// takeOldest stops counting the k oldest units (k at most used()),
+// dropping the entries they empty.
+func (st *slState) takeOldest(k uint32) {
+	low := st.low + k
+	i := 0
+	// An entry is emptied when its total is at or below the new low; the
+	// difference is within ±2·MaxSlidingLogLimit, so its sign is exact.
+	for i < int(st.count) && int32(st.entry(i).total-low) <= 0 {
+		i++
+	}
+	st.drop(i)
+	st.low = low
+}
+
+// takeNewest removes the k newest units, dropping the entries they empty.
+func (st *slState) takeNewest(k uint32) {
+	for k > 0 && st.count > 0 {
+		last := st.entry(int(st.count) - 1)
+		prev := st.low
+		if st.count > 1 {
+			prev = st.entry(int(st.count) - 2).total
+		}
+		w := last.total - prev
+		if w > k {
+			last.total -= k
+			return
+		}
+		k -= w
+		st.count--
+	}
+	if st.count == 0 {
+		st.head, st.low = 0, 0
+	}
+}
+
+// record appends an entry of weight w at now, or adds w to the newest
+// entry if that is at the same time unit.
+func (l *SlidingLog) record(st *slState, now int64, w uint32) {
 	// Round up to the unit: the event then counts a little longer than
 	// exact, never shorter.
 	u := (now + l.unit - 1) / l.unit
 	switch {
-	case live == 0:
-		// Every entry has aged out: start over, keeping the memory.
-		st.ring, st.head, st.era = st.ring[:0], 0, uint32(u>>eraShift)
+	case st.count == 0:
+		st.head, st.low, st.era = 0, 0, uint32(u>>eraShift)
 	case u-st.base() > math.MaxUint32:
 		l.rebase(st, now)
 	}
 	off := uint32(u - st.base())
-	if need := min(len(st.ring)+k, l.limit); need > cap(st.ring) {
-		// Grow lazily, doubling but never past Rate.Limit: a key that saw
-		// a few events does not pay for a full log.
-		ring := make([]uint32, len(st.ring), min(max(need, 2*cap(st.ring)), l.limit))
-		copy(ring, st.ring)
-		st.ring = ring
-	}
-	for ; k > 0 && len(st.ring) < l.limit; k-- {
-		st.ring = append(st.ring, off)
-	}
-	for ; k > 0; k-- {
-		st.ring[st.head] = off
-		if st.head++; int(st.head) == len(st.ring) {
-			st.head = 0
+	total := st.low
+	if st.count > 0 {
+		last := st.entry(int(st.count) - 1)
+		if last.off == off {
+			last.total += w
+			return
 		}
+		total = last.total
 	}
+	if int(st.count) == len(st.ring) {
+		st.grow(l.limit)
+	}
+	st.count++
+	*st.entry(int(st.count) - 1) = slEntry{off: off, total: total + w}
+}
+
+// grow doubles the ring, never past limit entries: a key that made a few
+// decisions does not pay for a full log. The entries are copied oldest
+// first, so head becomes zero.
+func (st *slState) grow(limit int) {
+	ring := make([]slEntry, min(max(2*len(st.ring), 2), limit))
+	for i := range int(st.count) {
+		ring[i] = *st.entry(i)
+	}
+	st.ring, st.head = ring, 0
 }
 
 // rebase moves the log's base up to the last era boundary at or before
 // the start of the window ending at now, so that the offset of an event at
 // now fits in 32 bits again: it is then at most a period, an era (2³⁰
 // units) and a unit, less than 2³² units since a period is at most 2³¹.
-// Entries at or below the new base, which have aged out, are clamped to
-// it, so order is kept. The next rebase is at least 2³⁰ units (half a
-// period, and at least a second) away, and happens only if the log stays
-// busy: a log that goes quiet for a period is emptied instead.
+// Every entry is live (expire ran first), so above the new base. The next
+// rebase is at least 2³⁰ units (half a period, and at least a second)
+// away, and happens only if the log stays busy: a log that goes quiet for
+// a period is emptied instead. Its cost, one pass over at most Rate.Limit
+// entries, is spread over those 2³⁰ units.
 func (l *SlidingLog) rebase(st *slState, now int64) {
 	era := uint32((now - l.period) / l.unit >> eraShift)
 	base, old := int64(era)<<eraShift, st.base()
-	for i, off := range st.ring {
-		if e := old + int64(off); e > base {
-			st.ring[i] = uint32(e - base)
-		} else {
-			st.ring[i] = 0
-		}
+	for i := range int(st.count) {
+		e := st.entry(i)
+		e.off = uint32(max(old+int64(e.off)-base, 0))
 	}
 	st.era = era
-}
-
-// linearize rotates a wrapped ring so that the oldest entry is first,
-// which lets RefundN shorten it while keeping head zero for a ring that is
-// not full. It works in place: reversing both parts and then the whole
-// rotates left by head.
-func (st *slState) linearize() {
-	if st.head == 0 {
-		return
-	}
-	slices.Reverse(st.ring[:st.head])
-	slices.Reverse(st.ring[st.head:])
-	slices.Reverse(st.ring)
-	st.head = 0
 }
 
 // freshAt is when the newest entry ages out and the log equals an empty
 // one.
 func (l *SlidingLog) freshAt(st *slState) int64 {
-	if len(st.ring) == 0 {
+	if st.count == 0 {
 		return math.MinInt64
 	}
-	return l.at(st, len(st.ring)-1) + l.period
+	return l.at(st, int(st.count)-1) + l.period
+}
+
+// restore sets the log of a key that spent its whole limit in one entry
+// that ages out at at: no log that is empty by then counts more, at any
+// time.
+func (l *SlidingLog) restore(st *slState, at int64) {
+	u := (max(at-l.period, 0) + l.unit - 1) / l.unit
+	st.head, st.count, st.low, st.era = 0, 0, 0, uint32(u>>eraShift)
+	if len(st.ring) == 0 {
+		st.ring = make([]slEntry, 1)
+	}
+	st.count = 1
+	st.ring[0] = slEntry{off: uint32(u - st.base()), total: uint32(l.limit)}
 }
 
 // Compile-time checks that the sliding log is a Limiter that can be reset and

@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,14 +156,14 @@ func (r *refLog) allowN(now int64, n int) Decision {
 // slStored returns the number of entries and the capacity of key's ring.
 func slStored(t testing.TB, l *SlidingLog, key string) (n, capacity int) {
 	t.Helper()
-	sh, st, _, err := l.store.acquire(key, false)
+	k, err := l.store.acquire(key, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != nil {
-		n, capacity = len(st.ring), cap(st.ring)
+	if st := k.st; st != nil {
+		n, capacity = int(st.count), len(st.ring)
 	}
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
 	return n, capacity
 }
 
@@ -300,9 +301,9 @@ func TestSlidingLogRebases(t *testing.T) {
 			t.Fatalf("step %d at %d ns, n=%d:\n got %+v\nwant %+v", i, now, n, got, want)
 		}
 	}
-	sh, st, _, _ := l.store.acquire("k", false)
-	base := st.base()
-	sh.mu.Unlock()
+	k, _ := l.store.acquire("k", false)
+	base := k.st.base()
+	k.sh.mu.Unlock()
 	if base < 50*period {
 		t.Fatalf("base %d ns after 60 s of traffic: the log did not rebase", base)
 	}
@@ -514,8 +515,9 @@ func TestSlidingLogCountDeniedKeepsHammererBlocked(t *testing.T) {
 	}
 }
 
-// TestSlidingLogGrowsLazily: a key pays for the entries its traffic needs,
-// never more than Limit, and a log whose entries aged out reuses its ring.
+// TestSlidingLogGrowsLazily: a key pays for one entry per decision its
+// traffic needs, whatever the decision's cost, never more than Limit, and a
+// log whose entries aged out reuses its ring.
 func TestSlidingLogGrowsLazily(t *testing.T) {
 	clk := newSlClock()
 	l, err := NewSlidingLog(Rate{Limit: 100, Period: time.Minute}, WithClock(clk.now))
@@ -527,13 +529,14 @@ func TestSlidingLogGrowsLazily(t *testing.T) {
 		n             int
 		stored, ringN int
 	}{
-		{0, 1, 1, 1},
+		{0, 1, 1, 2},
+		{0, 5, 1, 2}, // the same instant: merged into the newest entry
 		{time.Second, 1, 2, 2},
 		{2 * time.Second, 1, 3, 4},
-		{3 * time.Second, 30, 33, 33},
-		{4 * time.Second, 40, 73, 73},
-		{5 * time.Second, 27, 100, 100},
-		{time.Hour, 1, 1, 100}, // emptied, memory kept
+		{3 * time.Second, 30, 4, 4},
+		{4 * time.Second, 40, 5, 8},
+		{5 * time.Second, 22, 6, 8},
+		{time.Hour, 1, 1, 8}, // emptied, memory kept
 	}
 	for i, s := range steps {
 		clk.set(s.at)
@@ -543,6 +546,51 @@ func TestSlidingLogGrowsLazily(t *testing.T) {
 		if stored, capacity := slStored(t, l, "k"); stored != s.stored || capacity != s.ringN {
 			t.Errorf("step %d: %d entries in a ring of %d, want %d in %d", i, stored, capacity, s.stored, s.ringN)
 		}
+	}
+}
+
+// TestSlidingLogLargeCostIsO1: a cost of half the largest limit is one
+// entry of 8 bytes, not 2¹⁵ of them; a log full of single-unit entries
+// holds at most Limit, and a large denied cost with WithCountDenied keeps
+// that bound.
+func TestSlidingLogLargeCostIsO1(t *testing.T) {
+	for _, countDenied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("countDenied=%v", countDenied), func(t *testing.T) {
+			clk := newSlClock()
+			opts := []Option{WithClock(clk.now)}
+			if countDenied {
+				opts = append(opts, WithCountDenied())
+			}
+			l, err := NewSlidingLog(Rate{Limit: MaxSlidingLogLimit, Period: time.Hour}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := mustAllowN(t, l, "k", 1<<15)
+			if !d.Allowed || d.Remaining != 1<<15 {
+				t.Fatalf("first half: %+v", d)
+			}
+			if stored, capacity := slStored(t, l, "k"); stored != 1 || capacity > 2 {
+				t.Fatalf("after AllowN(1<<15): %d entries in a ring of %d, want 1 in at most 2", stored, capacity)
+			}
+			clk.set(time.Millisecond)
+			if d := mustAllowN(t, l, "k", 1<<15); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("second half: %+v", d)
+			}
+			clk.set(2 * time.Millisecond)
+			d = mustAllowN(t, l, "k", 1<<15)
+			// Until the first half ages out; counted, the attempt displaces
+			// the first half and must wait for the second.
+			want := time.Hour - 2*time.Millisecond
+			if countDenied {
+				want = time.Hour - time.Millisecond
+			}
+			if d.Allowed || d.RetryAfter != want {
+				t.Fatalf("third half: %+v, want denied for %s", d, want)
+			}
+			if stored, capacity := slStored(t, l, "k"); stored > 2 || capacity > 2 {
+				t.Fatalf("after a denied AllowN(1<<15): %d entries in a ring of %d, want at most 2", stored, capacity)
+			}
+		})
 	}
 }
 
@@ -633,7 +681,7 @@ func TestWindowOptionValidation(t *testing.T) {
 		rate    Rate
 		opts    []Option
 		wantErr error
-		kinds   string // "" for all, else the one kind the case applies to
+		kinds   string // "" for all, else the kinds (by name prefix) the case applies to
 	}{
 		{"zero limit", Rate{0, time.Second}, nil, ErrInvalidRate, ""},
 		{"negative limit", Rate{-1, time.Second}, nil, ErrInvalidRate, ""},
@@ -649,11 +697,13 @@ func TestWindowOptionValidation(t *testing.T) {
 		{"shards not a power of two", Rate{5, time.Second}, []Option{WithShards(3)}, ErrInvalidOption, ""},
 		{"more shards than keys", Rate{5, time.Second}, []Option{WithMaxKeys(2), WithShards(4)}, ErrInvalidOption, ""},
 		{"count denied on a counter", Rate{5, time.Second}, []Option{WithCountDenied()}, ErrInvalidOption, "SlidingCounter"},
-		{"largest limit and period", Rate{maxLimit, maxWindowPeriod}, nil, nil, ""},
+		{"largest limit and period", Rate{maxLimit, maxWindowPeriod}, nil, nil, "SlidingCounter"},
+		{"largest log limit and period", Rate{MaxSlidingLogLimit, maxWindowPeriod}, nil, nil, "SlidingLog"},
+		{"log limit too large", Rate{MaxSlidingLogLimit + 1, time.Second}, nil, ErrInvalidRate, "SlidingLog"},
 	}
 	for _, tt := range tests {
 		for _, k := range windowKinds {
-			if tt.kinds != "" && tt.kinds != k.name {
+			if !strings.HasPrefix(k.name, tt.kinds) {
 				continue
 			}
 			t.Run(k.name+"/"+tt.name, func(t *testing.T) {

@@ -18,9 +18,23 @@ type Stats struct {
 	// fresh one: nothing was lost.
 	EvictedIdle uint64
 	// EvictedLive counts keys dropped to make room while they still held
-	// state: each one reset a client's limit. A growing count means the
-	// store is too small for the traffic, or that someone is spraying keys.
+	// state. A growing count means the store is too small for the
+	// traffic, or that someone is spraying keys. Each such key's debt is
+	// remembered (see Restored) unless the limiter was built with
+	// WithForgetEvicted, in which case each one reset a client's limit.
 	EvictedLive uint64
+	// Restored counts keys that were not tracked but started from a
+	// remembered debt instead of a fresh state: clients coming back after
+	// a live eviction, and clients whose key shares its debt memory with
+	// one (see Merged).
+	Restored uint64
+	// Merged counts live evictions whose debt could not keep a place of
+	// its own in the fixed-size debt memory and was merged into a bound
+	// shared with other keys. From then on, until that bound runs out,
+	// new keys that hash to the same place start limited: the price of
+	// never forgetting a debt. A non-zero count means MaxKeys is far too
+	// small for the traffic, or a key spray is under way.
+	Merged uint64
 }
 
 // evictProbes is how many candidates (entries neither fresh nor recently
@@ -40,6 +54,11 @@ const evictProbes = 4
 // a limit only if their hashes collide: with k keys tracked the chance of
 // any collision is about k²/2⁶⁵ (3·10⁻⁸ for a million keys), and because the
 // seed is random an attacker cannot aim for one.
+//
+// A key dropped while it still holds state leaves its debt in the shard's
+// fixed-size debt memory (see debts), and comes back from it: bounded
+// memory never lets a spray of keys reset a live limit, unless the limiter
+// was built with WithForgetEvicted.
 type store[S any] struct {
 	seed      maphash.Seed
 	shards    []shard[S]
@@ -50,6 +69,10 @@ type store[S any] struct {
 	// freshAt returns the time (ns since the epoch) from which the state
 	// equals a fresh one. Eviction drops such entries first.
 	freshAt func(*S) int64
+	// restore sets a state to that of a client fully limited until at:
+	// a state whose freshAt is at and which, at every time, allows no
+	// more than any state whose freshAt is at or before at.
+	restore func(st *S, at int64)
 }
 
 // slot is one tracked key's state and whether it was used since eviction
@@ -74,10 +97,16 @@ type shard[S any] struct {
 	last        int64 // latest time seen: an injected clock never goes back
 	evictedIdle uint64
 	evictedLive uint64
-	_           [16]byte // keep shards on separate cache lines
+	restored    uint64
+	// debts is allocated at the shard's first live eviction, so that a
+	// store sized for its traffic never pays for it; it stays nil with
+	// WithForgetEvicted (forget).
+	debts  *debts
+	forget bool
+	_      [56]byte // keep shards on separate cache lines (128 B each)
 }
 
-func newStore[S any](c config, freshAt func(*S) int64) (*store[S], error) {
+func newStore[S any](c config, freshAt func(*S) int64, restore func(*S, int64)) (*store[S], error) {
 	if c.shards <= 0 || c.shards&(c.shards-1) != 0 || c.shards > c.maxKeys {
 		return nil, fmt.Errorf("%w: %d shards for %d keys", ErrInvalidOption, c.shards, c.maxKeys)
 	}
@@ -89,6 +118,7 @@ func newStore[S any](c config, freshAt func(*S) int64) (*store[S], error) {
 		maxKeyLen: c.maxKeyLen,
 		clock:     newClock(c.now),
 		freshAt:   freshAt,
+		restore:   restore,
 	}
 	per, extra := c.maxKeys/c.shards, c.maxKeys%c.shards
 	for i := range s.shards {
@@ -101,37 +131,58 @@ func newStore[S any](c config, freshAt func(*S) int64) (*store[S], error) {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
 		}
 		s.shards[i].lru, s.shards[i].size = lru, size
+		s.shards[i].forget = c.forgetEvicted
 	}
 	return s, nil
 }
 
-// acquire locks the shard that holds key and returns it with the key's
-// state and the current time. The caller must unlock sh.mu. If the key is
-// not tracked, st is a fresh (zero) state inserted for it when create is
-// true, and nil otherwise.
-func (s *store[S]) acquire(key string, create bool) (sh *shard[S], st *S, now int64, err error) {
+// held is a key's state, locked: the caller must unlock sh.mu.
+type held[S any] struct {
+	sh  *shard[S]
+	st  *S    // the key's state; nil if the key is not tracked
+	now int64 // the current time, in ns since the epoch
+	// owed is, for a key that is not tracked, the time until which it
+	// owes a remembered debt; at or before now it owes nothing. The caller
+	// then decides from restore(owed), or from a fresh state.
+	owed int64
+}
+
+// acquire locks the shard that holds key and returns the key's state and
+// the current time. If the key is not tracked and create is true, a state
+// is inserted for it: restored from its remembered debt if it has one,
+// fresh (zero) otherwise. If create is false, an untracked key is
+// reported with a nil state and what it owes.
+func (s *store[S]) acquire(key string, create bool) (held[S], error) {
 	if len(key) > s.maxKeyLen {
-		return nil, nil, 0, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), s.maxKeyLen)
+		return held[S]{}, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), s.maxKeyLen)
 	}
 	h := maphash.String(s.seed, key)
-	sh = &s.shards[h&s.mask]
+	sh := &s.shards[h&s.mask]
 	// Read the clock before taking the lock: it may be user code.
-	now = s.clock.nanos()
+	now := s.clock.nanos()
 	sh.mu.Lock()
 	if now < sh.last {
 		now = sh.last
 	} else {
 		sh.last = now
 	}
-	sl, ok := sh.lru.Peek(h)
-	switch {
-	case ok:
+	if sl, ok := sh.lru.Peek(h); ok {
 		sl.used = true
-		st = &sl.st
-	case create:
-		st = &sh.insert(h, now, s.freshAt).st
+		return held[S]{sh: sh, st: &sl.st, now: now}, nil
 	}
-	return sh, st, now, nil
+	owed := now
+	if sh.debts != nil {
+		owed = sh.debts.lookup(h, now)
+	}
+	if !create {
+		return held[S]{sh: sh, now: now, owed: owed}, nil
+	}
+	st := &sh.insert(h, now, s.freshAt).st
+	if owed > now {
+		s.restore(st, owed)
+		sh.restored++
+	}
+	return held[S]{sh: sh, st: st, now: now}, nil
 }
 
 // insert adds a fresh state for h, making room first if the shard is full.
@@ -196,18 +247,32 @@ func (sh *shard[S]) evict(now int64, freshAt func(*S) int64) *slot[S] {
 	}
 	sh.lru.Remove(bestKey)
 	sh.evictedLive++
+	if !sh.forget {
+		if sh.debts == nil {
+			sh.debts = newDebts(sh.size)
+		}
+		sh.debts.record(bestKey, bestAt, now)
+	}
 	return best
 }
 
-// remove forgets key.
+// remove forgets key, and its remembered debt. If the key's debt memory
+// still binds it through a bound shared with other keys, which cannot be
+// cleared, the key is tracked with a fresh state instead, which takes
+// precedence over that memory for as long as the key stays tracked.
 func (s *store[S]) remove(key string) error {
 	if len(key) > s.maxKeyLen {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), s.maxKeyLen)
 	}
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
+	now := s.clock.nanos()
 	sh.mu.Lock()
+	now = max(now, sh.last)
 	sh.lru.Remove(h)
+	if sh.debts != nil && sh.debts.forget(h, now) {
+		sh.insert(h, now, s.freshAt)
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -221,6 +286,10 @@ func (s *store[S]) stats() Stats {
 		st.Keys += sh.lru.Len()
 		st.EvictedIdle += sh.evictedIdle
 		st.EvictedLive += sh.evictedLive
+		st.Restored += sh.restored
+		if sh.debts != nil {
+			st.Merged += sh.debts.merged
+		}
 		sh.mu.Unlock()
 	}
 	return st

@@ -9,7 +9,7 @@ import (
 
 // model is a reference implementation of one algorithm for one key. Models
 // are written to be obviously correct, not fast: the token bucket computes
-// with exact rationals, the sliding log keeps every event. The suite runs a
+// with exact rationals, the sliding log keeps every decision. The suite runs a
 // model beside the limiter under test and requires the same decision at
 // every step.
 type model interface {
@@ -84,14 +84,19 @@ func (m *tokenBucketModel) allowN(now time.Duration, n int) (floodgate.Decision,
 
 func (m *tokenBucketModel) reset() { m.tat = nil }
 
-// slidingLogModel is an exact sliding window: the list of every allowed
-// event still in the window, one entry per unit of cost, oldest first. An
-// event at t counts at every now in [t, t+Period): the window ending at now
-// is (now-Period, now].
+// slidingLogModel is an exact sliding window, kept as the stores keep it:
+// one entry per allowed decision, its time and its weight n, oldest first.
+// An entry at t counts at every now in [t, t+Period): the window ending at
+// now is (now-Period, now].
 type slidingLogModel struct {
-	limit  int
-	period time.Duration
-	events []time.Duration
+	limit   int
+	period  time.Duration
+	entries []logEntry
+}
+
+type logEntry struct {
+	at     time.Duration
+	weight int
 }
 
 func newSlidingLogModel(r floodgate.Rate) *slidingLogModel {
@@ -103,27 +108,38 @@ func (m *slidingLogModel) allowN(now time.Duration, n int) (floodgate.Decision, 
 	if err := checkCost(n, m.limit); err != nil {
 		return d, err
 	}
-	for len(m.events) > 0 && m.events[0]+m.period <= now {
-		m.events = m.events[1:]
+	for len(m.entries) > 0 && m.entries[0].at+m.period <= now {
+		m.entries = m.entries[1:]
 	}
-	if len(m.events)+n <= m.limit {
+	used := 0
+	for _, e := range m.entries {
+		used += e.weight
+	}
+	if used+n <= m.limit {
 		d.Allowed = true
-		for i := 0; i < n; i++ {
-			m.events = append(m.events, now)
+		if n > 0 {
+			m.entries = append(m.entries, logEntry{now, n})
+			used += n
 		}
 	} else {
-		// The request fits once the oldest len+n-limit events have aged
-		// out; the last of them to go decides.
-		d.RetryAfter = m.events[len(m.events)+n-m.limit-1] + m.period - now
+		// The request fits once used+n-limit units have aged out: at the
+		// expiry of the entry with which the oldest weigh that much.
+		need := used + n - m.limit
+		for _, e := range m.entries {
+			if need -= e.weight; need <= 0 {
+				d.RetryAfter = e.at + m.period - now
+				break
+			}
+		}
 	}
-	d.Remaining = m.limit - len(m.events)
-	if len(m.events) > 0 {
-		d.ResetAfter = m.events[len(m.events)-1] + m.period - now
+	d.Remaining = m.limit - used
+	if len(m.entries) > 0 {
+		d.ResetAfter = m.entries[len(m.entries)-1].at + m.period - now
 	}
 	return d, nil
 }
 
-func (m *slidingLogModel) reset() { m.events = nil }
+func (m *slidingLogModel) reset() { m.entries = nil }
 
 func ratInt(x int64) *big.Rat { return new(big.Rat).SetInt64(x) }
 

@@ -406,9 +406,18 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			bug: func(l *modelLimiter, _ Config) {
 				l.after = func(m model, now time.Duration, n int, d *floodgate.Decision, err *error) {
 					if *err == nil && !d.Allowed {
+						// Record the attempt and drop as many of the oldest
+						// units, as a store counting denied attempts would.
 						log := m.(*slidingLogModel)
-						for i := 0; i < n; i++ {
-							log.events = append(log.events[1:], now)
+						log.entries = append(log.entries, logEntry{now, n})
+						for drop := n; drop > 0; {
+							if e := &log.entries[0]; e.weight > drop {
+								e.weight -= drop
+								drop = 0
+							} else {
+								drop -= e.weight
+								log.entries = log.entries[1:]
+							}
 						}
 					}
 				}

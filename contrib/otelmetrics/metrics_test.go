@@ -191,7 +191,7 @@ func TestHookCountsOutcomes(t *testing.T) {
 		floodgate.WithSkip(m.Skip("probe", func(r *http.Request) bool { return r.URL.Path == "/healthz" })))
 	trial := mw(newBucket(t, floodgate.PerMinute(1), clk), floodgate.WithPolicyName("trial"), floodgate.WithDryRun())
 	broken := mw(failing{}, floodgate.WithPolicyName("broken"))
-	heavy := mw(newBucket(t, floodgate.PerMinute(2), clk), floodgate.WithPolicyName("heavy"), floodgate.WithCost(5))
+	heavy := mw(newBucket(t, floodgate.PerMinute(2), clk), floodgate.WithPolicyName("heavy"), floodgate.WithCostFunc(func(*http.Request) (int, error) { return 5, nil }))
 	login := mw(newBucket(t, floodgate.PerMinute(5), clk), floodgate.WithPolicyName("login"),
 		floodgate.WithCountStatus(func(int) bool { return true }))
 	for i, s := range []struct {

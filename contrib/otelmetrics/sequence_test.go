@@ -69,8 +69,8 @@ func TestKnownSequence(t *testing.T) {
 
 	got := points(t, reader)
 	// The sign-up passes the per-IP ceiling (allowed), then its body is
-	// read by the first nickname policy's key function, which fails before
-	// any policy is selected: the policy attribute is empty.
+	// read by the nickname policy's key function, which refuses it: the
+	// error is counted under that policy.
 	wantPoints(t, only(got, "floodgate.decisions"), map[string]float64{
 		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":            10,
 		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":             2,
@@ -80,10 +80,10 @@ func TestKnownSequence(t *testing.T) {
 		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_ip_ceiling}":         0,
 		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_ip_ceiling}": 0,
 		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_ip_ceiling}":          0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=}":                         0,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=}":                          0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=}":                  0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=}":                           1,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=nickname}":                 0,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":                  0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}":          0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}":                   1,
 	})
 	want := map[string]float64{}
 	for _, name := range []string{"probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip", "reward-account"} {

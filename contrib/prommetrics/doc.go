@@ -52,8 +52,8 @@
 // denied when the request was refused; dry_run_denied when it was denied
 // but let through by WithDryRun. Skipped requests never reach the hook, so
 // the middleware cannot report them: wrap the WithSkip predicate with
-// Skip to count them. A request whose key function failed before any
-// policy was selected has an empty policy label.
+// Skip to count them. A request whose key function failed is
+// counted under the policy whose key function failed.
 //
 // # Cost and cardinality
 //

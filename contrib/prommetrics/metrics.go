@@ -237,8 +237,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 //   - denied and Blocked: denied;
 //   - denied and not Blocked (WithDryRun): dry_run_denied.
 //
-// A request no policy could be selected for (its key function failed) has
-// an empty policy label. Under WithCountStatus each request is counted
+// A request whose key function failed is counted under the policy whose
+// key function failed (the last one tried when none yields a key). Under WithCountStatus each request is counted
 // once, by the check before its handler runs; the consumption after the
 // handler (DecisionEvent.AfterHandler) is not counted again. The same
 // function may serve several middlewares: give each its own policy names

@@ -153,7 +153,7 @@ func TestHookCountsOutcomes(t *testing.T) {
 		floodgate.WithSkip(m.Skip("probe", func(r *http.Request) bool { return r.URL.Path == "/healthz" })))
 	trial := mw(newBucket(t, floodgate.PerMinute(1), clk), floodgate.WithPolicyName("trial"), floodgate.WithDryRun())
 	broken := mw(failing{}, floodgate.WithPolicyName("broken"))
-	heavy := mw(newBucket(t, floodgate.PerMinute(2), clk), floodgate.WithPolicyName("heavy"), floodgate.WithCost(5))
+	heavy := mw(newBucket(t, floodgate.PerMinute(2), clk), floodgate.WithPolicyName("heavy"), floodgate.WithCostFunc(func(*http.Request) (int, error) { return 5, nil }))
 	login := mw(newBucket(t, floodgate.PerMinute(5), clk), floodgate.WithPolicyName("login"),
 		floodgate.WithCountStatus(func(int) bool { return true }))
 
@@ -169,7 +169,7 @@ func TestHookCountsOutcomes(t *testing.T) {
 		{trial, "/", 1, http.StatusNoContent},
 		{trial, "/", 2, http.StatusNoContent}, // dry run: denied, let through
 		{broken, "/", 1, http.StatusServiceUnavailable},
-		{heavy, "/", 1, http.StatusTooManyRequests}, // cost 5 > 2: never fits
+		{heavy, "/", 1, http.StatusTooManyRequests}, // a cost func asks 5 > 2: never fits
 		{login, "/", 2, http.StatusNoContent},       // two events each, counted once
 	}
 	for i, s := range steps {

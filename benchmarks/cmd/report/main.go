@@ -1,6 +1,7 @@
 // Command report runs the whole floodgate comparison and prints it as
 // Markdown: every figure of every library, and floodgate's ratio to the
-// best peer with the target it is held to.
+// best peer with the target it is held to, and its ratio to the floor
+// of any in-memory decision (BenchmarkFloor).
 //
 // Run it from the benchmarks module:
 //
@@ -31,7 +32,7 @@ import (
 func main() {
 	count := flag.Int("count", 5, "rounds; each figure is the median over them")
 	benchtime := flag.String("benchtime", "200ms", "go test -benchtime of the timed cases")
-	bench := flag.String("bench", "^Benchmark(Decision|Middleware|Memory|Redis)$", "go test -bench pattern")
+	bench := flag.String("bench", "^Benchmark(Decision|Middleware|Floor|Memory|Redis)$", "go test -bench pattern")
 	raw := flag.String("raw", "", "also write the raw go test output to this file")
 	flag.Parse()
 	if err := run(*count, *benchtime, *bench, *raw, os.Stdout, os.Stderr); err != nil {
@@ -104,14 +105,14 @@ func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) e
 // timed with -benchtime and the memory case, run once per round. Only the
 // default pattern is split; any other runs as given in the timed pass.
 func timedPattern(p string) string {
-	if p == "^Benchmark(Decision|Middleware|Memory|Redis)$" {
-		return "^Benchmark(Decision|Middleware|Redis)$"
+	if p == "^Benchmark(Decision|Middleware|Floor|Memory|Redis)$" {
+		return "^Benchmark(Decision|Middleware|Floor|Redis)$"
 	}
 	return p
 }
 
 func memoryPattern(p string) string {
-	if p == "^Benchmark(Decision|Middleware|Memory|Redis)$" {
+	if p == "^Benchmark(Decision|Middleware|Floor|Memory|Redis)$" {
 		return "^BenchmarkMemory$"
 	}
 	return ""

@@ -54,23 +54,50 @@ func metricsOf(c string) []metric {
 	return []metric{{unit: "ns/op"}, cpuMetric}
 }
 
-// target is what issue 5 asks of floodgate in a case.
+// target is what issue 11 asks of floodgate in a case: a ratio to the
+// best published library (the hand-made baseline is shown beside it, not
+// judged against), an absolute bound, or both.
 type target struct {
-	ratio     float64 // floodgate ÷ best peer: at most this (at least, for decisions/s)
+	ratio     float64 // floodgate ÷ best library: at most this (at least, for decisions/s); 0: none
+	max       float64 // the headline figure, at most; 0: none
 	maxAllocs float64 // allocs/op, at most; negative: no bound
 	text      string
 	// headlineOnly: the target is about the case's headline figure only
-	// (decisions/s), not about its CPU time.
+	// (decisions/s, B/key), not about its CPU time.
 	headlineOnly bool
 }
 
 var targets = map[string]target{
-	"Decision/hot":           {ratio: 0.6, maxAllocs: 0, text: "≤ 0.6, 0 allocs"},
-	"Decision/100k-parallel": {ratio: 0.6, maxAllocs: 0, text: "≤ 0.6, 0 allocs"},
-	"Middleware/allowed":     {ratio: 0.5, maxAllocs: 3, text: "≤ 0.5, ≤ 3 allocs"},
-	"Middleware/denied":      {ratio: 0.4, maxAllocs: 4, text: "≤ 0.4, ≤ 4 allocs"},
-	"Memory/100k":            {ratio: 1, maxAllocs: -1, text: "≤ 1 (best bounded peer), bounded"},
+	"Decision/hot":           {ratio: 0.75, maxAllocs: 0, text: "≤ 0.75, 0 allocs"},
+	"Decision/100k-parallel": {ratio: 0.8, maxAllocs: 0, text: "≤ 0.8, 0 allocs"},
+	"Middleware/allowed":     {ratio: 0.35, maxAllocs: 1, text: "≤ 0.35, ≤ 1 alloc"},
+	"Middleware/denied":      {ratio: 0.25, maxAllocs: 0, text: "≤ 0.25, 0 allocs"},
+	"Memory/100k":            {max: 100, maxAllocs: -1, text: "≤ 100 B/key, bounded", headlineOnly: true},
 	"Redis/callers=256":      {ratio: 1.5, maxAllocs: -1, text: "≥ 1.5", headlineOnly: true},
+}
+
+// floorCase holds BenchmarkFloor's steps; the floor of an in-memory
+// decision is the sum of the three floodgate takes: the monotonic clock,
+// the key's hash and an uncontended lock.
+const floorCase = "Floor"
+
+var floorSteps = []string{"time.Since", "maphash", "mutex"}
+
+// floor returns the floor of a decision in unit, for the cases an
+// in-memory decision is part of.
+func (r *results) floor(c, unit string) (float64, bool) {
+	if !strings.HasPrefix(c, "Decision/") && !strings.HasPrefix(c, "Middleware/") {
+		return 0, false
+	}
+	sum := 0.0
+	for _, step := range floorSteps {
+		v, ok := r.median(floorCase, step, unit)
+		if !ok {
+			return 0, false
+		}
+		sum += v
+	}
+	return sum, true
 }
 
 // bounded reports whether lib's store in case c has a key bound; only the
@@ -136,9 +163,14 @@ func render(w io.Writer, m machine, r *results) error {
 	p("Each figure is the median of %d rounds (-benchtime %s; the memory case one store per round). "+
 		"ns/op is wall time; cpu-ns/op is the process's CPU time per decision, which does not count waiting for a core.\n\n", m.rounds, m.benchtime)
 
-	p("| case | figure | floodgate | best peer | floodgate ÷ best peer | best library (no baseline) | floodgate ÷ best library | floodgate allocs/op | target | met |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|\n")
+	p("Targets are ratios to the best published library (no baseline) or absolute bounds. " +
+		"The floor is BenchmarkFloor's clock (time.Since) + key hash (maphash) + uncontended lock, measured in the same run: no in-memory decision can cost less.\n\n")
+	p("| case | figure | floodgate | best peer | floodgate ÷ best peer | best library (no baseline) | floodgate ÷ best library | floodgate allocs/op | target | met | floor | floodgate ÷ floor |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.cases {
+		if c == floorCase {
+			continue
+		}
 		for _, lib := range r.subjects(c) {
 			r.summaryRows(p, c, lib)
 		}
@@ -160,7 +192,11 @@ func render(w io.Writer, m machine, r *results) error {
 			if ok {
 				fig = num(v, mt.unit) + " " + mt.unit
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", c, name, fig, ratio(v, bv, ok && bok),
+			rt := ratio(v, bv, ok && bok)
+			if c == floorCase {
+				rt = "—" // steps of a decision, not libraries to rank
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", c, name, fig, rt,
 				fmtUnit(r, c, lib, "ns/op"), fmtUnit(r, c, lib, "cpu-ns/op"), fmtUnit(r, c, lib, "B/op"), fmtUnit(r, c, lib, "allocs/op"))
 		}
 	}
@@ -170,14 +206,20 @@ func render(w io.Writer, m machine, r *results) error {
 	return err
 }
 
-func verdict(tg target, mt metric, fv float64, ok bool, bv, allocs float64, aok bool) string {
+func verdict(tg target, mt metric, fv float64, ok bool, lv, allocs float64, aok bool) string {
 	if !ok {
 		return "not measured"
 	}
-	q := fv / bv
-	good := q <= tg.ratio
-	if mt.higherIsBetter {
-		good = q >= tg.ratio
+	good := true
+	if tg.ratio > 0 {
+		q := fv / lv
+		good = q <= tg.ratio
+		if mt.higherIsBetter {
+			good = q >= tg.ratio
+		}
+	}
+	if tg.max > 0 && fv > tg.max {
+		good = false
 	}
 	if tg.maxAllocs >= 0 && (!aok || allocs > tg.maxAllocs) {
 		good = false
@@ -262,12 +304,17 @@ func (r *results) summaryRows(p func(string, ...any), c, lib string) {
 		met, tgText := "", ""
 		if hasTarget && (i == 0 || !tg.headlineOnly) {
 			tgText = tg.text
-			met = verdict(tg, mt, fv, fok && bok, bv, allocs, aok)
+			met = verdict(tg, mt, fv, fok && (lok || tg.ratio == 0), lv, allocs, aok)
 			if b, ok := r.bounded(c, lib); ok && !b {
 				met = "**no** (unbounded)"
 			}
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, mt.unit, fcell, cell(bn, bv, bok), ratio(fv, bv, fok && bok),
-			cell(ln, lv, lok), ratio(fv, lv, fok && lok), acell, tgText, met)
+		flv, flok := r.floor(c, mt.unit)
+		flcell := "—"
+		if flok {
+			flcell = num(flv, mt.unit)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, mt.unit, fcell, cell(bn, bv, bok), ratio(fv, bv, fok && bok),
+			cell(ln, lv, lok), ratio(fv, lv, fok && lok), acell, tgText, met, flcell, ratio(fv, flv, fok && flok))
 	}
 }

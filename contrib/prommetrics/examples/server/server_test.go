@@ -148,12 +148,12 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		decisions[label(mt, "policy")+"/"+label(mt, "outcome")] = mt.GetCounter().GetValue()
 	}
 	// The sign-up passes the per-IP ceiling (allowed), then its body is
-	// read by the first nickname policy's key function, which fails before
-	// any policy is selected: the policy label is empty.
+	// read by the nickname policy's key function, which refuses it: the
+	// error is counted under that policy.
 	want := map[string]float64{
 		"user_id_probe/allowed": 10, "user_id_probe/denied": 2, "user_id_probe/error": 0, "user_id_probe/dry_run_denied": 0,
 		"signup_ip_ceiling/allowed": 1, "signup_ip_ceiling/denied": 0, "signup_ip_ceiling/error": 0, "signup_ip_ceiling/dry_run_denied": 0,
-		"/allowed": 0, "/denied": 0, "/error": 1, "/dry_run_denied": 0,
+		"nickname/allowed": 0, "nickname/denied": 0, "nickname/error": 1, "nickname/dry_run_denied": 0,
 	}
 	if len(decisions) != len(want) {
 		t.Errorf("decision series %v, want %v", decisions, want)
