@@ -1,0 +1,13 @@
+// Package metricsbase holds what floodgate's metrics adapters
+// (contrib/prommetrics and contrib/otelmetrics) share and what does not
+// depend on a metrics ecosystem: the outcome of a decision, the bounded
+// table of policy names a hook counts under, the registry of watched
+// limiters, and the wrapper that times a limiter's decisions while keeping
+// its optional interfaces. Each adapter keeps its own names (Prometheus
+// labels, OpenTelemetry attributes) and its own instruments.
+//
+// It lives in the root module, whose dependencies it must not change: it
+// imports neither an ecosystem's client nor redisstore. What it needs of
+// redisstore's limiters, their Stats type, is a type parameter the
+// adapters fill in.
+package metricsbase
