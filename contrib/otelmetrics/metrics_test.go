@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/metricsbase"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -217,7 +218,7 @@ func TestHookCountsOutcomes(t *testing.T) {
 	}
 	want := map[string]float64{}
 	for _, p := range []string{"probe", "trial", "broken", "heavy", "login"} {
-		for _, o := range outcomeValues[:skipped] {
+		for _, o := range outcomeValues[:metricsbase.Skipped] {
 			want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy="+p+"}"] = 0
 		}
 	}
