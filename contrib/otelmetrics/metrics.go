@@ -104,18 +104,11 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 // finite and strictly increasing.
 func WithBuckets(bounds ...float64) Option {
 	return func(c *config) error {
-		if len(bounds) == 0 {
-			return fmt.Errorf("%w: no histogram buckets", floodgate.ErrInvalidOption)
+		b, err := metricsbase.Buckets(bounds)
+		if err != nil {
+			return err
 		}
-		for i, b := range bounds {
-			if math.IsNaN(b) || math.IsInf(b, 0) {
-				return fmt.Errorf("%w: histogram bucket %v is not finite", floodgate.ErrInvalidOption, b)
-			}
-			if i > 0 && b <= bounds[i-1] {
-				return fmt.Errorf("%w: histogram buckets %v are not strictly increasing", floodgate.ErrInvalidOption, bounds)
-			}
-		}
-		c.buckets = append([]float64(nil), bounds...)
+		c.buckets = b
 		return nil
 	}
 }

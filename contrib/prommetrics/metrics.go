@@ -2,7 +2,6 @@ package prommetrics
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"time"
 
@@ -67,18 +66,11 @@ type config struct {
 // strictly increasing; the +Inf bucket is always added.
 func WithBuckets(bounds ...float64) Option {
 	return func(c *config) error {
-		if len(bounds) == 0 {
-			return fmt.Errorf("%w: no histogram buckets", floodgate.ErrInvalidOption)
+		b, err := metricsbase.Buckets(bounds)
+		if err != nil {
+			return err
 		}
-		for i, b := range bounds {
-			if math.IsNaN(b) || math.IsInf(b, 0) {
-				return fmt.Errorf("%w: histogram bucket %v is not finite", floodgate.ErrInvalidOption, b)
-			}
-			if i > 0 && b <= bounds[i-1] {
-				return fmt.Errorf("%w: histogram buckets %v are not strictly increasing", floodgate.ErrInvalidOption, bounds)
-			}
-		}
-		c.buckets = append([]float64(nil), bounds...)
+		c.buckets = b
 		return nil
 	}
 }
