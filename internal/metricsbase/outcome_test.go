@@ -2,20 +2,18 @@ package metricsbase
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
-
-var errDown = errors.New("store down")
 
 // TestOutcomeOf: every way a middleware decision ends, and the business
 // code's Classify on the same answers.
 func TestOutcomeOf(t *testing.T) {
 	never := fmt.Errorf("cost 5 over 2: %w", floodgate.ErrCostExceedsLimit)
-	canceled := fmt.Errorf("%w: %w", errDown, context.Canceled)
+	canceled := fmt.Errorf("%w: %w", metricstest.ErrDown, context.Canceled)
 	for _, tt := range []struct {
 		name     string
 		ev       floodgate.DecisionEvent
@@ -27,11 +25,11 @@ func TestOutcomeOf(t *testing.T) {
 		{"dry-run denied", floodgate.DecisionEvent{}, DryRunDenied, Denied},
 		{"cost never fits", floodgate.DecisionEvent{Err: never, Blocked: true}, Denied, Denied},
 		{"cost never fits, dry run", floodgate.DecisionEvent{Err: never}, DryRunDenied, Denied},
-		{"store down", floodgate.DecisionEvent{Err: errDown, Blocked: true}, Error, Error},
-		{"store down, fail open", floodgate.DecisionEvent{Err: errDown}, Error, Error},
+		{"store down", floodgate.DecisionEvent{Err: metricstest.ErrDown, Blocked: true}, Error, Error},
+		{"store down, fail open", floodgate.DecisionEvent{Err: metricstest.ErrDown}, Error, Error},
 		{"client gone", floodgate.DecisionEvent{Err: canceled, Blocked: true}, Error, Error},
 		// An error with an allowance is still no decision.
-		{"allowed with error", floodgate.DecisionEvent{Decision: floodgate.Decision{Allowed: true}, Err: errDown}, Error, Error},
+		{"allowed with error", floodgate.DecisionEvent{Decision: floodgate.Decision{Allowed: true}, Err: metricstest.ErrDown}, Error, Error},
 	} {
 		if got := OutcomeOf(tt.ev); got != tt.want {
 			t.Errorf("%s: OutcomeOf = %d, want %d", tt.name, got, tt.want)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
 
 // counts is a per-policy value for the tests: counts by outcome and how
@@ -83,7 +84,7 @@ func TestHook(t *testing.T) {
 		{Policy: "login", Decision: allow},
 		{Policy: "probe", Blocked: true},
 		{Policy: "login"},
-		{Policy: "probe", Err: errDown},
+		{Policy: "probe", Err: metricstest.ErrDown},
 		{Policy: "pr\u00f6be", Decision: allow},
 		{Policy: "probe", Decision: allow},
 		{Policy: "pr\u00f6be", Decision: allow},

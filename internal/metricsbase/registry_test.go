@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
 
 // redisLike stands for redisstore's Stats, which this module cannot
@@ -29,14 +30,9 @@ func newRegistry() *Registry[redisLike, entry] {
 	return NewRegistry(errDuplicate, func(name string, s Sources[redisLike]) entry { return entry{name, s} })
 }
 
+// newBucket is a token bucket of 10 a minute with a store of 64 keys.
 func newBucket(t testing.TB) *floodgate.TokenBucket {
-	t.Helper()
-	tb, err := floodgate.NewTokenBucket(floodgate.PerMinute(10), floodgate.WithMaxKeys(64),
-		floodgate.WithClock(func() time.Time { return time.Unix(0, 0) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tb
+	return metricstest.NewBucket(t, floodgate.PerMinute(10), floodgatetest.NewClock(metricstest.T0), floodgate.WithMaxKeys(64))
 }
 
 // TestSourcesOf: each kind of Stats is found, and only that kind.
@@ -48,7 +44,7 @@ func TestSourcesOf(t *testing.T) {
 	if s := SourcesOf[redisLike](remote{tb}); s.Store != nil || s.Redis == nil || s.Redis().Errors != 3 {
 		t.Errorf("remote: store %v, redis %v", s.Store != nil, s.Redis != nil)
 	}
-	if s := SourcesOf[redisLike](bare{tb}); !s.None() {
+	if s := SourcesOf[redisLike](metricstest.Bare{Limiter: tb}); !s.None() {
 		t.Errorf("bare: %+v, want none", s)
 	}
 }
@@ -76,7 +72,7 @@ func TestRegistry(t *testing.T) {
 		{"name not ASCII", r.Watch("m\u00e9m", tb), floodgate.ErrInvalidOption},
 		{"Watch nil", r.Watch("nil", nil), floodgate.ErrInvalidOption},
 		{"Register nil", r.Register("nil", nil), floodgate.ErrInvalidOption},
-		{"Watch without Stats", r.Watch("bare", bare{tb}), floodgate.ErrInvalidOption},
+		{"Watch without Stats", r.Watch("bare", metricstest.Bare{Limiter: tb}), floodgate.ErrInvalidOption},
 	} {
 		if !errors.Is(tt.err, tt.want) {
 			t.Errorf("%s: err = %v, want %v", tt.name, tt.err, tt.want)
@@ -87,7 +83,7 @@ func TestRegistry(t *testing.T) {
 	}
 	// Register takes a limiter without Stats; its refused Watch had not
 	// taken the name.
-	if err := r.Register("bare", bare{tb}); err != nil {
+	if err := r.Register("bare", metricstest.Bare{Limiter: tb}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string

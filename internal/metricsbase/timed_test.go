@@ -6,19 +6,8 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
-
-// bare is a limiter with no optional interface.
-type bare struct{ floodgate.Limiter }
-
-// refundOnly implements Refunder but not Resetter.
-type refundOnly struct{ *floodgate.TokenBucket }
-
-func (refundOnly) Reset() {} // not floodgate.Resetter's signature
-
-type resetOnly struct{ bare }
-
-func (resetOnly) Reset(context.Context, string) error { return nil }
 
 // TestTimedRecords: each AllowN is one record, of the time between the
 // clock's two readings, with the AllowN context; the decision passes
@@ -59,27 +48,9 @@ func TestTimedKeepsInterfaces(t *testing.T) {
 	wrap := func(l floodgate.Limiter) floodgate.Limiter {
 		return Timed(l, time.Now, func(context.Context, time.Duration) { records++ })
 	}
-	for _, tt := range []struct {
-		name            string
-		l               floodgate.Limiter
-		refunds, resets bool
-		rate            floodgate.Rate
-	}{
-		{"token bucket", tb, true, true, floodgate.PerMinute(10)},
-		{"bare", bare{tb}, false, false, floodgate.Rate{}},
-		{"refund only", refundOnly{tb}, true, false, floodgate.PerMinute(10)},
-		{"reset only", resetOnly{bare{tb}}, false, true, floodgate.Rate{}},
-	} {
-		l := wrap(tt.l)
-		_, refunds := l.(floodgate.Refunder)
-		_, resets := l.(floodgate.Resetter)
-		if refunds != tt.refunds || resets != tt.resets {
-			t.Errorf("%s: Refunder %v, Resetter %v; want %v, %v", tt.name, refunds, resets, tt.refunds, tt.resets)
-		}
-		if r := l.(interface{ Rate() floodgate.Rate }).Rate(); r != tt.rate {
-			t.Errorf("%s: Rate() = %v, want %v", tt.name, r, tt.rate)
-		}
-	}
+	metricstest.KeepsInterfaces(t, func(_ string, l floodgate.Limiter) (floodgate.Limiter, error) {
+		return wrap(l), nil
+	})
 	ctx := context.Background()
 	l := wrap(tb)
 	if _, err := l.AllowN(ctx, "k", 6); err != nil {
