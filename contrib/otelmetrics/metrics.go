@@ -278,7 +278,12 @@ func clamp(n uint64) int64 {
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
-	return m.policies.Hook(func(c *policyCounters, o metricsbase.Outcome) { c.n[o].Add(1) })
+	h := m.policies.NewHook()
+	return func(ev floodgate.DecisionEvent) {
+		if c, o, ok := h.Resolve(&ev); ok {
+			c.n[o].Add(1)
+		}
+	}
 }
 
 // Observe counts a decision made outside the middleware, from business

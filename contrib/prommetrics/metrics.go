@@ -211,7 +211,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
-	return m.policies.Hook(func(c *policyCounters, o metricsbase.Outcome) { c[o].Inc() })
+	h := m.policies.NewHook()
+	return func(ev floodgate.DecisionEvent) {
+		if c, o, ok := h.Resolve(&ev); ok {
+			c[o].Inc()
+		}
+	}
 }
 
 // Observe counts a decision made outside the middleware, from business

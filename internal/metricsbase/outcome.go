@@ -33,22 +33,39 @@ const (
 // other than floodgate.ErrCostExceedsLimit is Error, since no decision was
 // made; a cost that can never fit is a denial.
 func Classify(allowed bool, err error) Outcome {
-	switch {
-	case err != nil && !errors.Is(err, floodgate.ErrCostExceedsLimit):
-		return Error
-	case allowed && err == nil:
-		return Allowed
-	default:
+	// Without an error, the usual case, the answer is decided here, in a
+	// function small enough to be inlined into its callers.
+	if err == nil {
+		if allowed {
+			return Allowed
+		}
 		return Denied
 	}
+	return errorOutcome(err)
 }
 
 // OutcomeOf is the outcome of a middleware decision: Classify's, except
 // that a denial the middleware did not block (dry-run) is DryRunDenied.
-func OutcomeOf(ev floodgate.DecisionEvent) Outcome {
-	o := Classify(ev.Decision.Allowed, ev.Err)
+// The hook calls it on every request: it takes the event by pointer, as
+// the event is too large to copy for the three fields it reads.
+func OutcomeOf(ev *floodgate.DecisionEvent) Outcome {
+	o := Allowed
+	switch {
+	case ev.Err != nil:
+		o = errorOutcome(ev.Err)
+	case !ev.Decision.Allowed:
+		o = Denied
+	}
 	if o == Denied && !ev.Blocked {
 		return DryRunDenied
 	}
 	return o
+}
+
+// errorOutcome is the outcome of an answer with err.
+func errorOutcome(err error) Outcome {
+	if errors.Is(err, floodgate.ErrCostExceedsLimit) {
+		return Denied
+	}
+	return Error
 }

@@ -31,7 +31,7 @@ func TestOutcomeOf(t *testing.T) {
 		// An error with an allowance is still no decision.
 		{"allowed with error", floodgate.DecisionEvent{Decision: floodgate.Decision{Allowed: true}, Err: metricstest.ErrDown}, Error, Error},
 	} {
-		if got := OutcomeOf(tt.ev); got != tt.want {
+		if got := OutcomeOf(&tt.ev); got != tt.want {
 			t.Errorf("%s: OutcomeOf = %d, want %d", tt.name, got, tt.want)
 		}
 		if got := Classify(tt.ev.Decision.Allowed, tt.ev.Err); got != tt.classify {

@@ -97,28 +97,35 @@ func (t *Policies[V]) All() iter.Seq[*Policy[V]] {
 	}
 }
 
-// Hook returns a function for floodgate.WithDecisionHook that calls count
-// with the entry of each decision's policy and its outcome (OutcomeOf).
-// It skips the consumption after the handler (DecisionEvent.AfterHandler)
-// so that a request is counted once, by the check before its handler.
-//
-// A middleware reports few policies, usually one, and the same name
-// string every time: the hook remembers the last entry it used and skips
-// the map lookup while the policy stays the same, a third of its cost.
-func (t *Policies[V]) Hook(count func(v *V, o Outcome)) func(floodgate.DecisionEvent) {
-	var last atomic.Pointer[Policy[V]]
-	return func(ev floodgate.DecisionEvent) {
-		if ev.AfterHandler {
-			return
-		}
-		p := last.Load()
-		if p == nil || p.Name != ev.Policy {
-			if p = t.Get(ev.Policy); p.Name == ev.Policy {
-				last.Store(p)
-			}
-		}
-		count(&p.V, OutcomeOf(ev))
+// Hook resolves the events of one decision hook to the value and outcome
+// to count them under. An adapter's hook does the counting itself, so
+// that its increment is a direct call on the request path.
+type Hook[V any] struct {
+	t *Policies[V]
+	// A middleware reports few policies, usually one, and the same name
+	// string every time: the entry last used saves the map lookup while
+	// the policy stays the same, a third of the hook's cost.
+	last atomic.Pointer[Policy[V]]
+}
+
+// NewHook returns a Hook on t, for one decision hook function.
+func (t *Policies[V]) NewHook() *Hook[V] { return &Hook[V]{t: t} }
+
+// Resolve returns the value of ev's policy and ev's outcome (OutcomeOf),
+// or ok false for an event that must not be counted: the consumption
+// after the handler (DecisionEvent.AfterHandler), since a request is
+// counted once, by the check before its handler.
+func (h *Hook[V]) Resolve(ev *floodgate.DecisionEvent) (v *V, o Outcome, ok bool) {
+	if ev.AfterHandler {
+		return nil, 0, false
 	}
+	p := h.last.Load()
+	if p == nil || p.Name != ev.Policy {
+		if p = h.t.Get(ev.Policy); p.Name == ev.Policy {
+			h.last.Store(p)
+		}
+	}
+	return &p.V, OutcomeOf(ev), true
 }
 
 // Printable reports whether name is printable ASCII, as floodgate

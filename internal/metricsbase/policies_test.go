@@ -71,12 +71,22 @@ func TestPoliciesBounded(t *testing.T) {
 	}
 }
 
+// countingHook is a decision hook as the adapters write them.
+func countingHook(tab *Policies[counts]) func(floodgate.DecisionEvent) {
+	h := tab.NewHook()
+	return func(ev floodgate.DecisionEvent) {
+		if c, o, ok := h.Resolve(&ev); ok {
+			c.n[o].Add(1)
+		}
+	}
+}
+
 // TestHook: the hook counts each event once under its policy and
 // outcome, not the consumption after the handler, and stays right when
 // the policies it sees alternate.
 func TestHook(t *testing.T) {
 	tab := newTable()
-	hook := tab.Hook(func(c *counts, o Outcome) { c.n[o].Add(1) })
+	hook := countingHook(tab)
 	allow := floodgate.Decision{Allowed: true}
 	for _, ev := range []floodgate.DecisionEvent{
 		{Policy: "probe", Decision: allow},
@@ -123,7 +133,7 @@ func TestPoliciesConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hook := tab.Hook(func(c *counts, o Outcome) { c.n[o].Add(1) })
+			hook := countingHook(tab)
 			for i := 0; i < 300; i++ {
 				hook(floodgate.DecisionEvent{Policy: "p" + strconv.Itoa(i%11), Decision: floodgate.Decision{Allowed: true}})
 				if i%50 == 0 {
