@@ -2,24 +2,14 @@ package otelmetrics
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/metricsbase"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
-
-// storeStats is implemented by floodgate's in-memory limiters.
-type storeStats interface{ Stats() floodgate.Stats }
-
-// redisStats is implemented by redisstore's limiters.
-type redisStats interface{ Stats() redisstore.Stats }
-
-// rater is implemented by limiters that report their rate; the middleware
-// advertises it in RateLimit-Policy, so the timed wrapper passes it on.
-type rater interface{ Rate() floodgate.Rate }
 
 // Watch registers l under name so that each scrape reports its state, and
 // adds nothing to its decisions: the store's keys, bound and evictions for
@@ -32,15 +22,7 @@ type rater interface{ Rate() floodgate.Rate }
 // A Redis limiter's fallback is a limiter of its own: watch it under its
 // own name to see its store.
 func (m *Metrics) Watch(name string, l floodgate.Limiter) error {
-	if l == nil {
-		return fmt.Errorf("%w: nil limiter %q", floodgate.ErrInvalidOption, name)
-	}
-	if _, ok := l.(storeStats); !ok {
-		if _, ok := l.(redisStats); !ok {
-			return fmt.Errorf("%w: limiter %q (%T) reports no Stats to watch", floodgate.ErrInvalidOption, name, l)
-		}
-	}
-	return m.register(name, l)
+	return m.limiters.Watch(name, l)
 }
 
 // Limiter registers l under name like Watch, and returns a Limiter that
@@ -56,33 +38,30 @@ func (m *Metrics) Watch(name string, l floodgate.Limiter) error {
 // reading the clock twice can cost more than an in-memory decision
 // itself, which Watch observes for free.
 func (m *Metrics) Limiter(name string, l floodgate.Limiter) (floodgate.Limiter, error) {
-	if l == nil {
-		return nil, fmt.Errorf("%w: nil limiter %q", floodgate.ErrInvalidOption, name)
-	}
-	if err := m.register(name, l); err != nil {
+	if err := m.limiters.Register(name, l); err != nil {
 		return nil, err
 	}
-	t := &timed{l: l, hist: m.duration, now: m.now,
-		opts: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name)))}}
-	_, refunds := l.(floodgate.Refunder)
-	_, resets := l.(floodgate.Resetter)
-	switch {
-	case refunds && resets:
-		return timedRefundResetter{t}, nil
-	case refunds:
-		return timedRefunder{t}, nil
-	case resets:
-		return timedResetter{t}, nil
-	}
-	return t, nil
+	// Built once: passing them allocates nothing.
+	opts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name)))}
+	return metricsbase.Timed(l, m.now, func(ctx context.Context, d time.Duration) {
+		m.duration.Record(ctx, d.Seconds(), opts...)
+	}), nil
 }
 
-// register records name, refusing a duplicate.
-func (m *Metrics) register(name string, l floodgate.Limiter) error {
-	if name == "" || !printable(name) {
-		return fmt.Errorf("%w: limiter name %q must be non-empty printable ASCII", floodgate.ErrInvalidOption, name)
-	}
-	w := &watched{
+// watched is a registered limiter, the statistics it offers and the
+// attributes they are reported with.
+type watched struct {
+	metricsbase.Sources[redisstore.Stats]
+
+	limiter           metric.ObserveOption
+	idle, live        metric.ObserveOption
+	timeout, canceled metric.ObserveOption
+	other             metric.ObserveOption
+}
+
+func newWatched(name string, s metricsbase.Sources[redisstore.Stats]) *watched {
+	return &watched{
+		Sources:  s,
 		limiter:  metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name))),
 		idle:     metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), EvictionKey.String("idle"))),
 		live:     metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), EvictionKey.String("live"))),
@@ -90,76 +69,4 @@ func (m *Metrics) register(name string, l floodgate.Limiter) error {
 		canceled: metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("canceled"))),
 		other:    metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("other"))),
 	}
-	if s, ok := l.(storeStats); ok {
-		w.store = s.Stats
-	}
-	if s, ok := l.(redisStats); ok {
-		w.redis = s.Stats
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.names[name] {
-		return fmt.Errorf("%w: limiter %q", ErrDuplicateName, name)
-	}
-	m.names[name] = true
-	m.limiters = append(m.limiters, w)
-	return nil
 }
-
-// timed records the duration of each decision of l.
-type timed struct {
-	l    floodgate.Limiter
-	hist metric.Float64Histogram
-	opts []metric.RecordOption // built once: passing them allocates nothing
-	now  func() time.Time
-}
-
-// AllowN implements floodgate.Limiter.
-func (t *timed) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	start := t.now()
-	d, err := t.l.AllowN(ctx, key, n)
-	t.hist.Record(ctx, t.now().Sub(start).Seconds(), t.opts...)
-	return d, err
-}
-
-// Rate returns the wrapped limiter's rate, or the zero Rate.
-func (t *timed) Rate() floodgate.Rate {
-	if r, ok := t.l.(rater); ok {
-		return r.Rate()
-	}
-	return floodgate.Rate{}
-}
-
-type timedRefunder struct{ *timed }
-
-// RefundN implements floodgate.Refunder.
-func (t timedRefunder) RefundN(ctx context.Context, key string, n int) error {
-	return t.l.(floodgate.Refunder).RefundN(ctx, key, n)
-}
-
-type timedResetter struct{ *timed }
-
-// Reset implements floodgate.Resetter.
-func (t timedResetter) Reset(ctx context.Context, key string) error {
-	return t.l.(floodgate.Resetter).Reset(ctx, key)
-}
-
-type timedRefundResetter struct{ *timed }
-
-// RefundN implements floodgate.Refunder.
-func (t timedRefundResetter) RefundN(ctx context.Context, key string, n int) error {
-	return t.l.(floodgate.Refunder).RefundN(ctx, key, n)
-}
-
-// Reset implements floodgate.Resetter.
-func (t timedRefundResetter) Reset(ctx context.Context, key string) error {
-	return t.l.(floodgate.Resetter).Reset(ctx, key)
-}
-
-var (
-	_ floodgate.Limiter  = (*timed)(nil)
-	_ floodgate.Refunder = timedRefunder{}
-	_ floodgate.Resetter = timedResetter{}
-	_ floodgate.Refunder = timedRefundResetter{}
-	_ floodgate.Resetter = timedRefundResetter{}
-)

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/metricsbase"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -63,11 +63,11 @@ var ErrDuplicateName = fmt.Errorf("%w: name already registered", floodgate.ErrIn
 // when their policy name cannot be an attribute value of its own: a name
 // that is not printable ASCII, or a new name once MaxPolicies names have
 // been seen. It keeps a program that passes a client key as the policy
-// name to Observe from growing a stream per client.
-const OtherPolicy = "(other)"
+// name to Observe from growing a stream per client. Its value is "(other)".
+const OtherPolicy = metricsbase.OtherPolicy
 
 // MaxPolicies bounds the distinct policy names counted.
-const MaxPolicies = 256
+const MaxPolicies = metricsbase.MaxPolicies
 
 // DefaultBuckets are the advised bucket boundaries, in seconds, of the
 // decision latency histogram: from 100 µs, a Redis round trip on a local
@@ -75,19 +75,8 @@ const MaxPolicies = 256
 // may override them.
 var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
 
-// outcome indexes a policy's counters.
-type outcome int
-
-const (
-	allowed outcome = iota
-	denied
-	dryRunDenied
-	failed
-	skipped
-	numOutcomes
-)
-
-var outcomeValues = [numOutcomes]string{OutcomeAllowed, OutcomeDenied, OutcomeDryRunDenied, OutcomeError, OutcomeSkipped}
+// outcomeValues are the values of OutcomeKey, indexed by outcome.
+var outcomeValues = [metricsbase.NumOutcomes]string{OutcomeAllowed, OutcomeDenied, OutcomeDryRunDenied, OutcomeError, OutcomeSkipped}
 
 // Option configures New.
 type Option func(*config) error
@@ -115,18 +104,11 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 // finite and strictly increasing.
 func WithBuckets(bounds ...float64) Option {
 	return func(c *config) error {
-		if len(bounds) == 0 {
-			return fmt.Errorf("%w: no histogram buckets", floodgate.ErrInvalidOption)
+		b, err := metricsbase.Buckets(bounds)
+		if err != nil {
+			return err
 		}
-		for i, b := range bounds {
-			if math.IsNaN(b) || math.IsInf(b, 0) {
-				return fmt.Errorf("%w: histogram bucket %v is not finite", floodgate.ErrInvalidOption, b)
-			}
-			if i > 0 && b <= bounds[i-1] {
-				return fmt.Errorf("%w: histogram buckets %v are not strictly increasing", floodgate.ErrInvalidOption, bounds)
-			}
-		}
-		c.buckets = append([]float64(nil), bounds...)
+		c.buckets = b
 		return nil
 	}
 }
@@ -154,13 +136,8 @@ type Metrics struct {
 	keys, maxKeys                                                       metric.Int64ObservableUpDownCounter
 	fallbackActive                                                      metric.Int64ObservableGauge
 
-	// policies maps a policy name to its counters. It is replaced, never
-	// changed, under mu, so that the hook reads it without a lock.
-	policies atomic.Pointer[map[string]*policyCounters]
-
-	mu       sync.Mutex
-	limiters []*watched // append-only, under mu
-	names    map[string]bool
+	policies *metricsbase.Policies[policyCounters]
+	limiters *metricsbase.Registry[redisstore.Stats, *watched]
 
 	now func() time.Time // the latency clock; tests replace it
 }
@@ -168,22 +145,9 @@ type Metrics struct {
 // policyCounters are one policy's decision counts and the attributes they
 // are reported with.
 type policyCounters struct {
-	label string // the policy attribute: the name, or OtherPolicy
-	n     [numOutcomes]atomic.Uint64
-	attrs [numOutcomes]metric.ObserveOption
+	n     [metricsbase.NumOutcomes]atomic.Uint64
+	attrs [metricsbase.NumOutcomes]metric.ObserveOption
 	skips atomic.Bool // Skip was called for the policy: report skipped
-}
-
-// watched is a registered limiter, the statistics it offers and the
-// attributes they are reported with.
-type watched struct {
-	store func() floodgate.Stats  // nil if the limiter has no key store
-	redis func() redisstore.Stats // nil if it is not a Redis limiter
-
-	limiter           metric.ObserveOption
-	idle, live        metric.ObserveOption
-	timeout, canceled metric.ObserveOption
-	other             metric.ObserveOption
 }
 
 // New returns a Metrics whose instruments come from the meter ScopeName of
@@ -203,8 +167,15 @@ func New(opts ...Option) (*Metrics, error) {
 		c.provider = otel.GetMeterProvider()
 	}
 	meter := c.provider.Meter(ScopeName)
-	m := &Metrics{names: make(map[string]bool), now: time.Now}
-	m.policies.Store(&map[string]*policyCounters{})
+	m := &Metrics{
+		policies: metricsbase.NewPolicies(func(p *metricsbase.Policy[policyCounters]) {
+			for o := range p.V.attrs {
+				p.V.attrs[o] = metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(p.Name), OutcomeKey.String(outcomeValues[o])))
+			}
+		}),
+		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
+		now:      time.Now,
+	}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -248,27 +219,25 @@ func New(opts ...Option) (*Metrics, error) {
 
 // observe is the callback of the observable instruments.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
-	for _, pc := range *m.policies.Load() {
-		for i := range numOutcomes {
-			if outcome(i) == skipped && !pc.skips.Load() {
+	for p := range m.policies.All() {
+		pc := &p.V
+		for i := range metricsbase.NumOutcomes {
+			if i == metricsbase.Skipped && !pc.skips.Load() {
 				continue
 			}
 			o.ObserveInt64(m.decisions, clamp(pc.n[i].Load()), pc.attrs[i])
 		}
 	}
-	m.mu.Lock()
-	limiters := m.limiters // append-only: the prefix read here never changes
-	m.mu.Unlock()
-	for _, w := range limiters {
-		if w.store != nil {
-			s := w.store()
+	for _, w := range m.limiters.All() {
+		if w.Store != nil {
+			s := w.Store()
 			o.ObserveInt64(m.keys, int64(s.Keys), w.limiter)
 			o.ObserveInt64(m.maxKeys, int64(s.MaxKeys), w.limiter)
 			o.ObserveInt64(m.evictions, clamp(s.EvictedIdle), w.idle)
 			o.ObserveInt64(m.evictions, clamp(s.EvictedLive), w.live)
 		}
-		if w.redis != nil {
-			s := w.redis()
+		if w.Redis != nil {
+			s := w.Redis()
 			active := int64(0)
 			if s.FallbackActive {
 				active = 1
@@ -309,25 +278,11 @@ func clamp(n uint64) int64 {
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
-	// A middleware reports few policies, usually one, and the same name
-	// string every time: remembering the last one's counters saves the map
-	// lookup, a third of the hook's cost.
-	var last atomic.Pointer[policyCounters]
+	h := m.policies.NewHook()
 	return func(ev floodgate.DecisionEvent) {
-		if ev.AfterHandler {
-			return
+		if c, o, ok := h.Resolve(&ev); ok {
+			c.n[o].Add(1)
 		}
-		pc := last.Load()
-		if pc == nil || pc.label != ev.Policy {
-			if pc = m.policy(ev.Policy); pc.label == ev.Policy {
-				last.Store(pc)
-			}
-		}
-		o := classify(ev.Decision.Allowed, ev.Err)
-		if o == denied && !ev.Blocked {
-			o = dryRunDenied
-		}
-		pc.n[o].Add(1)
 	}
 }
 
@@ -336,19 +291,7 @@ func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
 // else allowed or denied. policy must be a fixed name, such as the
 // middleware's policy names, never a client key.
 func (m *Metrics) Observe(policy string, d floodgate.Decision, err error) {
-	m.policy(policy).n[classify(d.Allowed, err)].Add(1)
-}
-
-// classify maps a limiter's answer to an outcome.
-func classify(allowedNow bool, err error) outcome {
-	switch {
-	case err != nil && !errors.Is(err, floodgate.ErrCostExceedsLimit):
-		return failed
-	case allowedNow && err == nil:
-		return allowed
-	default:
-		return denied
-	}
+	m.policies.Get(policy).V.n[metricsbase.Classify(d.Allowed, err)].Add(1)
 }
 
 // Skip wraps a predicate for floodgate.WithSkip so that each request it
@@ -361,64 +304,13 @@ func (m *Metrics) Skip(policy string, skip func(*http.Request) bool) func(*http.
 	if skip == nil {
 		return nil
 	}
-	pc := m.policy(policy)
+	pc := &m.policies.Get(policy).V
 	pc.skips.Store(true)
 	return func(r *http.Request) bool {
 		if skip(r) {
-			pc.n[skipped].Add(1)
+			pc.n[metricsbase.Skipped].Add(1)
 			return true
 		}
 		return false
 	}
-}
-
-// policy returns the counters of the named policy, creating them on first
-// use.
-func (m *Metrics) policy(name string) *policyCounters {
-	known := *m.policies.Load()
-	if pc := known[name]; pc != nil {
-		return pc
-	}
-	if !printable(name) || len(known) >= MaxPolicies {
-		// Such names are never keys of the map, which cannot grow past
-		// MaxPolicies + 1: they are mapped here, without the lock.
-		name = OtherPolicy
-		if pc := known[name]; pc != nil {
-			return pc
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.policies.Load()
-	if pc := old[name]; pc != nil {
-		return pc
-	}
-	if len(old) >= MaxPolicies && name != OtherPolicy {
-		name = OtherPolicy
-		if pc := old[name]; pc != nil {
-			return pc
-		}
-	}
-	pc := &policyCounters{label: name}
-	for o := range numOutcomes {
-		pc.attrs[o] = metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(name), OutcomeKey.String(outcomeValues[o])))
-	}
-	next := make(map[string]*policyCounters, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name] = pc
-	m.policies.Store(&next)
-	return pc
-}
-
-// printable reports whether name is printable ASCII, as floodgate requires
-// of policy names.
-func printable(name string) bool {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
 }

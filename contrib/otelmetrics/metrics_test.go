@@ -3,28 +3,22 @@ package otelmetrics
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"math"
-	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/metricsbase"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
-
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // newMetrics returns a Metrics on an SDK provider of its own and the
 // reader that collects from it.
@@ -118,106 +112,14 @@ var monotonic = map[string]bool{
 	"floodgate.redis.errors":             true,
 }
 
-func only(s map[string]float64, prefix string) map[string]float64 {
-	out := make(map[string]float64)
-	for k, v := range s {
-		if strings.HasPrefix(k, prefix) {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-func wantPoints(t testing.TB, got, want map[string]float64) {
-	t.Helper()
-	if maps.Equal(got, want) {
-		return
-	}
-	keys := slices.Collect(maps.Keys(got))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range slices.Compact(keys) {
-		g, gok := got[k]
-		w, wok := want[k]
-		if g != w || gok != wok {
-			fmt.Fprintf(&b, "\n  %s: got %v (present %v), want %v (present %v)", k, g, gok, w, wok)
-		}
-	}
-	t.Fatalf("data points differ:%s", b.String())
-}
-
-func newBucket(t testing.TB, r floodgate.Rate, clk *floodgatetest.Clock, opts ...floodgate.Option) *floodgate.TokenBucket {
-	t.Helper()
-	b, err := floodgate.NewTokenBucket(r, append(opts, floodgate.WithClock(clk.Now))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-type failing struct{}
-
-var errDown = errors.New("store down")
-
-func (failing) AllowN(context.Context, string, int) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errDown
-}
-
-func serve(h http.Handler, path string) int {
-	r := httptest.NewRequest("GET", path, nil)
-	r.RemoteAddr = "192.0.2.1:1234"
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w.Code
-}
-
 // TestHookCountsOutcomes drives real middlewares, one per outcome, and
 // checks every decision data point and its attributes.
 func TestHookCountsOutcomes(t *testing.T) {
 	m, reader := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	mw := func(l floodgate.Limiter, opts ...floodgate.MiddlewareOption) http.Handler {
-		h, err := floodgate.NewMiddleware(l, append(opts, floodgate.WithDecisionHook(m.Hook()))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h(ok)
-	}
-	probe := mw(newBucket(t, floodgate.PerMinute(3), clk), floodgate.WithPolicyName("probe"),
-		floodgate.WithSkip(m.Skip("probe", func(r *http.Request) bool { return r.URL.Path == "/healthz" })))
-	trial := mw(newBucket(t, floodgate.PerMinute(1), clk), floodgate.WithPolicyName("trial"), floodgate.WithDryRun())
-	broken := mw(failing{}, floodgate.WithPolicyName("broken"))
-	heavy := mw(newBucket(t, floodgate.PerMinute(2), clk), floodgate.WithPolicyName("heavy"), floodgate.WithCostFunc(func(*http.Request) (int, error) { return 5, nil }))
-	login := mw(newBucket(t, floodgate.PerMinute(5), clk), floodgate.WithPolicyName("login"),
-		floodgate.WithCountStatus(func(int) bool { return true }))
-	for i, s := range []struct {
-		h      http.Handler
-		path   string
-		n      int
-		status int
-	}{
-		{probe, "/", 3, http.StatusNoContent},
-		{probe, "/", 2, http.StatusTooManyRequests},
-		{probe, "/healthz", 4, http.StatusNoContent},
-		{trial, "/", 1, http.StatusNoContent},
-		{trial, "/", 2, http.StatusNoContent},
-		{broken, "/", 1, http.StatusServiceUnavailable},
-		{heavy, "/", 1, http.StatusTooManyRequests},
-		{login, "/", 2, http.StatusNoContent},
-	} {
-		for j := 0; j < s.n; j++ {
-			if got := serve(s.h, s.path); got != s.status {
-				t.Fatalf("step %d request %d: status %d, want %d", i, j, got, s.status)
-			}
-		}
-	}
+	metricstest.DriveOutcomes(t, m.Hook(), m.Skip)
 	want := map[string]float64{}
-	for _, p := range []string{"probe", "trial", "broken", "heavy", "login"} {
-		for _, o := range outcomeValues[:skipped] {
+	for _, p := range metricstest.OutcomePolicies {
+		for _, o := range outcomeValues[:metricsbase.Skipped] {
 			want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy="+p+"}"] = 0
 		}
 	}
@@ -233,14 +135,13 @@ func TestHookCountsOutcomes(t *testing.T) {
 	} {
 		want["floodgate.decisions{"+k+"}"] = v
 	}
-	wantPoints(t, points(t, reader), want)
+	metricstest.Want(t, points(t, reader), want)
 }
 
 // TestObserveFromBusinessCode: decisions made outside the middleware.
 func TestObserveFromBusinessCode(t *testing.T) {
 	m, reader := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	signup := newBucket(t, floodgate.PerMinute(2), clk)
+	signup := metricstest.NewBucket(t, floodgate.PerMinute(2), floodgatetest.NewClock(metricstest.T0))
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		d, err := signup.Allow(ctx, "abc{NUM}")
@@ -248,8 +149,8 @@ func TestObserveFromBusinessCode(t *testing.T) {
 	}
 	d, err := signup.AllowN(ctx, "xyz", 3)
 	m.Observe("nickname", d, err)
-	m.Observe("nickname", floodgate.Decision{}, errDown)
-	wantPoints(t, points(t, reader), map[string]float64{
+	m.Observe("nickname", floodgate.Decision{}, metricstest.ErrDown)
+	metricstest.Want(t, points(t, reader), map[string]float64{
 		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=nickname}":        2,
 		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":         2,
 		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}": 0,
@@ -266,7 +167,7 @@ func TestPolicyAttributesBounded(t *testing.T) {
 	for i := 0; i < MaxPolicies+100; i++ {
 		m.Observe("client-"+strconv.Itoa(i), allow, nil)
 	}
-	got := only(points(t, reader), "floodgate.decisions{floodgate.outcome=allowed,")
+	got := metricstest.Only(points(t, reader), "floodgate.decisions{floodgate.outcome=allowed,")
 	if len(got) != MaxPolicies {
 		t.Fatalf("%d policies, want %d", len(got), MaxPolicies)
 	}
@@ -280,19 +181,9 @@ func TestPolicyAttributesBounded(t *testing.T) {
 // readings; the advised boundaries are used.
 func TestLimiterTimesDecisions(t *testing.T) {
 	m, reader := newMetrics(t, WithBuckets(0.001, 0.005, 0.01))
-	clk := floodgatetest.NewClock(t0)
-	var mu sync.Mutex
-	reads := 0
-	m.now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		reads++
-		if reads%2 == 0 {
-			return clk.Advance(3 * time.Millisecond)
-		}
-		return clk.Now()
-	}
-	l, err := m.Limiter("redis-probe", newBucket(t, floodgate.PerMinute(2), clk))
+	clk := floodgatetest.NewClock(metricstest.T0)
+	m.now = metricstest.SteppingClock(clk, 3*time.Millisecond)
+	l, err := m.Limiter("redis-probe", metricstest.NewBucket(t, floodgate.PerMinute(2), clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,13 +192,13 @@ func TestLimiterTimesDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := only(points(t, reader), "floodgate.decision.duration")
+	got := metricstest.Only(points(t, reader), "floodgate.decision.duration")
 	const sum = "floodgate.decision.duration.sum{floodgate.limiter=redis-probe}"
 	if s := got[sum]; math.Abs(s-0.012) > 1e-9 {
 		t.Fatalf("sum %v, want 0.012", s)
 	}
 	delete(got, sum)
-	wantPoints(t, got, map[string]float64{
+	metricstest.Want(t, got, map[string]float64{
 		"floodgate.decision.duration.count{floodgate.limiter=redis-probe}":           4,
 		"floodgate.decision.duration.bucket{floodgate.limiter=redis-probe,le=0.001}": 0,
 		"floodgate.decision.duration.bucket{floodgate.limiter=redis-probe,le=0.005}": 4,
@@ -315,54 +206,17 @@ func TestLimiterTimesDecisions(t *testing.T) {
 	})
 }
 
-type bare struct{ floodgate.Limiter }
-
-type resetOnly struct{ bare }
-
-func (resetOnly) Reset(context.Context, string) error { return nil }
-
-type refundOnly struct{ *floodgate.TokenBucket }
-
-func (refundOnly) Reset() {} // not floodgate.Resetter's signature
-
 // TestLimiterKeepsInterfaces: the timed limiter is a Refunder, a Resetter
 // and reports a Rate exactly as the limiter it wraps.
 func TestLimiterKeepsInterfaces(t *testing.T) {
-	clk := floodgatetest.NewClock(t0)
-	tb := newBucket(t, floodgate.PerMinute(10), clk)
 	m, _ := newMetrics(t)
-	for i, tt := range []struct {
-		name            string
-		l               floodgate.Limiter
-		refunds, resets bool
-		rate            floodgate.Rate
-	}{
-		{"token bucket", tb, true, true, floodgate.PerMinute(10)},
-		{"bare", bare{tb}, false, false, floodgate.Rate{}},
-		{"refund only", refundOnly{tb}, true, false, floodgate.PerMinute(10)},
-		{"reset only", resetOnly{bare{tb}}, false, true, floodgate.Rate{}},
-	} {
-		l, err := m.Limiter("l"+strconv.Itoa(i), tt.l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, refunds := l.(floodgate.Refunder)
-		_, resets := l.(floodgate.Resetter)
-		if refunds != tt.refunds || resets != tt.resets {
-			t.Errorf("%s: Refunder %v, Resetter %v; want %v, %v", tt.name, refunds, resets, tt.refunds, tt.resets)
-		}
-		if r := l.(interface{ Rate() floodgate.Rate }).Rate(); r != tt.rate {
-			t.Errorf("%s: Rate() = %v, want %v", tt.name, r, tt.rate)
-		}
-	}
+	metricstest.KeepsInterfaces(t, m.Limiter)
 }
-
-func second[T any](_ T, err error) error { return err }
 
 // TestRegisterErrors: every misuse is an error that says what is wrong.
 func TestRegisterErrors(t *testing.T) {
 	m, _ := newMetrics(t)
-	tb := newBucket(t, floodgate.PerMinute(1), floodgatetest.NewClock(t0))
+	tb := metricstest.NewBucket(t, floodgate.PerMinute(1), floodgatetest.NewClock(metricstest.T0))
 	if _, err := m.Limiter("probe", tb); err != nil {
 		t.Fatal(err)
 	}
@@ -371,18 +225,18 @@ func TestRegisterErrors(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"Limiter twice", second(m.Limiter("probe", tb)), ErrDuplicateName},
+		{"Limiter twice", metricstest.Second(m.Limiter("probe", tb)), ErrDuplicateName},
 		{"Watch after Limiter", m.Watch("probe", tb), ErrDuplicateName},
-		{"empty name", second(m.Limiter("", tb)), floodgate.ErrInvalidOption},
+		{"empty name", metricstest.Second(m.Limiter("", tb)), floodgate.ErrInvalidOption},
 		{"name not ASCII", m.Watch("pr\u00f6be", tb), floodgate.ErrInvalidOption},
-		{"nil limiter", second(m.Limiter("nil", nil)), floodgate.ErrInvalidOption},
+		{"nil limiter", metricstest.Second(m.Limiter("nil", nil)), floodgate.ErrInvalidOption},
 		{"watch nil", m.Watch("nil", nil), floodgate.ErrInvalidOption},
-		{"watch without Stats", m.Watch("bare", bare{tb}), floodgate.ErrInvalidOption},
-		{"no buckets", second(New(WithBuckets())), floodgate.ErrInvalidOption},
-		{"buckets out of order", second(New(WithBuckets(0.1, 0.01))), floodgate.ErrInvalidOption},
-		{"bucket infinite", second(New(WithBuckets(math.Inf(1)))), floodgate.ErrInvalidOption},
-		{"nil provider", second(New(WithMeterProvider(nil))), floodgate.ErrInvalidOption},
-		{"nil option", second(New(nil)), floodgate.ErrInvalidOption},
+		{"watch without Stats", m.Watch("bare", metricstest.Bare{Limiter: tb}), floodgate.ErrInvalidOption},
+		{"no buckets", metricstest.Second(New(WithBuckets())), floodgate.ErrInvalidOption},
+		{"buckets out of order", metricstest.Second(New(WithBuckets(0.1, 0.01))), floodgate.ErrInvalidOption},
+		{"bucket infinite", metricstest.Second(New(WithBuckets(math.Inf(1)))), floodgate.ErrInvalidOption},
+		{"nil provider", metricstest.Second(New(WithMeterProvider(nil))), floodgate.ErrInvalidOption},
+		{"nil option", metricstest.Second(New(nil)), floodgate.ErrInvalidOption},
 	} {
 		if !errors.Is(tt.err, tt.want) {
 			t.Errorf("%s: err = %v, want %v", tt.name, tt.err, tt.want)
@@ -397,20 +251,12 @@ func TestRegisterErrors(t *testing.T) {
 // Stats at collection time.
 func TestStoreStatsObserved(t *testing.T) {
 	m, reader := newMetrics(t)
-	tb := newBucket(t, floodgate.PerHour(1), floodgatetest.NewClock(t0), floodgate.WithMaxKeys(64))
+	tb := metricstest.NewBucket(t, floodgate.PerHour(1), floodgatetest.NewClock(metricstest.T0), floodgate.WithMaxKeys(64))
 	if err := m.Watch("reward", tb); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 500; i++ {
-		if _, err := tb.Allow(context.Background(), "k"+strconv.Itoa(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st := tb.Stats()
-	if st.EvictedLive == 0 {
-		t.Fatalf("Stats %+v: the spray evicted no live key; the test needs some", st)
-	}
-	wantPoints(t, only(points(t, reader), "floodgate.store"), map[string]float64{
+	st := metricstest.SprayStore(t, tb, 500)
+	metricstest.Want(t, metricstest.Only(points(t, reader), "floodgate.store"), map[string]float64{
 		"floodgate.store.keys{floodgate.limiter=reward}":                                   float64(st.Keys),
 		"floodgate.store.keys.max{floodgate.limiter=reward}":                               64,
 		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}": float64(st.EvictedIdle),
@@ -418,22 +264,12 @@ func TestStoreStatsObserved(t *testing.T) {
 	})
 }
 
-type downServer struct{}
-
-func (downServer) EvalSha(context.Context, string, []string, []string) ([]int64, error) {
-	return nil, errDown
-}
-
-func (downServer) Eval(context.Context, string, []string, []string) ([]int64, error) {
-	return nil, errDown
-}
-
 // TestRedisStatsObserved: a Redis limiter's fallback and error counts at
 // collection time, next to its latency and its fallback's store.
 func TestRedisStatsObserved(t *testing.T) {
 	m, reader := newMetrics(t)
-	fb := newBucket(t, floodgate.PerMinute(100), floodgatetest.NewClock(t0))
-	rl, err := redisstore.NewTokenBucket(downServer{}, floodgate.PerMinute(100),
+	fb := metricstest.NewBucket(t, floodgate.PerMinute(100), floodgatetest.NewClock(metricstest.T0))
+	rl, err := redisstore.NewTokenBucket(metricstest.DownServer{}, floodgate.PerMinute(100),
 		redisstore.WithFallback(fb), redisstore.WithProbeInterval(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +287,7 @@ func TestRedisStatsObserved(t *testing.T) {
 		}
 	}
 	got := points(t, reader)
-	wantPoints(t, only(got, "floodgate.redis"), map[string]float64{
+	metricstest.Want(t, metricstest.Only(got, "floodgate.redis"), map[string]float64{
 		"floodgate.redis.fallback.active{floodgate.limiter=probe}":            1,
 		"floodgate.redis.fallback.decisions{floodgate.limiter=probe}":         5,
 		"floodgate.redis.deny_cache.hits{floodgate.limiter=probe}":            0,
@@ -492,25 +328,9 @@ func TestGlobalProviderByDefault(t *testing.T) {
 // with -race).
 func TestConcurrentUse(t *testing.T) {
 	m, reader := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hook := m.Hook()
-			for i := 0; i < 200; i++ {
-				hook(floodgate.DecisionEvent{Policy: "p" + strconv.Itoa(i%7), Decision: floodgate.Decision{Allowed: true}})
-				if i%50 == 0 {
-					_ = m.Watch("l"+strconv.Itoa(g)+"-"+strconv.Itoa(i), newBucket(t, floodgate.PerMinute(1), clk))
-					_ = points(t, reader)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	metricstest.DriveConcurrently(t, m.Hook, m.Watch, func() { _ = points(t, reader) })
 	total := 0.0
-	for k, v := range only(points(t, reader), "floodgate.decisions") {
+	for k, v := range metricstest.Only(points(t, reader), "floodgate.decisions") {
 		if v != 0 && !strings.Contains(k, "outcome=allowed") {
 			t.Fatalf("%s = %v", k, v)
 		}

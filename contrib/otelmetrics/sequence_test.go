@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/internal/exampleapp"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
 
 // TestKnownSequence runs the example service (the routes and limits of
@@ -20,7 +21,7 @@ import (
 // store data point, values and attributes, through a ManualReader.
 func TestKnownSequence(t *testing.T) {
 	m, reader := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
+	clk := floodgatetest.NewClock(metricstest.T0)
 	watch := func(name string, l floodgate.Limiter, err error) (floodgate.Limiter, error) {
 		if err != nil {
 			return nil, err
@@ -71,7 +72,7 @@ func TestKnownSequence(t *testing.T) {
 	// The sign-up passes the per-IP ceiling (allowed), then its body is
 	// read by the nickname policy's key function, which refuses it: the
 	// error is counted under that policy.
-	wantPoints(t, only(got, "floodgate.decisions"), map[string]float64{
+	metricstest.Want(t, metricstest.Only(got, "floodgate.decisions"), map[string]float64{
 		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":            10,
 		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":             2,
 		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}":     0,
@@ -94,5 +95,5 @@ func TestKnownSequence(t *testing.T) {
 	}
 	want["floodgate.store.keys{floodgate.limiter=probe}"] = 1
 	want["floodgate.store.keys{floodgate.limiter=signup-ceiling}"] = 1
-	wantPoints(t, only(got, "floodgate.store"), want)
+	metricstest.Want(t, metricstest.Only(got, "floodgate.store"), want)
 }

@@ -6,14 +6,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -23,19 +22,9 @@ import (
 // 3 ms per reading pair.
 func TestLimiterTimesDecisions(t *testing.T) {
 	m := newMetrics(t, WithBuckets(0.001, 0.005, 0.01))
-	clk := floodgatetest.NewClock(t0)
-	var mu sync.Mutex
-	reads := 0
-	m.now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		reads++
-		if reads%2 == 0 {
-			return clk.Advance(3 * time.Millisecond)
-		}
-		return clk.Now()
-	}
-	l, err := m.Limiter("redis-probe", newBucket(t, floodgate.PerMinute(2), clk))
+	clk := floodgatetest.NewClock(metricstest.T0)
+	m.now = metricstest.SteppingClock(clk, 3*time.Millisecond)
+	l, err := m.Limiter("redis-probe", metricstest.NewBucket(t, floodgate.PerMinute(2), clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +33,12 @@ func TestLimiterTimesDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := only(series(t, m), "floodgate_decision_duration_seconds")
+	got := metricstest.Only(series(t, m), "floodgate_decision_duration_seconds")
 	if s := got["floodgate_decision_duration_seconds_sum{limiter=redis-probe}"]; math.Abs(s-0.012) > 1e-9 {
 		t.Fatalf("sum %v, want 0.012", s)
 	}
 	delete(got, "floodgate_decision_duration_seconds_sum{limiter=redis-probe}")
-	wantSeries(t, got, map[string]float64{
+	metricstest.Want(t, got, map[string]float64{
 		"floodgate_decision_duration_seconds_count{limiter=redis-probe}":           4,
 		"floodgate_decision_duration_seconds_bucket{limiter=redis-probe,le=0.001}": 0,
 		"floodgate_decision_duration_seconds_bucket{limiter=redis-probe,le=0.005}": 4,
@@ -57,58 +46,19 @@ func TestLimiterTimesDecisions(t *testing.T) {
 	})
 }
 
-// bare is a limiter with no optional interface.
-type bare struct{ floodgate.Limiter }
-
-// refundOnly implements Refunder but not Resetter.
-type refundOnly struct{ *floodgate.TokenBucket }
-
-func (refundOnly) Reset() {} // not floodgate.Resetter's signature
-
 // TestLimiterKeepsInterfaces: the timed limiter is a Refunder, a Resetter
 // and reports a Rate exactly as the limiter it wraps.
 func TestLimiterKeepsInterfaces(t *testing.T) {
-	clk := floodgatetest.NewClock(t0)
-	tb := newBucket(t, floodgate.PerMinute(10), clk)
-	tests := []struct {
-		name            string
-		l               floodgate.Limiter
-		refunds, resets bool
-		rate            floodgate.Rate
-	}{
-		{"token bucket", tb, true, true, floodgate.PerMinute(10)},
-		{"bare", bare{tb}, false, false, floodgate.Rate{}},
-		{"refund only", refundOnly{tb}, true, false, floodgate.PerMinute(10)},
-		{"reset only", resetOnly{bare{tb}}, false, true, floodgate.Rate{}},
-	}
-	m := newMetrics(t)
-	for i, tt := range tests {
-		l, err := m.Limiter("l"+strconv.Itoa(i), tt.l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, refunds := l.(floodgate.Refunder)
-		_, resets := l.(floodgate.Resetter)
-		if refunds != tt.refunds || resets != tt.resets {
-			t.Errorf("%s: Refunder %v, Resetter %v; want %v, %v", tt.name, refunds, resets, tt.refunds, tt.resets)
-		}
-		if r := l.(interface{ Rate() floodgate.Rate }).Rate(); r != tt.rate {
-			t.Errorf("%s: Rate() = %v, want %v", tt.name, r, tt.rate)
-		}
-	}
+	metricstest.KeepsInterfaces(t, newMetrics(t).Limiter)
 }
-
-type resetOnly struct{ bare }
-
-func (resetOnly) Reset(context.Context, string) error { return nil }
 
 // TestTimedLimiterInMiddleware: wrapped, a token bucket still advertises
 // its window in RateLimit-Policy, refunds through floodgate.All and
 // resets.
 func TestTimedLimiterInMiddleware(t *testing.T) {
 	m := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	l, err := m.Limiter("probe", newBucket(t, floodgate.Rate{Limit: 10, Period: 10 * time.Minute}, clk))
+	clk := floodgatetest.NewClock(metricstest.T0)
+	l, err := m.Limiter("probe", metricstest.NewBucket(t, floodgate.Rate{Limit: 10, Period: 10 * time.Minute}, clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +72,7 @@ func TestTimedLimiterInMiddleware(t *testing.T) {
 	ctx := context.Background()
 	// One limiter of the composite has room for 1, so the other must
 	// give back the unit it took: through the wrapper's RefundN.
-	small, err := m.Limiter("small", newBucket(t, floodgate.PerMinute(1), clk))
+	small, err := m.Limiter("small", metricstest.NewBucket(t, floodgate.PerMinute(1), clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +100,8 @@ func TestTimedLimiterInMiddleware(t *testing.T) {
 // TestRegisterErrors: every misuse is an error that says what is wrong.
 func TestRegisterErrors(t *testing.T) {
 	m := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	tb := newBucket(t, floodgate.PerMinute(1), clk)
+	clk := floodgatetest.NewClock(metricstest.T0)
+	tb := metricstest.NewBucket(t, floodgate.PerMinute(1), clk)
 	if _, err := m.Limiter("probe", tb); err != nil {
 		t.Fatal(err)
 	}
@@ -160,23 +110,23 @@ func TestRegisterErrors(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"Limiter twice", second(m.Limiter("probe", tb)), ErrDuplicateName},
+		{"Limiter twice", metricstest.Second(m.Limiter("probe", tb)), ErrDuplicateName},
 		{"Watch after Limiter", m.Watch("probe", tb), ErrDuplicateName},
-		{"empty name", second(m.Limiter("", tb)), floodgate.ErrInvalidOption},
+		{"empty name", metricstest.Second(m.Limiter("", tb)), floodgate.ErrInvalidOption},
 		{"name not ASCII", m.Watch("pr\u00f6be", tb), floodgate.ErrInvalidOption},
-		{"nil limiter", second(m.Limiter("nil", nil)), floodgate.ErrInvalidOption},
+		{"nil limiter", metricstest.Second(m.Limiter("nil", nil)), floodgate.ErrInvalidOption},
 		{"watch nil", m.Watch("nil", nil), floodgate.ErrInvalidOption},
-		{"watch without Stats", m.Watch("bare", bare{tb}), floodgate.ErrInvalidOption},
-		{"no buckets", second(New(WithBuckets())), floodgate.ErrInvalidOption},
-		{"buckets out of order", second(New(WithBuckets(0.1, 0.01))), floodgate.ErrInvalidOption},
-		{"bucket NaN", second(New(WithBuckets(math.NaN()))), floodgate.ErrInvalidOption},
-		{"nil option", second(New(nil)), floodgate.ErrInvalidOption},
+		{"watch without Stats", m.Watch("bare", metricstest.Bare{Limiter: tb}), floodgate.ErrInvalidOption},
+		{"no buckets", metricstest.Second(New(WithBuckets())), floodgate.ErrInvalidOption},
+		{"buckets out of order", metricstest.Second(New(WithBuckets(0.1, 0.01))), floodgate.ErrInvalidOption},
+		{"bucket NaN", metricstest.Second(New(WithBuckets(math.NaN()))), floodgate.ErrInvalidOption},
+		{"nil option", metricstest.Second(New(nil)), floodgate.ErrInvalidOption},
 	} {
 		if !errors.Is(tt.err, tt.want) {
 			t.Errorf("%s: err = %v, want %v", tt.name, tt.err, tt.want)
 		}
 	}
-	if err := m.Watch("bare", bare{tb}); errors.Is(err, ErrDuplicateName) {
+	if err := m.Watch("bare", metricstest.Bare{Limiter: tb}); errors.Is(err, ErrDuplicateName) {
 		t.Errorf("a refused Watch registered its name: %v", err)
 	}
 	if m.Skip("probe", nil) != nil {
@@ -187,29 +137,18 @@ func TestRegisterErrors(t *testing.T) {
 	}
 }
 
-func second[T any](_ T, err error) error { return err }
-
 // TestStoreStatsScraped: the store gauges and eviction counters are the
 // limiter's Stats at the time of the scrape.
 func TestStoreStatsScraped(t *testing.T) {
 	m := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	tb := newBucket(t, floodgate.PerHour(1), clk, floodgate.WithMaxKeys(64))
+	clk := floodgatetest.NewClock(metricstest.T0)
+	tb := metricstest.NewBucket(t, floodgate.PerHour(1), clk, floodgate.WithMaxKeys(64))
 	if err := m.Watch("reward", tb); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	for i := 0; i < 500; i++ {
-		if _, err := tb.Allow(ctx, "k"+strconv.Itoa(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st := tb.Stats()
-	if st.EvictedLive == 0 {
-		t.Fatalf("Stats %+v: the spray evicted no live key; the test needs some", st)
-	}
-	got := only(series(t, m), "floodgate_store")
-	wantSeries(t, got, map[string]float64{
+	st := metricstest.SprayStore(t, tb, 500)
+	got := metricstest.Only(series(t, m), "floodgate_store")
+	metricstest.Want(t, got, map[string]float64{
 		"floodgate_store_keys{limiter=reward}":                      float64(st.Keys),
 		"floodgate_store_max_keys{limiter=reward}":                  64,
 		"floodgate_store_evictions_total{kind=idle,limiter=reward}": float64(st.EvictedIdle),
@@ -217,24 +156,13 @@ func TestStoreStatsScraped(t *testing.T) {
 	})
 }
 
-// downServer is a Redis that never answers.
-type downServer struct{}
-
-func (downServer) EvalSha(context.Context, string, []string, []string) ([]int64, error) {
-	return nil, errDown
-}
-
-func (downServer) Eval(context.Context, string, []string, []string) ([]int64, error) {
-	return nil, errDown
-}
-
 // TestRedisStatsScraped: a Redis limiter's fallback and error counts, read
 // at scrape time, next to its latency and its fallback's store.
 func TestRedisStatsScraped(t *testing.T) {
 	m := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	fb := newBucket(t, floodgate.PerMinute(100), clk)
-	rl, err := redisstore.NewTokenBucket(downServer{}, floodgate.PerMinute(100),
+	clk := floodgatetest.NewClock(metricstest.T0)
+	fb := metricstest.NewBucket(t, floodgate.PerMinute(100), clk)
+	rl, err := redisstore.NewTokenBucket(metricstest.DownServer{}, floodgate.PerMinute(100),
 		redisstore.WithFallback(fb), redisstore.WithProbeInterval(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +180,7 @@ func TestRedisStatsScraped(t *testing.T) {
 		}
 	}
 	got := series(t, m)
-	wantSeries(t, only(got, "floodgate_redis"), map[string]float64{
+	metricstest.Want(t, metricstest.Only(got, "floodgate_redis"), map[string]float64{
 		"floodgate_redis_fallback_active{limiter=probe}":            1,
 		"floodgate_redis_fallback_decisions_total{limiter=probe}":   5,
 		"floodgate_redis_deny_cache_hits_total{limiter=probe}":      0,
@@ -271,12 +199,12 @@ func TestRedisStatsScraped(t *testing.T) {
 // TestCollectAndLint: every metric family, filled, passes promlint.
 func TestCollectAndLint(t *testing.T) {
 	m := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	mem := newBucket(t, floodgate.PerMinute(1), clk)
+	clk := floodgatetest.NewClock(metricstest.T0)
+	mem := metricstest.NewBucket(t, floodgate.PerMinute(1), clk)
 	if err := m.Watch("mem", mem); err != nil {
 		t.Fatal(err)
 	}
-	rl, err := redisstore.NewTokenBucket(downServer{}, floodgate.PerMinute(1))
+	rl, err := redisstore.NewTokenBucket(metricstest.DownServer{}, floodgate.PerMinute(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,25 +231,9 @@ func TestCollectAndLint(t *testing.T) {
 // (run with -race).
 func TestConcurrentUse(t *testing.T) {
 	m := newMetrics(t)
-	clk := floodgatetest.NewClock(t0)
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hook := m.Hook()
-			for i := 0; i < 200; i++ {
-				hook(floodgate.DecisionEvent{Policy: "p" + strconv.Itoa(i%7), Decision: floodgate.Decision{Allowed: true}})
-				if i%50 == 0 {
-					_ = m.Watch("l"+strconv.Itoa(g)+"-"+strconv.Itoa(i), newBucket(t, floodgate.PerMinute(1), clk))
-					_ = series(t, m)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	metricstest.DriveConcurrently(t, m.Hook, m.Watch, func() { _ = series(t, m) })
 	total := 0.0
-	for k, v := range only(series(t, m), "floodgate_decisions_total") {
+	for k, v := range metricstest.Only(series(t, m), "floodgate_decisions_total") {
 		if v != 0 && !strings.Contains(k, "outcome=allowed") {
 			t.Fatalf("%s = %v", k, v)
 		}

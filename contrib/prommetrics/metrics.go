@@ -1,15 +1,12 @@
 package prommetrics
 
 import (
-	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/metricsbase"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -24,13 +21,13 @@ var ErrDuplicateName = fmt.Errorf("%w: name already registered", floodgate.ErrIn
 // their policy name cannot be a label of its own: a name that is not
 // printable ASCII, or a new name once MaxPolicies names have been seen.
 // It keeps a program that passes a client key as the policy name to
-// Observe from growing a series per client.
-const OtherPolicy = "(other)"
+// Observe from growing a series per client. Its value is "(other)".
+const OtherPolicy = metricsbase.OtherPolicy
 
 // MaxPolicies bounds the distinct policy names counted, and so the series
 // of floodgate_decisions_total: four per policy, plus one for each policy
 // given to Skip.
-const MaxPolicies = 256
+const MaxPolicies = metricsbase.MaxPolicies
 
 // DefaultBuckets are the upper bounds, in seconds, of the decision latency
 // histogram: from 100 µs, a Redis round trip on a local network, to 1 s,
@@ -54,18 +51,8 @@ const (
 	OutcomeSkipped = "skipped"
 )
 
-// outcome indexes a policy's counters.
-type outcome int
-
-const (
-	allowed outcome = iota
-	denied
-	dryRunDenied
-	failed
-	numOutcomes
-)
-
-var outcomeLabels = [numOutcomes]string{OutcomeAllowed, OutcomeDenied, OutcomeDryRunDenied, OutcomeError}
+// outcomeLabels are the outcome label values, indexed by outcome.
+var outcomeLabels = [metricsbase.Skipped]string{OutcomeAllowed, OutcomeDenied, OutcomeDryRunDenied, OutcomeError}
 
 // Option configures New.
 type Option func(*config) error
@@ -79,18 +66,11 @@ type config struct {
 // strictly increasing; the +Inf bucket is always added.
 func WithBuckets(bounds ...float64) Option {
 	return func(c *config) error {
-		if len(bounds) == 0 {
-			return fmt.Errorf("%w: no histogram buckets", floodgate.ErrInvalidOption)
+		b, err := metricsbase.Buckets(bounds)
+		if err != nil {
+			return err
 		}
-		for i, b := range bounds {
-			if math.IsNaN(b) || math.IsInf(b, 0) {
-				return fmt.Errorf("%w: histogram bucket %v is not finite", floodgate.ErrInvalidOption, b)
-			}
-			if i > 0 && b <= bounds[i-1] {
-				return fmt.Errorf("%w: histogram buckets %v are not strictly increasing", floodgate.ErrInvalidOption, bounds)
-			}
-		}
-		c.buckets = append([]float64(nil), bounds...)
+		c.buckets = b
 		return nil
 	}
 }
@@ -114,30 +94,16 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 
-	// policies maps a policy name to its counters. It is replaced, never
-	// changed, under mu, so that the hook reads it without a lock.
-	policies atomic.Pointer[map[string]*policyCounters]
-
-	mu       sync.Mutex
-	limiters []*watched // append-only, under mu
-	names    map[string]bool
+	policies *metricsbase.Policies[policyCounters]
+	limiters *metricsbase.Registry[redisstore.Stats, *watched]
 
 	now func() time.Time // the latency clock; tests replace it
 }
 
 // policyCounters are one policy's decision counters, resolved once so
-// that counting needs no label lookup.
-type policyCounters struct {
-	label string // the policy label: the name, or OtherPolicy
-	c     [numOutcomes]prometheus.Counter
-}
-
-// watched is a registered limiter and the statistics it offers.
-type watched struct {
-	name  string
-	store func() floodgate.Stats  // nil if the limiter has no key store
-	redis func() redisstore.Stats // nil if it is not a Redis limiter
-}
+// that counting needs no label lookup. The skipped series is made by Skip
+// alone, so that only the policies given to Skip have one.
+type policyCounters [metricsbase.Skipped]prometheus.Counter
 
 // The descriptors of the metrics read at scrape time.
 var (
@@ -180,10 +146,14 @@ func New(opts ...Option) (*Metrics, error) {
 			Help:    "Time a limiter registered with Limiter took to decide.",
 			Buckets: c.buckets,
 		}, []string{"limiter"}),
-		names: make(map[string]bool),
-		now:   time.Now,
+		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
+		now:      time.Now,
 	}
-	m.policies.Store(&map[string]*policyCounters{})
+	m.policies = metricsbase.NewPolicies(func(p *metricsbase.Policy[policyCounters]) {
+		for o := range p.V {
+			p.V[o] = m.decisions.WithLabelValues(p.Name, outcomeLabels[o])
+		}
+	})
 	return m, nil
 }
 
@@ -202,19 +172,16 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.duration.Collect(ch)
-	m.mu.Lock()
-	limiters := m.limiters // append-only: the prefix read here never changes
-	m.mu.Unlock()
-	for _, w := range limiters {
-		if w.store != nil {
-			s := w.store()
+	for _, w := range m.limiters.All() {
+		if w.Store != nil {
+			s := w.Store()
 			ch <- prometheus.MustNewConstMetric(storeKeysDesc, prometheus.GaugeValue, float64(s.Keys), w.name)
 			ch <- prometheus.MustNewConstMetric(storeMaxKeysDesc, prometheus.GaugeValue, float64(s.MaxKeys), w.name)
 			ch <- prometheus.MustNewConstMetric(storeEvictionsDesc, prometheus.CounterValue, float64(s.EvictedIdle), w.name, "idle")
 			ch <- prometheus.MustNewConstMetric(storeEvictionsDesc, prometheus.CounterValue, float64(s.EvictedLive), w.name, "live")
 		}
-		if w.redis != nil {
-			s := w.redis()
+		if w.Redis != nil {
+			s := w.Redis()
 			active := 0.0
 			if s.FallbackActive {
 				active = 1
@@ -244,25 +211,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
-	// A middleware reports few policies, usually one, and the same name
-	// string every time: remembering the last one's counters saves the map
-	// lookup, a third of the hook's cost.
-	var last atomic.Pointer[policyCounters]
+	h := m.policies.NewHook()
 	return func(ev floodgate.DecisionEvent) {
-		if ev.AfterHandler {
-			return
+		if c, o, ok := h.Resolve(&ev); ok {
+			c[o].Inc()
 		}
-		pc := last.Load()
-		if pc == nil || pc.label != ev.Policy {
-			if pc = m.policy(ev.Policy); pc.label == ev.Policy {
-				last.Store(pc)
-			}
-		}
-		o := classify(ev.Decision.Allowed, ev.Err)
-		if o == denied && !ev.Blocked {
-			o = dryRunDenied
-		}
-		pc.c[o].Inc()
 	}
 }
 
@@ -271,19 +224,7 @@ func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
 // else allowed or denied. policy must be a fixed name, such as the
 // middleware's policy names, never a client key.
 func (m *Metrics) Observe(policy string, d floodgate.Decision, err error) {
-	m.policy(policy).c[classify(d.Allowed, err)].Inc()
-}
-
-// classify maps a limiter's answer to an outcome.
-func classify(allowedNow bool, err error) outcome {
-	switch {
-	case err != nil && !errors.Is(err, floodgate.ErrCostExceedsLimit):
-		return failed
-	case allowedNow && err == nil:
-		return allowed
-	default:
-		return denied
-	}
+	m.policies.Get(policy).V[metricsbase.Classify(d.Allowed, err)].Inc()
 }
 
 // Skip wraps a predicate for floodgate.WithSkip so that each request it
@@ -296,7 +237,7 @@ func (m *Metrics) Skip(policy string, skip func(*http.Request) bool) func(*http.
 	if skip == nil {
 		return nil
 	}
-	c := m.decisions.WithLabelValues(m.policy(policy).label, OutcomeSkipped)
+	c := m.decisions.WithLabelValues(m.policies.Get(policy).Name, OutcomeSkipped)
 	return func(r *http.Request) bool {
 		if skip(r) {
 			c.Inc()
@@ -304,55 +245,4 @@ func (m *Metrics) Skip(policy string, skip func(*http.Request) bool) func(*http.
 		}
 		return false
 	}
-}
-
-// policy returns the counters of the named policy, creating them on first
-// use.
-func (m *Metrics) policy(name string) *policyCounters {
-	known := *m.policies.Load()
-	if pc := known[name]; pc != nil {
-		return pc
-	}
-	if !printable(name) || len(known) >= MaxPolicies {
-		// Such names are never keys of the map, which cannot grow past
-		// MaxPolicies + 1: they are mapped here, without the lock.
-		name = OtherPolicy
-		if pc := known[name]; pc != nil {
-			return pc
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.policies.Load()
-	if pc := old[name]; pc != nil {
-		return pc
-	}
-	if len(old) >= MaxPolicies && name != OtherPolicy {
-		name = OtherPolicy
-		if pc := old[name]; pc != nil {
-			return pc
-		}
-	}
-	pc := &policyCounters{label: name}
-	for o := range numOutcomes {
-		pc.c[o] = m.decisions.WithLabelValues(name, outcomeLabels[o])
-	}
-	next := make(map[string]*policyCounters, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name] = pc
-	m.policies.Store(&next)
-	return pc
-}
-
-// printable reports whether name is printable ASCII, as floodgate requires
-// of policy names.
-func printable(name string) bool {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
 }
