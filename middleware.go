@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -46,6 +47,14 @@ const configLogPeriod = time.Minute
 // eviction count): at most once a second, so the check costs nothing
 // measurable.
 const watchPeriod = time.Second
+
+// hookWatchOneIn: with a decision hook but no logger, the middleware looks
+// at the store's evictions on one request in hookWatchOneIn, picked by the
+// runtime's per-thread random source (no shared counter, no clock read on
+// the others): reading the clock on every request would cost a metrics
+// hook a third of the middleware's time. A key spray is a flood, so its
+// evictions still reach the hook within a second or so.
+const hookWatchOneIn = 64
 
 // MiddlewareOption configures Middleware, NewMiddleware and
 // NewPolicyMiddleware. Each option may be given once (WithSkip and WithOnly
@@ -330,10 +339,13 @@ type DecisionEvent struct {
 	// consumed). Decision is zero in this event.
 	AfterHandler bool
 	// EvictedLive is, when this decision sampled its limiter's Stats (at
-	// most once a second, when a hook or logger is set), how many live
-	// limits the limiter's store evicted since the previous sample:
-	// non-zero means the store is too small (WithMaxKeys) or under a key
-	// spray, and each such eviction reset a client's limit.
+	// most once a second; with a logger on the first request after that
+	// second, with a hook alone on one request in 64 picked at random),
+	// how many live limits the limiter's store evicted since the previous
+	// sample: non-zero means the store is too small (WithMaxKeys) or under
+	// a key spray. Each such eviction either went to the store's debt
+	// memory, where it may limit fresh keys that share its slot, or, under
+	// WithForgetEvicted, reset a client's limit.
 	EvictedLive uint64
 }
 
@@ -534,7 +546,9 @@ type middleware struct {
 	cfg     middlewareConfig
 	sel     *PolicySelector
 	denials *denialLog // nil without a logger
-	// watch: a logger or hook wants the configuration warnings.
+	// watch: a logger wants the configuration warnings on every request
+	// (then paced by watchPeriod); a hook alone gets its EvictedLive
+	// samples from one request in hookWatchOneIn.
 	watch bool
 	// forwardCheck is the Unix ns before which forwarding headers are not
 	// looked at again.
@@ -552,7 +566,7 @@ func newMiddleware(c middlewareConfig, sel *PolicySelector) (func(http.Handler) 
 	if err := checkPolicies(&c, sel); err != nil {
 		return nil, err
 	}
-	m := &middleware{cfg: c, sel: sel, watch: c.logger != nil || c.hook != nil}
+	m := &middleware{cfg: c, sel: sel, watch: c.logger != nil}
 	if c.logger != nil {
 		m.denials = newDenialLog(c.logKeys)
 	}
@@ -585,7 +599,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	d, err := p.Limiter.AllowN(r.Context(), key, cost)
 	var evicted uint64
-	if m.watch {
+	if m.watch || (m.cfg.hook != nil && rand.Uint32()%hookWatchOneIn == 0) {
 		evicted = m.watchConfig(r, p, key)
 	}
 	m.decide(w, r, next, p, key, cost, d, err, evicted)

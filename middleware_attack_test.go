@@ -663,3 +663,40 @@ func (r *readFromRecorder) ReadFrom(src io.Reader) (int64, error) {
 	*r.used = true
 	return io.Copy(r.ResponseWriter, src)
 }
+
+// With a hook and no logger, the eviction count is sampled on a random
+// one request in hookWatchOneIn (then at most once a second), so a metrics
+// hook does not pay a clock read per request; a spray still reaches it.
+func TestHookAloneSeesLiveEvictions(t *testing.T) {
+	clk := newFakeClock()
+	lim := &statsLimiter{fakeLimiter: fakeLimiter{d: Decision{Allowed: true, Limit: 10, Remaining: 9}}}
+	var seen []uint64
+	h := mustMiddleware(t, lim, WithWallClock(clk.Now),
+		WithDecisionHook(func(e DecisionEvent) {
+			if e.EvictedLive > 0 {
+				seen = append(seen, e.EvictedLive)
+			}
+		}))(&countingHandler{})
+	req := func() { serve(h, newRequest("GET", "/", "192.0.2.1:1")) }
+	for range 2 * hookWatchOneIn {
+		req()
+	}
+	if len(seen) != 0 {
+		t.Fatalf("no eviction yet: hook saw %v", seen)
+	}
+	lim.live.Add(40)
+	clk.Advance(time.Second)
+	// The chance that 50 × hookWatchOneIn requests pick none is e^-50.
+	for i := 0; i < 50*hookWatchOneIn && len(seen) == 0; i++ {
+		req()
+	}
+	if len(seen) != 1 || seen[0] != 40 {
+		t.Fatalf("hook saw %v, want one report of 40", seen)
+	}
+	for range 10 * hookWatchOneIn { // within the same second: no new sample
+		req()
+	}
+	if len(seen) != 1 {
+		t.Fatalf("hook saw %v within one second, want one report", seen)
+	}
+}
