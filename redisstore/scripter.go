@@ -37,6 +37,13 @@ var ErrNoScript = errors.New("redisstore: NOSCRIPT: script not cached on the ser
 // reached, did not answer in time, or answered with an error.
 var ErrRedis = errors.New("redisstore: redis")
 
+// ErrNotReplicated is wrapped by a Scripter's error when the writes of a
+// script were not acknowledged by as many replicas as the adapter was
+// told to wait for (goredisstore.WithWaitReplicas,
+// rueidisstore.WithWaitReplicas). The script ran on the master; a failover
+// before the replicas catch up could lose what it recorded.
+var ErrNotReplicated = errors.New("redisstore: writes not acknowledged by enough replicas")
+
 // The scripts: one decision per algorithm, one refund per algorithm, and
 // one to reset a key. Each decision is
 // a single EVALSHA: one round trip, atomic on the server.

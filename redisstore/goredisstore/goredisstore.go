@@ -9,17 +9,32 @@
 //	})
 //	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerMinute(10))
 //
+// # Group commit
+//
+// Concurrent decisions share pipelines: while one pipeline is in flight,
+// new script calls queue, and when it returns the queue goes out as the
+// next pipeline. A lone caller sends at once (no timer, no added latency);
+// under many callers the server reads and answers hundreds of scripts per
+// round trip instead of one, which is what doubles go-redis's throughput
+// (see the redisstore README). Each call keeps its own context: a caller
+// whose deadline passes, or who hangs up, returns at once with its
+// context's error, and a call withdrawn before its batch was sent never
+// reaches the server. No goroutine is started.
+//
 // # Retries
 //
 // go-redis retries a command that failed on the network up to MaxRetries
 // times (3 by default), including after a read timeout or a connection
 // reset, when the server may already have run it. For a rate-limit script
 // that would charge a client twice for one request. This adapter therefore
-// marks every script call as not retryable (go-redis's per-command NoRetry),
-// whatever MaxRetries says: a failed decision is reported as an error, and
-// the limiter's error policy or fallback answers it. The client's other
+// marks every script call as not retryable (go-redis's per-command NoRetry,
+// which also stops the retry of a pipeline that holds one), whatever
+// MaxRetries says: a failed decision is reported as an error, and the
+// limiter's error policy or fallback answers it. The client's other
 // commands keep their retries. Cluster redirections (MOVED, ASK) are still
-// followed: the script did not run on the node that redirected.
+// followed: the script did not run on the node that redirected. A NOSCRIPT
+// reply in a batch is returned to its caller only, which sends EVAL; the
+// other scripts of the batch ran once.
 //
 // # Timeouts
 //
@@ -33,7 +48,9 @@ package goredisstore
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,19 +58,92 @@ import (
 // Scripter runs scripts on a go-redis client. It implements
 // redisstore.Scripter.
 type Scripter struct {
-	c redis.UniversalClient
+	b   batcher
+	err error // a configuration error every call returns
 }
 
 var _ redisstore.Scripter = (*Scripter)(nil)
 
+// Option configures a Scripter.
+type Option func(*Scripter) error
+
 // New returns a Scripter running scripts on c. The client stays the
-// caller's to configure and close.
-func New(c redis.UniversalClient) *Scripter { return &Scripter{c: c} }
+// caller's to configure and close. An invalid option makes every call of
+// the Scripter fail with an error wrapping floodgate.ErrInvalidOption
+// (see Err).
+func New(c redis.UniversalClient, opts ...Option) *Scripter {
+	s := &Scripter{b: batcher{client: c}}
+	for _, o := range opts {
+		if o == nil {
+			s.err = fmt.Errorf("%w: nil goredisstore option", floodgate.ErrInvalidOption)
+			break
+		}
+		if s.err = o(s); s.err != nil {
+			break
+		}
+	}
+	return s
+}
+
+// Err returns the configuration error of the options given to New, if
+// any; every script call returns it too.
+func (s *Scripter) Err() error { return s.err }
+
+// WithWaitReplicas makes every script call wait, after the script, until
+// at least n replicas have acknowledged its writes or timeout has passed
+// (Redis's WAIT, sent in the same pipeline as the script; a script itself
+// may not call WAIT). A call whose writes were not acknowledged by n
+// replicas in time returns an error wrapping redisstore.ErrNotReplicated
+// (and so ErrRedis, through the limiter): the decision was made on the
+// master, but a failover now could lose it, and the caller's error policy
+// decides. It bounds what a Sentinel failover can lose to the decisions
+// still waiting for their acknowledgement; see the redisstore README for
+// its cost. With group commit, one WAIT covers a whole batch.
+//
+// It needs a client with one master (Client, or a failover client for
+// Sentinel): on a ClusterClient or Ring, WAIT cannot be routed to the
+// node of the script, and the option is an error.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(s *Scripter) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: WithWaitReplicas(%d): n must be positive", floodgate.ErrInvalidOption, n)
+		}
+		if timeout < time.Millisecond {
+			return fmt.Errorf("%w: WithWaitReplicas timeout %s: at least 1ms (WAIT counts milliseconds, and 0 waits forever)", floodgate.ErrInvalidOption, timeout)
+		}
+		switch s.b.client.(type) {
+		case *redis.ClusterClient, *redis.Ring:
+			return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a %T", floodgate.ErrInvalidOption, s.b.client)
+		}
+		s.b.wait = &waitReplicas{n: int64(n), ms: timeout.Milliseconds()}
+		return nil
+	}
+}
+
+// waitReplicas is the WAIT sent after each batch (WithWaitReplicas).
+type waitReplicas struct {
+	n, ms int64
+}
+
+func (w *waitReplicas) cmd(ctx context.Context) *redis.IntCmd {
+	return redis.NewIntCmd(ctx, "wait", w.n, w.ms)
+}
+
+func (w *waitReplicas) check(cmd *redis.IntCmd) error {
+	got, err := cmd.Result()
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w", redisstore.ErrNotReplicated, err)
+	}
+	if got < w.n {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %d ms", redisstore.ErrNotReplicated, got, w.n, w.ms)
+	}
+	return nil
+}
 
 // EvalSha runs the script cached under sha1; a NOSCRIPT reply is returned
 // wrapping redisstore.ErrNoScript.
 func (s *Scripter) EvalSha(ctx context.Context, sha1 string, keys, args []string) ([]int64, error) {
-	r, err := s.run(ctx, "evalsha", sha1, keys, args)
+	r, err := s.run(ctx, evalshaName, sha1, keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		err = fmt.Errorf("%w: %w", redisstore.ErrNoScript, err)
 	}
@@ -62,29 +152,54 @@ func (s *Scripter) EvalSha(ctx context.Context, sha1 string, keys, args []string
 
 // Eval runs the script source.
 func (s *Scripter) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
-	return s.run(ctx, "eval", script, keys, args)
+	return s.run(ctx, evalName, script, keys, args)
 }
 
 // noRetry is a script command that go-redis must not retry: a retry after
 // the server ran it would run it twice.
-type noRetry struct{ *redis.Cmd }
+type noRetry struct{ *redis.IntSliceCmd }
 
 // NoRetry tells go-redis not to retry the command.
 func (noRetry) NoRetry() bool { return true }
 
-func (s *Scripter) run(ctx context.Context, name, payload string, keys, args []string) ([]int64, error) {
+// scriptCall is the command and the batch entry of one script call, in one
+// allocation.
+type scriptCall struct {
+	call
+	payload string
+}
+
+// The command names, boxed once.
+var (
+	evalshaName any = "evalsha"
+	evalName    any = "eval"
+)
+
+func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args []string) ([]int64, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	sc := &scriptCall{payload: payload}
+	// Arguments are passed as *string: go-redis writes those as they are,
+	// where a string in an interface would cost an allocation each.
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, payload, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
+	a = append(a, name, &sc.payload, len(keys))
+	for i := range keys {
+		a = append(a, &keys[i])
 	}
-	for _, v := range args {
-		a = append(a, v)
+	for i := range args {
+		a = append(a, &args[i])
 	}
-	cmd := redis.NewCmd(ctx, a...)
+	cmd := redis.NewIntSliceCmd(ctx, a...)
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3) // route by the first key's slot
 	}
-	_ = s.c.Process(ctx, noRetry{cmd})
-	return cmd.Int64Slice()
+	sc.ctx, sc.cmd = ctx, noRetry{cmd}
+	if err := s.b.do(&sc.call); err != nil {
+		return nil, err
+	}
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return cmd.Val(), sc.err
 }
