@@ -52,6 +52,10 @@ var (
 	// is prepended to each of them, so each is still one EVAL.
 	//go:embed scripts/prelude.lua
 	prelude string
+	//go:embed scripts/prelude_counter.lua
+	preludeCounter string
+	//go:embed scripts/prelude_log.lua
+	preludeLog string
 	//go:embed scripts/tokenbucket.lua
 	tokenBucketSrc string
 	//go:embed scripts/slidinglog.lua
@@ -68,13 +72,13 @@ var (
 	slidingCounterRefundSrc string
 
 	tokenBucketScript    = newScript(prelude + tokenBucketSrc)
-	slidingLogScript     = newScript(prelude + slidingLogSrc)
-	slidingCounterScript = newScript(prelude + slidingCounterSrc)
+	slidingLogScript     = newScript(prelude + preludeLog + slidingLogSrc)
+	slidingCounterScript = newScript(prelude + preludeCounter + slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
 	tokenBucketRefundScript    = newScript(prelude + tokenBucketRefundSrc)
-	slidingLogRefundScript     = newScript(prelude + slidingLogRefundSrc)
-	slidingCounterRefundScript = newScript(prelude + slidingCounterRefundSrc)
+	slidingLogRefundScript     = newScript(prelude + preludeLog + slidingLogRefundSrc)
+	slidingCounterRefundScript = newScript(prelude + preludeCounter + slidingCounterRefundSrc)
 )
 
 // script is a Lua source with its SHA1, computed once.

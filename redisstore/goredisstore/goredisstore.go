@@ -52,14 +52,27 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
 	"github.com/redis/go-redis/v9"
 )
 
 // Scripter runs scripts on a go-redis client. It implements
 // redisstore.Scripter.
 type Scripter struct {
-	b   batcher
-	err error // a configuration error every call returns
+	client redis.UniversalClient
+	// wait, when set, is appended to every pipeline: WAIT for replicas
+	// (WithWaitReplicas).
+	wait  *waitReplicas
+	batch groupcommit.Batcher[scriptCmd]
+	err   error // a configuration error every call returns
+}
+
+// scriptCmd is one script call's command and the batch's error that is not
+// the command's own.
+type scriptCmd struct {
+	cmd     noRetry
+	payload string // the script or its SHA1, passed by pointer
+	err     error  // replicas that did not acknowledge in time
 }
 
 var _ redisstore.Scripter = (*Scripter)(nil)
@@ -72,7 +85,8 @@ type Option func(*Scripter) error
 // the Scripter fail with an error wrapping floodgate.ErrInvalidOption
 // (see Err).
 func New(c redis.UniversalClient, opts ...Option) *Scripter {
-	s := &Scripter{b: batcher{client: c}}
+	s := &Scripter{client: c}
+	s.batch.Send = s.send
 	for _, o := range opts {
 		if o == nil {
 			s.err = fmt.Errorf("%w: nil goredisstore option", floodgate.ErrInvalidOption)
@@ -111,11 +125,11 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 		if timeout < time.Millisecond {
 			return fmt.Errorf("%w: WithWaitReplicas timeout %s: at least 1ms (WAIT counts milliseconds, and 0 waits forever)", floodgate.ErrInvalidOption, timeout)
 		}
-		switch s.b.client.(type) {
+		switch s.client.(type) {
 		case *redis.ClusterClient, *redis.Ring:
-			return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a %T", floodgate.ErrInvalidOption, s.b.client)
+			return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a %T", floodgate.ErrInvalidOption, s.client)
 		}
-		s.b.wait = &waitReplicas{n: int64(n), ms: timeout.Milliseconds()}
+		s.wait = &waitReplicas{n: int64(n), ms: timeout.Milliseconds()}
 		return nil
 	}
 }
@@ -162,13 +176,6 @@ type noRetry struct{ *redis.IntSliceCmd }
 // NoRetry tells go-redis not to retry the command.
 func (noRetry) NoRetry() bool { return true }
 
-// scriptCall is the command and the batch entry of one script call, in one
-// allocation.
-type scriptCall struct {
-	call
-	payload string
-}
-
 // The command names, boxed once.
 var (
 	evalshaName any = "evalsha"
@@ -179,11 +186,11 @@ func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args
 	if s.err != nil {
 		return nil, s.err
 	}
-	sc := &scriptCall{payload: payload}
+	c := &groupcommit.Call[scriptCmd]{Ctx: ctx, V: scriptCmd{payload: payload}}
 	// Arguments are passed as *string: go-redis writes those as they are,
 	// where a string in an interface would cost an allocation each.
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, &sc.payload, len(keys))
+	a = append(a, name, &c.V.payload, len(keys))
 	for i := range keys {
 		a = append(a, &keys[i])
 	}
@@ -194,12 +201,43 @@ func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3) // route by the first key's slot
 	}
-	sc.ctx, sc.cmd = ctx, noRetry{cmd}
-	if err := s.b.do(&sc.call); err != nil {
+	c.V.cmd = noRetry{cmd}
+	if err := s.batch.Do(c); err != nil {
 		return nil, err
 	}
 	if err := cmd.Err(); err != nil {
 		return nil, err
 	}
-	return cmd.Val(), sc.err
+	return cmd.Val(), c.V.err
+}
+
+// send runs one batch (see the package documentation: group commit).
+func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
+	if len(batch) == 1 && s.wait == nil {
+		_ = s.client.Process(lead.Ctx, lead.V.cmd)
+		return
+	}
+	p := s.client.Pipeline()
+	for _, c := range batch {
+		_ = p.Process(c.Ctx, c.V.cmd)
+	}
+	var wait *redis.IntCmd
+	if s.wait != nil {
+		wait = s.wait.cmd(lead.Ctx)
+		_ = p.Process(lead.Ctx, wait)
+	}
+	// lead's deadline is the latest of the batch and bounds the socket
+	// reads and writes of all; its caller's cancellation must not abort
+	// the others' commands.
+	_, _ = p.Exec(groupcommit.DeadlineOnly{Parent: lead.Ctx})
+	if wait == nil {
+		return
+	}
+	if err := s.wait.check(wait); err != nil {
+		for _, c := range batch {
+			if c.V.cmd.Err() == nil {
+				c.V.err = err
+			}
+		}
+	}
 }
