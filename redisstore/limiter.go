@@ -173,6 +173,11 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 			l.breaker.fail(real)
 			return l.fallback.AllowN(ctx, key, n)
 		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// Say whose deadline it was: a slow or stalled server, not a
+			// refused connection (which keeps its own cause).
+			err = fmt.Errorf("no reply within the %v decision timeout: %w", l.timeout, err)
+		}
 		return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
 	}
 	if l.fallback != nil {

@@ -6,6 +6,7 @@
 //	rdb := redis.NewClient(&redis.Options{
 //		Addr:                  "localhost:6379",
 //		ContextTimeoutEnabled: true, // let redisstore's per-decision timeout reach the socket
+//		DialerRetries:         1,    // a refused connection fails at once, with its cause
 //	})
 //	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerMinute(10))
 //
@@ -43,6 +44,13 @@
 // (redisstore.WithTimeout) is bounded by the client's ReadTimeout and
 // WriteTimeout instead (3 s by default), so a stalled server stalls the
 // requests it guards for that long. Set ContextTimeoutEnabled.
+//
+// go-redis also retries a failed dial (DialerRetries, 5 by default, 100 ms
+// apart), which outlasts the default 100 ms decision timeout: while Redis
+// refuses connections, every decision then fails with "context deadline
+// exceeded" instead of "connection refused", and waits out its whole
+// timeout. DialerRetries: 1 keeps the cause and fails at once; the next
+// decision dials again anyway.
 package goredisstore
 
 import (
