@@ -42,7 +42,7 @@ func TestCluster(t *testing.T) {
 		for _, a := range algos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
 				p := prefix(t)
-				l := a.mustNew(t, c.s, rate, redisstore.WithPrefix(p))
+				l := a.mustNew(t, c.s, rate, patient, redisstore.WithPrefix(p))
 				for i := 0; i < keys; i++ {
 					key := fmt.Sprintf("client-%d", i)
 					if i%7 == 0 {

@@ -45,7 +45,7 @@ func TestKeysExpire(t *testing.T) {
 			// "a{b}" also checks the escaping of braces in the stored name.
 			tag := p + ":{a%7Bb%7D}:"
 
-			tb, _ := redisstore.NewTokenBucket(c.s, rate, redisstore.WithPrefix(p))
+			tb, _ := redisstore.NewTokenBucket(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, tb, "a{b}", 0, true)
 			absent(t, tag+"tb")
 			mustAllowed(t, tb, "a{b}", 1, true)
@@ -63,7 +63,7 @@ func TestKeysExpire(t *testing.T) {
 			}
 			absent(t, tag+"tb") // full again: nothing to keep
 
-			sl, _ := redisstore.NewSlidingLog(c.s, rate, redisstore.WithPrefix(p))
+			sl, _ := redisstore.NewSlidingLog(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, sl, "a{b}", 0, true)
 			absent(t, tag+"sl", tag+"sl:state")
 			mustAllowed(t, sl, "a{b}", 7, true)
@@ -93,7 +93,7 @@ func TestKeysExpire(t *testing.T) {
 			}
 			absent(t, tag+"sl", tag+"sl:state") // empty again
 
-			sc, _ := redisstore.NewSlidingCounter(c.s, rate, redisstore.WithPrefix(p))
+			sc, _ := redisstore.NewSlidingCounter(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, sc, "a{b}", 0, true)
 			absent(t, tag+"sc:cur", tag+"sc:prev")
 			mustAllowed(t, sc, "a{b}", 3, true)
@@ -124,7 +124,7 @@ func TestNoScriptFallback(t *testing.T) {
 	for _, c := range clients(t, addr) {
 		for _, a := range algos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
-				l := a.mustNew(t, c.s, floodgate.PerMinute(2), redisstore.WithPrefix(prefix(t)))
+				l := a.mustNew(t, c.s, floodgate.PerMinute(2), patient, redisstore.WithPrefix(prefix(t)))
 				mustAllowed(t, l, "k", 1, true)
 				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 					t.Fatal(err)

@@ -59,7 +59,7 @@ func TestSlidingLogWeighted(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
 				clock := &fakeClock{t0}
-				opts := []redisstore.Option{redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t))}
+				opts := []redisstore.Option{redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t))}
 				if tc.countDenied {
 					opts = append(opts, redisstore.WithCountDenied())
 				}
@@ -91,7 +91,7 @@ func TestSlidingLogCostIsOneEntry(t *testing.T) {
 	for _, c := range clients(t, addr) {
 		t.Run(c.name, func(t *testing.T) {
 			p := prefix(t)
-			l, err := redisstore.NewSlidingLog(c.s, floodgate.Rate{Limit: 1 << 16, Period: time.Minute}, redisstore.WithPrefix(p))
+			l, err := redisstore.NewSlidingLog(c.s, floodgate.Rate{Limit: 1 << 16, Period: time.Minute}, patient, redisstore.WithPrefix(p))
 			if err != nil {
 				t.Fatal(err)
 			}
