@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -186,4 +187,86 @@ func runCallers(callers, n int, do func(i int) error) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// BenchmarkRedisRounds compares the Redis libraries in interleaved rounds:
+// each iteration is one round in which every library, in a rotating
+// order, makes redisRoundDecisions decisions from the given number of
+// callers over redisKeys keys, all allowed. It reports each library's
+// median decisions per second over the rounds and floodgate's ratios to
+// redis_rate, the figures of the Redis targets: on a shared machine the
+// load changes from one second to the next, and rounds close together in
+// time see the same load. Run it with -benchtime Nx for N rounds.
+func BenchmarkRedisRounds(b *testing.B) {
+	for _, callers := range []int{1, 16, 256} {
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
+			benchRedisRounds(b, callers)
+		})
+	}
+}
+
+// redisRoundDecisions is the decisions each library makes per round.
+const redisRoundDecisions = 20_000
+
+func benchRedisRounds(b *testing.B, callers int) {
+	c, addr := redisClient(b)
+	ctx := context.Background()
+	peers := redisPeers()
+	decides := make([]redisDecide, len(peers))
+	keys := make([][]string, len(peers))
+	for i, p := range peers {
+		decide, stop, err := p.build(c, addr, redisQuota)
+		if err != nil {
+			b.Fatalf("%s: %v", p.name, err)
+		}
+		defer stop()
+		decides[i] = decide
+		keys[i] = make([]string, redisKeys)
+		for j := range keys[i] {
+			keys[i][j] = p.name + ":" + clientIP(j)
+		}
+		if !redisPopulated[p.name] {
+			if err := runCallers(16, redisKeys, func(j int) error { return expectAllowed(ctx, decide, keys[i][j]) }); err != nil {
+				b.Fatalf("%s: populating: %v", p.name, err)
+			}
+			redisPopulated[p.name] = true
+		}
+	}
+	rates := make([][]float64, len(peers))
+	b.ResetTimer()
+	for round := 0; round < b.N; round++ {
+		for k := range peers {
+			i := (round + k) % len(peers)
+			start := time.Now()
+			err := runCallers(callers, redisRoundDecisions, func(j int) error {
+				return expectAllowed(ctx, decides[i], keys[i][j%redisKeys])
+			})
+			if err != nil {
+				b.Fatalf("%s: %v", peers[i].name, err)
+			}
+			rates[i] = append(rates[i], redisRoundDecisions/time.Since(start).Seconds())
+		}
+	}
+	b.StopTimer()
+	med := make(map[string]float64, len(peers))
+	for i, p := range peers {
+		med[p.name] = median(rates[i])
+		b.ReportMetric(med[p.name], p.name+"-decisions/s")
+	}
+	for _, p := range peers {
+		if p.name != "redis_rate" {
+			b.ReportMetric(med[p.name]/med["redis_rate"], p.name+"/redis_rate")
+		}
+	}
+	b.ReportMetric(0, "ns/op") // a round is not an operation
+}
+
+// median returns the median of xs (which it sorts).
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }

@@ -20,11 +20,11 @@ func TestComposite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			clock := &fakeClock{t0}
 			clk := redisstore.WithClock(clock.Now)
-			perMinute, err := redisstore.NewSlidingLog(c.s, floodgate.PerMinute(3), clk, redisstore.WithPrefix(prefix(t)))
+			perMinute, err := redisstore.NewSlidingLog(c.s, floodgate.PerMinute(3), clk, patient, redisstore.WithPrefix(prefix(t)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			perHour, err := redisstore.NewTokenBucket(c.s, floodgate.PerHour(10), clk, redisstore.WithPrefix(prefix(t)))
+			perHour, err := redisstore.NewTokenBucket(c.s, floodgate.PerHour(10), clk, patient, redisstore.WithPrefix(prefix(t)))
 			if err != nil {
 				t.Fatal(err)
 			}

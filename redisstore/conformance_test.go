@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 					Bursts:     s.bursts,
 					Resolution: time.Microsecond,
 					New: func(cfg floodgatetest.Config) (floodgatetest.Limiter, error) {
-						return s.new(c.s, cfg, redisstore.WithClock(cfg.Clock.Now), redisstore.WithPrefix(p))
+						return s.new(c.s, cfg, redisstore.WithClock(cfg.Clock.Now), patient, redisstore.WithPrefix(p))
 					},
 				})
 			})

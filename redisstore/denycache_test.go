@@ -43,7 +43,7 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 			cs := &countingScripter{Scripter: rueidisClient(t, addr).s}
 			clock := &fakeClock{t0}
 			l := a.mustNew(t, cs, floodgate.PerMinute(2), redisstore.WithClock(clock.Now),
-				redisstore.WithDenyCache(100), redisstore.WithPrefix(prefix(t)))
+				redisstore.WithDenyCache(100), patient, redisstore.WithPrefix(prefix(t)))
 			calls := func(want int64) {
 				t.Helper()
 				if got := cs.calls.Load(); got != want {
@@ -99,8 +99,8 @@ func TestDenyCacheIsExact(t *testing.T) {
 		t.Run(a.name, func(t *testing.T) {
 			clock := &fakeClock{t0}
 			rate := floodgate.Rate{Limit: 5, Period: 10 * time.Second}
-			plain := a.mustNew(t, s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)))
-			cached := a.mustNew(t, s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)),
+			plain := a.mustNew(t, s, rate, redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t)))
+			cached := a.mustNew(t, s, rate, redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t)),
 				redisstore.WithDenyCache(10))
 			rng := rand.New(rand.NewPCG(7, 7))
 			ctx := context.Background()
@@ -130,7 +130,7 @@ func TestDenyCacheCommandsPerDenial(t *testing.T) {
 	)
 	for _, withCache := range []bool{false, true} {
 		c := rueidisClient(t, addr)
-		opts := []redisstore.Option{redisstore.WithPrefix(prefix(t))}
+		opts := []redisstore.Option{patient, redisstore.WithPrefix(prefix(t))}
 		if withCache {
 			opts = append(opts, redisstore.WithDenyCache(1000))
 		}

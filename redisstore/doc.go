@@ -31,14 +31,21 @@
 //		floodgate.Rate{Limit: 5, Period: time.Minute},
 //		redisstore.WithPrefix("fg:signup"))
 //
-// rueidis pipelines concurrent calls automatically and is the faster
-// client under many concurrent callers; see the README for figures.
+// Both adapters group concurrent decisions into pipelines (group commit):
+// while one batch is in flight, new script calls queue, and when it
+// returns the queue goes out as the next batch. A lone caller sends at
+// once, with no timer and no added latency; under many callers one round
+// trip carries hundreds of decisions. Each decision keeps its own
+// deadline and error, a script call is never retried, and a call whose
+// caller gives up before its batch is sent is withdrawn. See the README
+// for the figures.
 //
 // # Key layout and expiry
 //
 // A client key k of a limiter with prefix p (WithPrefix, default
-// DefaultPrefix) is stored as p:{k}:tb (token bucket), p:{k}:sl (sliding
-// log) or p:{k}:sc:cur and p:{k}:sc:prev (sliding counter). Only the client
+// DefaultPrefix) is stored as p:{k}:tb (token bucket), p:{k}:sl and
+// p:{k}:sl:state (sliding log: one weighted entry per decision, and the
+// units they hold) or p:{k}:sc:cur and p:{k}:sc:prev (sliding counter). Only the client
 // key stands inside the braces, the Cluster hash tag, so each decision
 // touches one slot and clients spread over every node; '%', '{' and '}' in
 // k are percent-escaped so they cannot move the tag. Give each policy its
@@ -69,16 +76,39 @@
 // # Errors, timeouts and the fallback
 //
 // Each decision's round trip is bounded by a timeout (WithTimeout, default
-// DefaultTimeout = 100 ms). An error of the round trip is returned wrapping
-// ErrRedis with a Decision that does not allow: the caller's error policy
-// (floodgate's middleware: fail open, fail closed or custom) decides. With
-// WithFallback a local limiter, typically an in-memory floodgate limiter,
-// answers instead while Redis cannot be reached: after a failure all
-// decisions go to it for the probe interval (WithProbeInterval, default
-// DefaultProbeInterval = 1 s), then one decision tries Redis again, and
-// the limiter is back on Redis as soon as one succeeds. The fallback's
-// limit is per instance: with k instances a client may get k times its
-// quota during an outage, and nothing consumed in it carries over.
+// DefaultTimeout = 100 ms); a caller's context whose deadline comes first
+// is used as it is, without a timer of its own. An error of the round trip
+// is returned wrapping ErrRedis and its cause (a refused connection reads
+// as one, a timeout names the decision timeout) with a Decision that does
+// not allow: the caller's error policy (floodgate's middleware: fail open,
+// fail closed or custom) decides. With WithFallback a local limiter,
+// typically an in-memory floodgate limiter, answers instead while Redis
+// cannot be reached: after a failure all decisions go to it for the probe
+// interval (WithProbeInterval, default DefaultProbeInterval = 1 s), then
+// one decision tries Redis again, and the limiter is back on Redis as soon
+// as one succeeds. The fallback's limit is per instance: with k instances
+// a client may get k times its quota during an outage, and nothing
+// consumed in it carries over.
+//
+// A caller whose context is cancelled (the client hung up) is not an
+// outage: its decision returns an error wrapping context.Canceled and not
+// ErrRedis, nothing is sent if it hung up first, and neither the fallback
+// nor its probe interval hears of it. A service must still be able to
+// start while Redis is down: rueidis.NewClient fails then, so use
+// rueidisstore.Lazy, which connects on first use (go-redis clients
+// connect lazily by themselves).
+//
+// # Failover
+//
+// Redis replicates asynchronously: a decision the master has answered may
+// not have reached the replica when Sentinel promotes it, and is then
+// lost: the client it charged gets that much quota again. The loss is
+// bounded by the replication lag (usually below a millisecond, more under
+// load). goredisstore.WithWaitReplicas and rueidisstore.WithWaitReplicas
+// send WAIT after each batch, so that a decision returns only once n
+// replicas hold it (or fails with ErrNotReplicated): what a failover can
+// then lose is limited to decisions still in flight. The README gives the
+// cost.
 //
 // # Retries
 //

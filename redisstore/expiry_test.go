@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestKeysExpire(t *testing.T) {
 			// "a{b}" also checks the escaping of braces in the stored name.
 			tag := p + ":{a%7Bb%7D}:"
 
-			tb, _ := redisstore.NewTokenBucket(c.s, rate, redisstore.WithPrefix(p))
+			tb, _ := redisstore.NewTokenBucket(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, tb, "a{b}", 0, true)
 			absent(t, tag+"tb")
 			mustAllowed(t, tb, "a{b}", 1, true)
@@ -62,24 +63,37 @@ func TestKeysExpire(t *testing.T) {
 			}
 			absent(t, tag+"tb") // full again: nothing to keep
 
-			sl, _ := redisstore.NewSlidingLog(c.s, rate, redisstore.WithPrefix(p))
+			sl, _ := redisstore.NewSlidingLog(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, sl, "a{b}", 0, true)
-			absent(t, tag+"sl")
-			mustAllowed(t, sl, "a{b}", 10, true)
+			absent(t, tag+"sl", tag+"sl:state")
+			mustAllowed(t, sl, "a{b}", 7, true)
+			mustAllowed(t, sl, "a{b}", 3, true)
 			pttl(t, tag+"sl", time.Minute)
-			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 10 {
-				t.Errorf("log holds %d members after 10 events, want 10 distinct members", n)
+			pttl(t, tag+"sl:state", time.Minute)
+			// One member per decision, carrying its weight: AllowN(n) costs
+			// the same for every n.
+			if m, _ := rdb.ZRange(ctx, tag+"sl", 0, -1).Result(); !slices.Equal(m, []string{"0:7", "1:3"}) {
+				t.Errorf("log members after AllowN 7 and 3: %q, want [0:7 1:3]", m)
+			}
+			if s, _ := rdb.Get(ctx, tag+"sl:state").Result(); s != "10 2" {
+				t.Errorf("log state %q, want \"10 2\" (10 units, next seq 2)", s)
 			}
 			mustAllowed(t, sl, "a{b}", 1, false)
-			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 10 {
-				t.Errorf("log holds %d members after a denial, want 10: denials are not recorded", n)
+			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 2 {
+				t.Errorf("log holds %d members after a denial, want 2: denials are not recorded", n)
 			}
-			if err := sl.RefundN(ctx, "a{b}", 10); err != nil {
+			if err := sl.RefundN(ctx, "a{b}", 4); err != nil {
 				t.Fatal(err)
 			}
-			absent(t, tag+"sl") // empty again
+			if m, _ := rdb.ZRange(ctx, tag+"sl", 0, -1).Result(); !slices.Equal(m, []string{"0:6"}) {
+				t.Errorf("log members after refunding 4 of 7+3: %q, want [0:6]", m)
+			}
+			if err := sl.RefundN(ctx, "a{b}", 6); err != nil {
+				t.Fatal(err)
+			}
+			absent(t, tag+"sl", tag+"sl:state") // empty again
 
-			sc, _ := redisstore.NewSlidingCounter(c.s, rate, redisstore.WithPrefix(p))
+			sc, _ := redisstore.NewSlidingCounter(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, sc, "a{b}", 0, true)
 			absent(t, tag+"sc:cur", tag+"sc:prev")
 			mustAllowed(t, sc, "a{b}", 3, true)
@@ -95,7 +109,7 @@ func TestKeysExpire(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			absent(t, tag+"tb", tag+"sl", tag+"sc:cur", tag+"sc:prev")
+			absent(t, tag+"tb", tag+"sl", tag+"sl:state", tag+"sc:cur", tag+"sc:prev")
 		})
 	}
 }
@@ -110,7 +124,7 @@ func TestNoScriptFallback(t *testing.T) {
 	for _, c := range clients(t, addr) {
 		for _, a := range algos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
-				l := a.mustNew(t, c.s, floodgate.PerMinute(2), redisstore.WithPrefix(prefix(t)))
+				l := a.mustNew(t, c.s, floodgate.PerMinute(2), patient, redisstore.WithPrefix(prefix(t)))
 				mustAllowed(t, l, "k", 1, true)
 				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 					t.Fatal(err)

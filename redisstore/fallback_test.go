@@ -31,8 +31,7 @@ func (f *flakyServer) Eval(ctx context.Context, _ string, keys, args []string) (
 }
 
 // TestFallbackProbesOncePerInterval: after a failure the fallback answers
-// without touching the server until the probe interval has passed; the
-// caller's own cancellation is an error, not a fallback answer.
+// without touching the server until the probe interval has passed.
 func TestFallbackProbesOncePerInterval(t *testing.T) {
 	srv := &flakyServer{}
 	srv.down.Store(true)
@@ -55,11 +54,68 @@ func TestFallbackProbesOncePerInterval(t *testing.T) {
 	if srv.calls.Load() != 1 || fb.calls.Load() != 100 {
 		t.Fatalf("server called %d times, fallback %d; want 1 and 100", srv.calls.Load(), fb.calls.Load())
 	}
-	cctx, cancel := context.WithCancel(ctx)
+}
+
+// hangingServer answers nothing until the caller's context ends, as a
+// decision in flight when the client hangs up; it counts the calls.
+type hangingServer struct {
+	calls   atomic.Int64
+	started chan struct{}
+}
+
+func (h *hangingServer) EvalSha(ctx context.Context, _ string, _, _ []string) ([]int64, error) {
+	h.calls.Add(1)
+	h.started <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (h *hangingServer) Eval(ctx context.Context, _ string, keys, args []string) ([]int64, error) {
+	return h.EvalSha(ctx, "", keys, args)
+}
+
+// TestCallerGoneIsNotAnOutage: a caller whose context is cancelled (the
+// client hung up) gets an error wrapping context.Canceled, not ErrRedis,
+// whether it hung up before the round trip (then nothing is sent) or
+// during it; and neither case sends later decisions to the fallback,
+// which would let a client's own hang-ups switch the limit to a local one.
+func TestCallerGoneIsNotAnOutage(t *testing.T) {
+	srv := &hangingServer{started: make(chan struct{}, 1)}
+	mem, err := floodgate.NewTokenBucket(floodgate.PerSecond(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := &countingLimiter{Limiter: mem}
+	l, err := redisstore.NewTokenBucket(srv, floodgate.PerSecond(1000),
+		redisstore.WithFallback(fb), redisstore.WithProbeInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, d floodgate.Decision, err error) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) || errors.Is(err, redisstore.ErrRedis) || d.Allowed {
+			t.Fatalf("%s: %+v, %v; want a denial with an error wrapping context.Canceled and not ErrRedis", what, d, err)
+		}
+	}
+
+	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	l2, _ := redisstore.NewTokenBucket(srv, floodgate.PerSecond(1000), redisstore.WithFallback(fb))
-	if _, err := l2.Allow(cctx, "k"); !errors.Is(err, redisstore.ErrRedis) {
-		t.Fatalf("canceled caller: err = %v, want ErrRedis, not a fallback answer", err)
+	d, err := l.Allow(gone, "k")
+	check("cancelled before the call", d, err)
+	if srv.calls.Load() != 0 {
+		t.Fatalf("a cancelled caller's decision reached the server (%d calls)", srv.calls.Load())
+	}
+
+	for i := 1; i <= 3; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-srv.started; cancel() }()
+		d, err := l.Allow(ctx, "k")
+		check("cancelled during the round trip", d, err)
+		// Still on Redis: each decision reached the server, none the
+		// fallback.
+		if srv.calls.Load() != int64(i) || fb.calls.Load() != 0 {
+			t.Fatalf("after %d hang-ups: server %d calls, fallback %d; want %d and 0", i, srv.calls.Load(), fb.calls.Load(), i)
+		}
 	}
 }
 

@@ -121,3 +121,9 @@ func (a algo) mustNew(t testing.TB, s redisstore.Scripter, r floodgate.Rate, opt
 	}
 	return l
 }
+
+// patient replaces the default 100 ms decision timeout in tests about
+// decisions rather than latency: under -race, with other builds on the
+// two cores, a round trip now and then takes longer, and the test would
+// fail on the timeout instead of checking the decision.
+var patient = redisstore.WithTimeout(10 * time.Second)

@@ -15,7 +15,8 @@ const DefaultPrefix = "floodgate"
 // Key layout. A client key k of a limiter with prefix p is stored as
 //
 //	p:{k}:tb                      token bucket (a string "tat frac")
-//	p:{k}:sl                      sliding log (a sorted set)
+//	p:{k}:sl, p:{k}:sl:state      sliding log (a sorted set, one weighted
+//	                              entry per decision, and "used seq")
 //	p:{k}:sc:cur, p:{k}:sc:prev   sliding counter (two strings)
 //
 // Only the client part stands inside the braces, the Redis Cluster hash

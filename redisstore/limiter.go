@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -148,6 +146,11 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 			return d, nil
 		}
 	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The caller hung up before the round trip: nobody waits for the
+		// decision, so nothing is charged for it.
+		return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
+	}
 	// The probe interval is real time even on a client clock: it paces
 	// attempts to reach a server, which a fake clock knows nothing about.
 	var real int64
@@ -158,15 +161,27 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 			return l.fallback.AllowN(ctx, key, n)
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	cctx, cancel := l.bound(ctx)
 	d, err := eval(cctx, key, n, arg)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if err != nil {
 		l.counts.countError(err)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// The caller hung up: not an outage, so neither the breaker nor
+			// the fallback hears of it.
+			return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
+		}
 		if l.fallback != nil && ctx.Err() == nil {
 			l.breaker.fail(real)
 			l.counts.fallbackDecisions.Add(1)
 			return l.fallback.AllowN(ctx, key, n)
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// Say whose deadline it was: a slow or stalled server, not a
+			// refused connection (which keeps its own cause).
+			err = fmt.Errorf("no reply within the %v decision timeout: %w", l.timeout, err)
 		}
 		return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
 	}
@@ -188,6 +203,24 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	return d, nil
 }
 
+// bound returns ctx bounded by the per-decision timeout, and the cancel
+// function to call after the round trip. A caller's context whose deadline
+// comes first is used as it is, which saves context.WithTimeout's timer
+// and allocations (cancel is then nil).
+func (l *base) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
+		return ctx, nil
+	}
+	return context.WithTimeout(ctx, l.timeout)
+}
+
+// errCallerGone is the error of a decision whose caller's context was
+// cancelled (the client went away): it wraps context.Canceled and not
+// ErrRedis, since Redis did nothing wrong.
+func errCallerGone(ctx context.Context) error {
+	return fmt.Errorf("redisstore: decision abandoned, the caller's context is done: %w", ctx.Err())
+}
+
 // reset deletes keys (all of one client) and forgets the client in the
 // deny cache and the fallback.
 func (l *base) reset(ctx context.Context, key string, keys []string) error {
@@ -201,9 +234,11 @@ func (l *base) reset(ctx context.Context, key string, keys []string) error {
 	if r, ok := l.fallback.(floodgate.Resetter); ok {
 		errs = append(errs, r.Reset(ctx, key))
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	cctx, cancel := l.bound(ctx)
 	_, err := resetScript.run(cctx, l.client, keys, nil)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if err != nil {
 		l.counts.countError(err)
 		errs = append(errs, fmt.Errorf("%w: %w", ErrRedis, err))
@@ -226,31 +261,16 @@ func (l *base) refund(ctx context.Context, key string, run func(ctx context.Cont
 	if l.deny != nil {
 		l.deny.remove(key)
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	cctx, cancel := l.bound(ctx)
 	err = run(cctx, arg)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if err != nil {
 		l.counts.countError(err)
 		return fmt.Errorf("%w: %w", ErrRedis, err)
 	}
 	return nil
-}
-
-// memberPrefix makes sliding-log members unique across calls and
-// processes: a random process nonce and a per-process counter.
-var (
-	processNonce = newNonce()
-	memberSeq    atomic.Uint64
-)
-
-func newNonce() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails since Go 1.24
-	return hex.EncodeToString(b[:])
-}
-
-func nextMemberPrefix() string {
-	return processNonce + ":" + strconv.FormatUint(memberSeq.Add(1), 36) + ":"
 }
 
 // expectInts checks the length of a script's reply.

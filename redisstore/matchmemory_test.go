@@ -44,7 +44,7 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 					t.Fatal(err)
 				}
 				rl, err := redisstore.NewTokenBucket(c.s, tc.rate, redisstore.WithBurst(tc.burst),
-					redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)))
+					redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -149,7 +149,7 @@ func TestWindowsMatchMemory(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					rl, err := p.rl(c.s, r, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)))
+					rl, err := p.rl(c.s, r, redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t)))
 					if err != nil {
 						t.Fatal(err)
 					}

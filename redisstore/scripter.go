@@ -37,6 +37,13 @@ var ErrNoScript = errors.New("redisstore: NOSCRIPT: script not cached on the ser
 // reached, did not answer in time, or answered with an error.
 var ErrRedis = errors.New("redisstore: redis")
 
+// ErrNotReplicated is wrapped by a Scripter's error when the writes of a
+// script were not acknowledged by as many replicas as the adapter was
+// told to wait for (goredisstore.WithWaitReplicas,
+// rueidisstore.WithWaitReplicas). The script ran on the master; a failover
+// before the replicas catch up could lose what it recorded.
+var ErrNotReplicated = errors.New("redisstore: writes not acknowledged by enough replicas")
+
 // The scripts: one decision per algorithm, one refund per algorithm, and
 // one to reset a key. Each decision is
 // a single EVALSHA: one round trip, atomic on the server.
@@ -45,6 +52,10 @@ var (
 	// is prepended to each of them, so each is still one EVAL.
 	//go:embed scripts/prelude.lua
 	prelude string
+	//go:embed scripts/prelude_counter.lua
+	preludeCounter string
+	//go:embed scripts/prelude_log.lua
+	preludeLog string
 	//go:embed scripts/tokenbucket.lua
 	tokenBucketSrc string
 	//go:embed scripts/slidinglog.lua
@@ -61,13 +72,13 @@ var (
 	slidingCounterRefundSrc string
 
 	tokenBucketScript    = newScript(prelude + tokenBucketSrc)
-	slidingLogScript     = newScript(prelude + slidingLogSrc)
-	slidingCounterScript = newScript(prelude + slidingCounterSrc)
+	slidingLogScript     = newScript(prelude + preludeLog + slidingLogSrc)
+	slidingCounterScript = newScript(prelude + preludeCounter + slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
 	tokenBucketRefundScript    = newScript(prelude + tokenBucketRefundSrc)
-	slidingLogRefundScript     = newScript(prelude + slidingLogRefundSrc)
-	slidingCounterRefundScript = newScript(prelude + slidingCounterRefundSrc)
+	slidingLogRefundScript     = newScript(prelude + preludeLog + slidingLogRefundSrc)
+	slidingCounterRefundScript = newScript(prelude + preludeCounter + slidingCounterRefundSrc)
 )
 
 // script is a Lua source with its SHA1, computed once.

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -10,17 +11,22 @@ import (
 
 // SlidingLog is a sliding-log limiter whose logs live in Redis, so that
 // every instance of a service shares them. It makes the decisions
-// floodgate.SlidingLog makes in memory: at most Rate.Limit events in any
+// floodgate.SlidingLog makes in memory: at most Rate.Limit units in any
 // window of Rate.Period ending now, exactly; denied attempts are not
 // recorded unless WithCountDenied says so; a cost above Rate.Limit is
 // floodgate.ErrCostExceedsLimit.
 //
-// Each client's log is a sorted set of at most Rate.Limit members scored by
-// the event's time in integer microseconds; every member is unique to its
-// call (a process nonce and a counter), so events of the same microsecond
-// never collapse. The script removes the events that left the window,
-// checks, and only then adds; the key expires when its newest event leaves
-// the window. Each decision is one EVALSHA.
+// Each client's log is a sorted set with one entry per recorded decision,
+// scored by its time in integer microseconds and carrying the decision's
+// cost as its weight, plus a small string holding the units the entries
+// weigh in all. So AllowN(n) costs the same for every n: the script reads
+// the entries that left the window (each one once in its life) and, when
+// it denies, the oldest entries up to the units the request needs. Entries
+// weigh at least one unit and a log holds at most Rate.Limit units, so at
+// most Rate.Limit entries: about 80 bytes each in Redis, 5 MiB for one key
+// at the largest limit (floodgate.MaxSlidingLogLimit) in the worst case, a key that spends
+// its quota one unit per microsecond. Both keys expire when the newest
+// entry leaves the window. Each decision is one EVALSHA.
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -31,14 +37,20 @@ type SlidingLog struct {
 	periodArg   string
 }
 
-// NewSlidingLog returns a sliding log on Redis allowing r.Limit events per
-// r.Period, running its script through c. It accepts WithCountDenied,
+// NewSlidingLog returns a sliding log on Redis allowing r.Limit units per
+// r.Period (r.Limit at most floodgate.MaxSlidingLogLimit, as in memory:
+// it bounds the entries of one key, and so a script's work and a key's
+// memory), running its script through c. It accepts WithCountDenied,
 // WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
 // WithDenyCache (not together with WithCountDenied) and WithMaxKeyLength.
 // The period must be a whole number of microseconds.
 func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, error) {
 	if err := checkRate(r); err != nil {
 		return nil, err
+	}
+	if r.Limit > floodgate.MaxSlidingLogLimit {
+		return nil, fmt.Errorf("%w: a sliding log holds up to Limit entries per key, and %d is above floodgate.MaxSlidingLogLimit %d; "+
+			"use a SlidingCounter or a TokenBucket for larger limits", floodgate.ErrInvalidRate, r.Limit, floodgate.MaxSlidingLogLimit)
 	}
 	cfg, err := newConfig(kindSlidingLog, opts)
 	if err != nil {
@@ -80,14 +92,14 @@ func (l *SlidingLog) AllowN(ctx context.Context, key string, n int) (floodgate.D
 
 // Reset empties key's log.
 func (l *SlidingLog) Reset(ctx context.Context, key string) error {
-	return l.reset(ctx, key, []string{l.key(key)})
+	return l.reset(ctx, key, l.keys(key))
 }
 
-// RefundN removes the n newest events of key's log, giving back the units
+// RefundN takes the n newest units off key's log, giving back the units
 // of an allowed AllowN whose event did not happen, as
 // floodgate.SlidingLog.RefundN does, with the same caveat: if another event
-// was recorded for the key in between, the refund removes that one's
-// entries instead. A negative n returns floodgate.ErrInvalidCost and n above
+// was recorded for the key in between, the refund takes that one's units
+// instead. A negative n returns floodgate.ErrInvalidCost and n above
 // Rate.Limit floodgate.ErrCostExceedsLimit. The refund goes to Redis only,
 // never to the fallback.
 func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
@@ -98,17 +110,21 @@ func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
 		return nil
 	}
 	return l.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := slidingLogRefundScript.run(ctx, l.client, []string{l.key(key)},
+		_, err := slidingLogRefundScript.run(ctx, l.client, l.keys(key),
 			[]string{now, strconv.Itoa(n), l.periodArg, l.minTTL})
 		return err
 	})
 }
 
-func (l *SlidingLog) key(key string) string { return clientTag(l.prefix, key) + "sl" }
+// keys returns the log's keys: the entries and the state.
+func (l *SlidingLog) keys(key string) []string {
+	tag := clientTag(l.prefix, key)
+	return []string{tag + "sl", tag + "sl:state"}
+}
 
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, nextMemberPrefix(), l.countDenied, l.minTTL}
-	r, err := slidingLogScript.run(ctx, l.client, []string{l.key(key)}, args)
+	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, l.countDenied, l.minTTL}
+	r, err := slidingLogScript.run(ctx, l.client, l.keys(key), args)
 	if err == nil {
 		err = expectInts(r, 4)
 	}

@@ -6,8 +6,21 @@
 //	rdb := redis.NewClient(&redis.Options{
 //		Addr:                  "localhost:6379",
 //		ContextTimeoutEnabled: true, // let redisstore's per-decision timeout reach the socket
+//		DialerRetries:         1,    // a refused connection fails at once, with its cause
 //	})
 //	lim, err := redisstore.NewTokenBucket(goredisstore.New(rdb), floodgate.PerMinute(10))
+//
+// # Group commit
+//
+// Concurrent decisions share pipelines: while one pipeline is in flight,
+// new script calls queue, and when it returns the queue goes out as the
+// next pipeline. A lone caller sends at once (no timer, no added latency);
+// under many callers the server reads and answers hundreds of scripts per
+// round trip instead of one, which is what doubles go-redis's throughput
+// (see the redisstore README). Each call keeps its own context: a caller
+// whose deadline passes, or who hangs up, returns at once with its
+// context's error, and a call withdrawn before its batch was sent never
+// reaches the server. No goroutine is started.
 //
 // # Retries
 //
@@ -15,11 +28,14 @@
 // times (3 by default), including after a read timeout or a connection
 // reset, when the server may already have run it. For a rate-limit script
 // that would charge a client twice for one request. This adapter therefore
-// marks every script call as not retryable (go-redis's per-command NoRetry),
-// whatever MaxRetries says: a failed decision is reported as an error, and
-// the limiter's error policy or fallback answers it. The client's other
+// marks every script call as not retryable (go-redis's per-command NoRetry,
+// which also stops the retry of a pipeline that holds one), whatever
+// MaxRetries says: a failed decision is reported as an error, and the
+// limiter's error policy or fallback answers it. The client's other
 // commands keep their retries. Cluster redirections (MOVED, ASK) are still
-// followed: the script did not run on the node that redirected.
+// followed: the script did not run on the node that redirected. A NOSCRIPT
+// reply in a batch is returned to its caller only, which sends EVAL; the
+// other scripts of the batch ran once.
 //
 // # Timeouts
 //
@@ -28,32 +44,128 @@
 // (redisstore.WithTimeout) is bounded by the client's ReadTimeout and
 // WriteTimeout instead (3 s by default), so a stalled server stalls the
 // requests it guards for that long. Set ContextTimeoutEnabled.
+//
+// go-redis also retries a failed dial (DialerRetries, 5 by default, 100 ms
+// apart), which outlasts the default 100 ms decision timeout: while Redis
+// refuses connections, every decision then fails with "context deadline
+// exceeded" instead of "connection refused", and waits out its whole
+// timeout. DialerRetries: 1 keeps the cause and fails at once; the next
+// decision dials again anyway.
 package goredisstore
 
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
 	"github.com/redis/go-redis/v9"
 )
 
 // Scripter runs scripts on a go-redis client. It implements
 // redisstore.Scripter.
 type Scripter struct {
-	c redis.UniversalClient
+	client redis.UniversalClient
+	// wait, when set, is appended to every pipeline: WAIT for replicas
+	// (WithWaitReplicas).
+	wait  *waitReplicas
+	batch groupcommit.Batcher[scriptCmd]
+	err   error // a configuration error every call returns
+}
+
+// scriptCmd is one script call's command and the batch's error that is not
+// the command's own.
+type scriptCmd struct {
+	cmd     noRetry
+	payload string // the script or its SHA1, passed by pointer
+	err     error  // replicas that did not acknowledge in time
 }
 
 var _ redisstore.Scripter = (*Scripter)(nil)
 
+// Option configures a Scripter.
+type Option func(*Scripter) error
+
 // New returns a Scripter running scripts on c. The client stays the
-// caller's to configure and close.
-func New(c redis.UniversalClient) *Scripter { return &Scripter{c: c} }
+// caller's to configure and close. An invalid option makes every call of
+// the Scripter fail with an error wrapping floodgate.ErrInvalidOption
+// (see Err).
+func New(c redis.UniversalClient, opts ...Option) *Scripter {
+	s := &Scripter{client: c}
+	s.batch.Send = s.send
+	for _, o := range opts {
+		if o == nil {
+			s.err = fmt.Errorf("%w: nil goredisstore option", floodgate.ErrInvalidOption)
+			break
+		}
+		if s.err = o(s); s.err != nil {
+			break
+		}
+	}
+	return s
+}
+
+// Err returns the configuration error of the options given to New, if
+// any; every script call returns it too.
+func (s *Scripter) Err() error { return s.err }
+
+// WithWaitReplicas makes every script call wait, after the script, until
+// at least n replicas have acknowledged its writes or timeout has passed
+// (Redis's WAIT, sent in the same pipeline as the script; a script itself
+// may not call WAIT). A call whose writes were not acknowledged by n
+// replicas in time returns an error wrapping redisstore.ErrNotReplicated
+// (and so ErrRedis, through the limiter): the decision was made on the
+// master, but a failover now could lose it, and the caller's error policy
+// decides. It bounds what a Sentinel failover can lose to the decisions
+// still waiting for their acknowledgement; see the redisstore README for
+// its cost. With group commit, one WAIT covers a whole batch.
+//
+// It needs a client with one master (Client, or a failover client for
+// Sentinel): on a ClusterClient or Ring, WAIT cannot be routed to the
+// node of the script, and the option is an error.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(s *Scripter) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: WithWaitReplicas(%d): n must be positive", floodgate.ErrInvalidOption, n)
+		}
+		if timeout < time.Millisecond {
+			return fmt.Errorf("%w: WithWaitReplicas timeout %s: at least 1ms (WAIT counts milliseconds, and 0 waits forever)", floodgate.ErrInvalidOption, timeout)
+		}
+		switch s.client.(type) {
+		case *redis.ClusterClient, *redis.Ring:
+			return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a %T", floodgate.ErrInvalidOption, s.client)
+		}
+		s.wait = &waitReplicas{n: int64(n), ms: timeout.Milliseconds()}
+		return nil
+	}
+}
+
+// waitReplicas is the WAIT sent after each batch (WithWaitReplicas).
+type waitReplicas struct {
+	n, ms int64
+}
+
+func (w *waitReplicas) cmd(ctx context.Context) *redis.IntCmd {
+	return redis.NewIntCmd(ctx, "wait", w.n, w.ms)
+}
+
+func (w *waitReplicas) check(cmd *redis.IntCmd) error {
+	got, err := cmd.Result()
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w", redisstore.ErrNotReplicated, err)
+	}
+	if got < w.n {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %d ms", redisstore.ErrNotReplicated, got, w.n, w.ms)
+	}
+	return nil
+}
 
 // EvalSha runs the script cached under sha1; a NOSCRIPT reply is returned
 // wrapping redisstore.ErrNoScript.
 func (s *Scripter) EvalSha(ctx context.Context, sha1 string, keys, args []string) ([]int64, error) {
-	r, err := s.run(ctx, "evalsha", sha1, keys, args)
+	r, err := s.run(ctx, evalshaName, sha1, keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		err = fmt.Errorf("%w: %w", redisstore.ErrNoScript, err)
 	}
@@ -62,29 +174,78 @@ func (s *Scripter) EvalSha(ctx context.Context, sha1 string, keys, args []string
 
 // Eval runs the script source.
 func (s *Scripter) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
-	return s.run(ctx, "eval", script, keys, args)
+	return s.run(ctx, evalName, script, keys, args)
 }
 
 // noRetry is a script command that go-redis must not retry: a retry after
 // the server ran it would run it twice.
-type noRetry struct{ *redis.Cmd }
+type noRetry struct{ *redis.IntSliceCmd }
 
 // NoRetry tells go-redis not to retry the command.
 func (noRetry) NoRetry() bool { return true }
 
-func (s *Scripter) run(ctx context.Context, name, payload string, keys, args []string) ([]int64, error) {
+// The command names, boxed once.
+var (
+	evalshaName any = "evalsha"
+	evalName    any = "eval"
+)
+
+func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args []string) ([]int64, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	c := &groupcommit.Call[scriptCmd]{Ctx: ctx, V: scriptCmd{payload: payload}}
+	// Arguments are passed as *string: go-redis writes those as they are,
+	// where a string in an interface would cost an allocation each.
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, payload, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
+	a = append(a, name, &c.V.payload, len(keys))
+	for i := range keys {
+		a = append(a, &keys[i])
 	}
-	for _, v := range args {
-		a = append(a, v)
+	for i := range args {
+		a = append(a, &args[i])
 	}
-	cmd := redis.NewCmd(ctx, a...)
+	cmd := redis.NewIntSliceCmd(ctx, a...)
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3) // route by the first key's slot
 	}
-	_ = s.c.Process(ctx, noRetry{cmd})
-	return cmd.Int64Slice()
+	c.V.cmd = noRetry{cmd}
+	if err := s.batch.Do(c); err != nil {
+		return nil, err
+	}
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return cmd.Val(), c.V.err
+}
+
+// send runs one batch (see the package documentation: group commit).
+func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
+	if len(batch) == 1 && s.wait == nil {
+		_ = s.client.Process(lead.Ctx, lead.V.cmd)
+		return
+	}
+	p := s.client.Pipeline()
+	for _, c := range batch {
+		_ = p.Process(c.Ctx, c.V.cmd)
+	}
+	var wait *redis.IntCmd
+	if s.wait != nil {
+		wait = s.wait.cmd(lead.Ctx)
+		_ = p.Process(lead.Ctx, wait)
+	}
+	// lead's deadline is the latest of the batch and bounds the socket
+	// reads and writes of all; its caller's cancellation must not abort
+	// the others' commands.
+	_, _ = p.Exec(groupcommit.DeadlineOnly{Parent: lead.Ctx})
+	if wait == nil {
+		return
+	}
+	if err := s.wait.check(wait); err != nil {
+		for _, c := range batch {
+			if c.V.cmd.Err() == nil {
+				c.V.err = err
+			}
+		}
+	}
 }

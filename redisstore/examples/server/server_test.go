@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,10 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-redis", addr, "-client", "go-redis", "-prefix", "fgexample:run"},
+		// A prefix of its own per run: the shared server keeps the quota
+		// of earlier runs (go test -count).
+		p := "fgexample:run:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-redis", addr, "-client", "go-redis", "-prefix", p},
 			io.Discard, func(a string) { ready <- a })
 	}()
 	var base string

@@ -1,7 +1,7 @@
 // Package redistest starts throwaway redis-server processes for the
-// redisstore tests: a single server on a free loopback port, or a
-// three-master Redis Cluster, each in its own temporary directory with
-// persistence off.
+// redisstore tests: a single server on a free loopback port, a
+// three-master Redis Cluster, or a master, a replica and a Sentinel, each
+// in its own temporary directory with persistence off.
 //
 // Tests use REDIS_ADDR instead of a server of their own when it is set
 // (Shared). When neither is possible they skip, saying how to run them;

@@ -14,7 +14,9 @@ import (
 // reply lost after the server ran a decision script must not make the
 // client run it again. connect returns a Scripter talking to addr (a
 // DropProxy in front of the shared server). The decision must fail with
-// ErrRedis, and the key must have been charged once for it.
+// ErrRedis, and the key must have been charged once for it: the proxy drops
+// the reply only after the server sent it, so the script ran exactly once
+// unless the client ran it again.
 func CheckScriptNotRetried(t *testing.T, connect func(t *testing.T, addr string) redisstore.Scripter) {
 	t.Helper()
 	p := NewDropProxy(t, Shared(t))
@@ -36,6 +38,11 @@ func CheckScriptNotRetried(t *testing.T, connect func(t *testing.T, addr string)
 	p.Armed.Store(true)
 	if _, err := lim.Allow(ctx, "k"); !errors.Is(err, redisstore.ErrRedis) {
 		t.Fatalf("Allow with the reply lost: err = %v, want an error wrapping ErrRedis", err)
+	}
+	// The proxy drops a reply only once the server has sent it: the
+	// script ran.
+	if p.Dropped.Load() != 1 {
+		t.Fatalf("the proxy dropped %d replies, want 1", p.Dropped.Load())
 	}
 	d, err := lim.AllowN(ctx, "k", 0)
 	if err != nil || d.Remaining != 8 {
