@@ -149,6 +149,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// The caller hung up before the round trip: nobody waits for the
 		// decision, so nothing is charged for it.
+		l.counts.canceledErrors.Add(1)
 		return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
 	}
 	// The probe interval is real time even on a client clock: it paces

@@ -35,9 +35,11 @@ type Stats struct {
 	// client reported a network timeout. A growing count means Redis, or
 	// the network to it, is slow or unreachable.
 	TimeoutErrors uint64
-	// CanceledErrors counts round trips abandoned because the caller's
-	// context was cancelled, typically by an HTTP client that hung up. It
-	// says more about the callers than about Redis.
+	// CanceledErrors counts decisions abandoned because the caller's
+	// context was cancelled, typically by an HTTP client that hung up,
+	// whether before the round trip (nothing is sent) or during it. It
+	// says more about the callers than about Redis; such a decision
+	// returns an error wrapping context.Canceled, not ErrRedis.
 	CanceledErrors uint64
 	// OtherErrors counts the round trips that failed otherwise: Redis
 	// refused the connection or answered with an error, or a script's

@@ -109,19 +109,26 @@ func TestStatsCountsErrorsByKind(t *testing.T) {
 			steps := []struct {
 				name  string
 				reply error
+				want  error // what the error wraps
 				call  func() error
 			}{
-				{"limiter timeout", context.DeadlineExceeded, func() error { _, err := l.AllowN(ctx, "k", 1); return err }},
-				{"network timeout", netTimeout{}, func() error { _, err := l.AllowN(ctx, "k", 1); return err }},
-				{"caller hung up", nil, func() error { _, err := l.AllowN(canceled, "k", 1); return err }},
-				{"refused", errNoServer, func() error { _, err := l.AllowN(ctx, "k", 1); return err }},
-				{"reset refused", errNoServer, func() error { return l.Reset(ctx, "k") }},
-				{"refund refused", errNoServer, func() error { return l.(floodgate.Refunder).RefundN(ctx, "k", 1) }},
+				{"limiter timeout", context.DeadlineExceeded, redisstore.ErrRedis, func() error { _, err := l.AllowN(ctx, "k", 1); return err }},
+				{"network timeout", netTimeout{}, redisstore.ErrRedis, func() error { _, err := l.AllowN(ctx, "k", 1); return err }},
+				// A hang-up is the caller's, not Redis's: context.Canceled,
+				// never ErrRedis, yet counted under its own kind.
+				{"caller hung up", nil, context.Canceled, func() error { _, err := l.AllowN(canceled, "k", 1); return err }},
+				{"refused", errNoServer, redisstore.ErrRedis, func() error { _, err := l.AllowN(ctx, "k", 1); return err }},
+				{"reset refused", errNoServer, redisstore.ErrRedis, func() error { return l.Reset(ctx, "k") }},
+				{"refund refused", errNoServer, redisstore.ErrRedis, func() error { return l.(floodgate.Refunder).RefundN(ctx, "k", 1) }},
 			}
 			for _, s := range steps {
 				srv.reply = func() ([]int64, error) { return nil, s.reply }
-				if err := s.call(); !errors.Is(err, redisstore.ErrRedis) {
-					t.Fatalf("%s: err = %v, want ErrRedis", s.name, err)
+				err := s.call()
+				if !errors.Is(err, s.want) {
+					t.Fatalf("%s: err = %v, want %v", s.name, err, s.want)
+				}
+				if s.want != redisstore.ErrRedis && errors.Is(err, redisstore.ErrRedis) {
+					t.Fatalf("%s: err = %v wraps ErrRedis", s.name, err)
 				}
 			}
 			st := l.(interface{ Stats() redisstore.Stats }).Stats()
