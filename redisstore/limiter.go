@@ -32,17 +32,20 @@ const (
 )
 
 // Compile-time checks that every Redis limiter is a floodgate.Limiter and
-// can be reset and refunded.
+// can be reset, refunded and asked its capacity.
 var (
-	_ floodgate.Limiter  = (*TokenBucket)(nil)
-	_ floodgate.Resetter = (*TokenBucket)(nil)
-	_ floodgate.Refunder = (*TokenBucket)(nil)
-	_ floodgate.Limiter  = (*SlidingLog)(nil)
-	_ floodgate.Resetter = (*SlidingLog)(nil)
-	_ floodgate.Refunder = (*SlidingLog)(nil)
-	_ floodgate.Limiter  = (*SlidingCounter)(nil)
-	_ floodgate.Resetter = (*SlidingCounter)(nil)
-	_ floodgate.Refunder = (*SlidingCounter)(nil)
+	_ floodgate.Limiter   = (*TokenBucket)(nil)
+	_ floodgate.Resetter  = (*TokenBucket)(nil)
+	_ floodgate.Refunder  = (*TokenBucket)(nil)
+	_ floodgate.Capacitor = (*TokenBucket)(nil)
+	_ floodgate.Limiter   = (*SlidingLog)(nil)
+	_ floodgate.Resetter  = (*SlidingLog)(nil)
+	_ floodgate.Refunder  = (*SlidingLog)(nil)
+	_ floodgate.Capacitor = (*SlidingLog)(nil)
+	_ floodgate.Limiter   = (*SlidingCounter)(nil)
+	_ floodgate.Resetter  = (*SlidingCounter)(nil)
+	_ floodgate.Refunder  = (*SlidingCounter)(nil)
+	_ floodgate.Capacitor = (*SlidingCounter)(nil)
 )
 
 // base is what every Redis limiter shares: the client, the key prefix, the
@@ -128,6 +131,12 @@ func (l *base) clock() (local int64, arg string, err error) {
 
 // evalFunc runs one algorithm's script for key at time arg (see clock).
 type evalFunc func(ctx context.Context, key string, n int, now string) (floodgate.Decision, error)
+
+// Capacity returns the largest cost one AllowN can ever be allowed: the
+// token bucket's burst, a window's Rate.Limit. It makes every Redis
+// limiter a floodgate.Capacitor, so the middleware refuses at construction
+// a WithCost no request could pay.
+func (l *base) Capacity() int { return l.limit }
 
 // decide is the decision path shared by every limiter: the deny cache,
 // then Redis under the per-decision timeout, then on failure the fallback
