@@ -9,8 +9,8 @@ import (
 
 // Option configures a Redis limiter (NewTokenBucket, NewSlidingLog,
 // NewSlidingCounter). As in the in-memory limiters, an option that does not
-// apply to the limiter it is given to is an error wrapping
-// floodgate.ErrInvalidOption, never silently ignored.
+// apply to the limiter it is given to, or an option given twice, is an
+// error wrapping floodgate.ErrInvalidOption, never silently ignored.
 type Option func(*config) error
 
 // Defaults.
@@ -38,6 +38,18 @@ type config struct {
 	denyCache     int
 	countDenied   bool
 	maxKeyLen     int
+	given         map[string]bool // options seen, each allowed once
+}
+
+// once records that option name was given, and refuses it the second
+// time: two values for one setting are a mistake, not "the last one
+// wins", as for the in-memory limiters and the middleware.
+func (c *config) once(name string) error {
+	if c.given[name] {
+		return fmt.Errorf("%w: %s given twice", floodgate.ErrInvalidOption, name)
+	}
+	c.given[name] = true
+	return nil
 }
 
 const (
@@ -52,6 +64,7 @@ func newConfig(kind string, opts []Option) (config, error) {
 		timeout:       DefaultTimeout,
 		probeInterval: DefaultProbeInterval,
 		maxKeyLen:     floodgate.DefaultMaxKeyLength,
+		given:         make(map[string]bool),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -86,7 +99,7 @@ func WithPrefix(p string) Option {
 			return err
 		}
 		c.prefix = p
-		return nil
+		return c.once("WithPrefix")
 	}
 }
 
@@ -98,7 +111,7 @@ func WithBurst(n int) Option {
 			return fmt.Errorf("%w: burst %d must be in 1..%d", floodgate.ErrInvalidOption, n, maxLimit)
 		}
 		c.burst, c.burstSet = n, true
-		return nil
+		return c.once("WithBurst")
 	}
 }
 
@@ -118,7 +131,7 @@ func WithClock(now func() time.Time) Option {
 			return fmt.Errorf("%w: nil clock", floodgate.ErrInvalidOption)
 		}
 		c.now = now
-		return nil
+		return c.once("WithClock")
 	}
 }
 
@@ -132,7 +145,7 @@ func WithTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: timeout %s must be positive", floodgate.ErrInvalidOption, d)
 		}
 		c.timeout = d
-		return nil
+		return c.once("WithTimeout")
 	}
 }
 
@@ -152,7 +165,7 @@ func WithFallback(l floodgate.Limiter) Option {
 			return fmt.Errorf("%w: nil fallback limiter", floodgate.ErrInvalidOption)
 		}
 		c.fallback = l
-		return nil
+		return c.once("WithFallback")
 	}
 }
 
@@ -165,7 +178,7 @@ func WithProbeInterval(d time.Duration) Option {
 			return fmt.Errorf("%w: probe interval %s must be positive", floodgate.ErrInvalidOption, d)
 		}
 		c.probeInterval, c.probeSet = d, true
-		return nil
+		return c.once("WithProbeInterval")
 	}
 }
 
@@ -185,7 +198,7 @@ func WithDenyCache(maxKeys int) Option {
 			return fmt.Errorf("%w: deny cache size %d must be positive", floodgate.ErrInvalidOption, maxKeys)
 		}
 		c.denyCache = maxKeys
-		return nil
+		return c.once("WithDenyCache")
 	}
 }
 
@@ -197,7 +210,7 @@ func WithDenyCache(maxKeys int) Option {
 func WithCountDenied() Option {
 	return func(c *config) error {
 		c.countDenied = true
-		return nil
+		return c.once("WithCountDenied")
 	}
 }
 
@@ -210,6 +223,6 @@ func WithMaxKeyLength(n int) Option {
 			return fmt.Errorf("%w: max key length %d must be positive", floodgate.ErrInvalidOption, n)
 		}
 		c.maxKeyLen = n
-		return nil
+		return c.once("WithMaxKeyLength")
 	}
 }
