@@ -41,8 +41,10 @@
 // ([WithMaxKeys], default [DefaultMaxKeys]). Keys are hashed to 64 bits
 // with a per-process random seed, so memory per key does not depend on the
 // key and no request memory is retained. When the bound is reached, keys
-// whose state equals a fresh one are dropped first; dropping one that still
-// holds state resets a client's limit and is counted in Stats().EvictedLive.
+// whose state equals a fresh one are dropped first; one that still holds
+// state is counted in Stats().EvictedLive and its debt kept in a
+// fixed-size memory, so a key spray cannot buy a client a reset (see
+// [WithForgetEvicted] for the opposite trade-off).
 // There are no background goroutines, and time comes from a monotonic
 // clock unless [WithClock] injects one.
 //

@@ -875,7 +875,7 @@ func (m *middleware) logEvictions(r *http.Request, p *policy, n uint64) {
 		return
 	}
 	m.cfg.logger.LogAttrs(r.Context(), slog.LevelWarn,
-		"floodgate: the limiter's store evicted live limits, each resetting a client's limit: the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys",
+		"floodgate: the limiter's store evicted live limits (their debt is kept, and may limit fresh keys that share its slot; under WithForgetEvicted each reset a client's limit): the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys",
 		slog.String("policy", p.Name),
 		slog.Uint64("evicted_live", n))
 }

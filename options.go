@@ -114,8 +114,9 @@ func WithBurst(n int) Option {
 // WithMaxKeys bounds the number of keys the limiter tracks (default
 // DefaultMaxKeys). When the bound is reached, keys whose state equals a
 // fresh one (a full bucket, an empty window) are dropped first, at no cost;
-// dropping a key that still holds state resets that client's limit and is
-// counted in Stats().EvictedLive. Size the store so that this count stays
+// dropping a key that still holds state is counted in Stats().EvictedLive,
+// and its debt is remembered (a key that comes back starts from an upper
+// bound of it) unless WithForgetEvicted. Size the store so that this count stays
 // at zero under normal traffic.
 //
 // The bound is split evenly over the shards (WithShards) and each shard

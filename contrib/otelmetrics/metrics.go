@@ -193,7 +193,7 @@ func New(opts ...Option) (*Metrics, error) {
 		metric.WithDescription("Bound on the keys of the limiter's in-memory store (WithMaxKeys)."))
 	add(err)
 	m.evictions, err = meter.Int64ObservableCounter("floodgate.store.evictions", metric.WithUnit("{key}"),
-		metric.WithDescription("Keys dropped from the in-memory store to make room; live ones still held state, and each reset a client's limit."))
+		metric.WithDescription("Keys dropped from the in-memory store to make room; live ones still held state (kept as debt unless WithForgetEvicted)."))
 	add(err)
 	m.fallbackActive, err = meter.Int64ObservableGauge("floodgate.redis.fallback.active", metric.WithUnit("1"),
 		metric.WithDescription("1 while the Redis limiter's decisions go to its fallback limiter, else 0."))

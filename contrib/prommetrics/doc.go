@@ -40,7 +40,8 @@
 //	floodgate_redis_deny_cache_hits_total{limiter}    counter
 //	floodgate_redis_errors_total{limiter, kind}       counter: kind is timeout, canceled or other
 //
-// A live eviction resets a client's limit: a rising
+// A live eviction drops a key that still owed (remembered as debt, or
+// forgotten under floodgate.WithForgetEvicted): a rising
 // floodgate_store_evictions_total{kind="live"} means the store is too
 // small for the traffic, or that someone is spraying keys. Alert on it,
 // and on floodgate_redis_fallback_active, whose limits are per instance.

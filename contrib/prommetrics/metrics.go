@@ -112,7 +112,7 @@ var (
 	storeMaxKeysDesc = prometheus.NewDesc("floodgate_store_max_keys",
 		"Bound on the keys of the limiter's in-memory store (WithMaxKeys).", []string{"limiter"}, nil)
 	storeEvictionsDesc = prometheus.NewDesc("floodgate_store_evictions_total",
-		"Keys dropped from the in-memory store to make room; kind=live ones still held state, and each reset a client's limit.",
+		"Keys dropped from the in-memory store to make room; kind=live ones still held state (kept as debt unless WithForgetEvicted).",
 		[]string{"limiter", "kind"}, nil)
 	fallbackActiveDesc = prometheus.NewDesc("floodgate_redis_fallback_active",
 		"1 while the Redis limiter's decisions go to its fallback limiter, else 0.", []string{"limiter"}, nil)
