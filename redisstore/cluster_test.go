@@ -28,13 +28,7 @@ func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	addrs := cl.Addrs()
 
-	crdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = crdb.Close() })
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
+	crdb, rc := clusterClients(t, addrs)
 	ctx := context.Background()
 	const keys = 60
 	rate := floodgate.PerMinute(3)
@@ -85,13 +79,7 @@ func TestClusterConcurrent(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	addrs := cl.Addrs()
-	crdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = crdb.Close() })
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
+	crdb, rc := clusterClients(t, addrs)
 	ctx := context.Background()
 	const keys, each = 64, 5
 	for _, c := range []client{{"go-redis", goredisstore.New(crdb)}, {"rueidis", rueidisstore.New(rc)}} {
@@ -126,4 +114,18 @@ func TestClusterConcurrent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clusterClients returns a go-redis and a rueidis client of the cluster
+// at addrs, closed when the test ends.
+func clusterClients(t *testing.T, addrs []string) (*redis.ClusterClient, rueidis.Client) {
+	t.Helper()
+	crdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = crdb.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return crdb, rc
 }
