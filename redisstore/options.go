@@ -39,6 +39,8 @@ type config struct {
 	countDenied   bool
 	maxKeyLen     int
 	given         map[string]bool // options seen, each allowed once
+	// lease is WithLease's setting (lease.go).
+	lease *Lease
 }
 
 // once records that option name was given, and refuses it the second
@@ -83,6 +85,9 @@ func newConfig(kind string, opts []Option) (config, error) {
 		// A denial answered in process is not recorded in Redis, so a
 		// persistent client would be released sooner than the log says.
 		return c, fmt.Errorf("%w: WithDenyCache cannot be combined with WithCountDenied", floodgate.ErrInvalidOption)
+	case c.lease != nil && kind == kindSlidingLog:
+		// Why: see "Leased quota" in the package documentation.
+		return c, fmt.Errorf("%w: WithLease applies to a token bucket or a sliding counter, not a %s", floodgate.ErrInvalidOption, kind)
 	case c.probeSet && c.fallback == nil:
 		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
 	}

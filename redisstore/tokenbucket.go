@@ -75,6 +75,7 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	if err = b.init(c, burst, cfg); err != nil {
 		return nil, err
 	}
+	b.setupLease(cfg)
 	return b, nil
 }
 
@@ -112,11 +113,17 @@ func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.
 	if err := checkCost(n, b.burst); err != nil {
 		return floodgate.Decision{Limit: b.burst}, err
 	}
+	if b.lease != nil {
+		return b.allowLeased(ctx, key, n)
+	}
 	return b.decide(ctx, key, n, b.eval)
 }
 
 // Reset refills key's bucket.
 func (b *TokenBucket) Reset(ctx context.Context, key string) error {
+	if b.lease != nil {
+		return b.resetLease(ctx, key, b.leaseKeys(key))
+	}
 	return b.reset(ctx, key, []string{b.key(key)})
 }
 
@@ -133,6 +140,9 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	}
 	if n == 0 {
 		return nil
+	}
+	if b.lease != nil {
+		return b.refundLease(ctx, key, n)
 	}
 	// More than the burst fills the bucket all the same.
 	hi, lo := bits.Mul64(uint64(min(n, b.burst)), b.period)
