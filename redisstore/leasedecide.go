@@ -46,7 +46,7 @@ func (l *base) allowLeased(ctx context.Context, key string, n int) (floodgate.De
 		case leaseGranted:
 			return s.d, nil
 		case leaseFetch:
-			return l.fetchLease(ctx, key, &s)
+			return l.fetchLease(ctx, key, s.e, s.flight, s.call)
 		}
 		if d, done, err := l.awaitLease(ctx, key, n, s.flight); done {
 			return d, err
@@ -80,12 +80,14 @@ func (l *base) awaitLease(ctx context.Context, key string, n int, f *leaseFlight
 	return floodgate.Decision{}, false, nil
 }
 
-// fetchLease sends the round trip s planned, through decide (deny cache,
-// timeout, fallback), and records its outcome in the table.
-func (l *base) fetchLease(ctx context.Context, key string, s *leaseStep) (floodgate.Decision, error) {
-	t, c := l.lease, &s.call
+// fetchLease sends the round trip planned in call for entry e, through
+// decide (deny cache, timeout, fallback), records its outcome in the
+// table and wakes f's waiters. Only this path allocates: call escapes into
+// the script's closure.
+func (l *base) fetchLease(ctx context.Context, key string, e *leaseEntry, f *leaseFlight, call leaseCall) (floodgate.Decision, error) {
+	t, c := l.lease, &call
 	eval := func(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-		t.retire(key, s.e, c)
+		t.retire(key, e, c)
 		var d floodgate.Decision
 		var err error
 		if c.want == c.n && c.retUnits == 0 {
@@ -102,7 +104,7 @@ func (l *base) fetchLease(ctx context.Context, key string, s *leaseStep) (floodg
 		return d, err
 	}
 	d, err := l.decide(ctx, key, c.n, eval)
-	t.finish(key, s.e, s.flight, c, d)
+	t.finish(key, e, f, c, d)
 	return d, err
 }
 
