@@ -66,7 +66,7 @@ func (a leaseAlgo) instances(t testing.TB, k int, s redisstore.Scripter, r flood
 }
 
 // oracle returns a's exact in-memory limiter on clock.
-func (a leaseAlgo) oracle(t testing.TB, r floodgate.Rate, clock *floodgatetest.Clock) floodgate.Limiter {
+func (a leaseAlgo) oracle(t testing.TB, r floodgate.Rate, clock interface{ Now() time.Time }) floodgate.Limiter {
 	t.Helper()
 	o, err := a.memory(r, clock.Now)
 	if err != nil {
