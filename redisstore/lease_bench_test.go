@@ -18,7 +18,7 @@ import (
 func BenchmarkLeaseHotKey(b *testing.B) {
 	addr := redistest.Shared(b)
 	rate := floodgate.Rate{Limit: 1 << 24, Period: time.Second}
-	for _, c := range clients(b, addr) {
+	for _, c := range leaseClients(b, addr) {
 		for _, a := range leaseAlgos {
 			l, err := a.redis(c.s, rate, redisstore.WithPrefix(prefix(b)), redisstore.WithTimeout(10*time.Second),
 				redisstore.WithLease(redisstore.Lease{}))

@@ -33,7 +33,7 @@ func TestLeaseConformance(t *testing.T) {
 		}},
 	}
 	for _, share := range []int{1, 0} {
-		for _, c := range clients(t, addr) {
+		for _, c := range leaseClients(t, addr) {
 			for _, s := range suites {
 				name := c.name + "/" + s.alg.String()
 				if share == 0 {

@@ -133,7 +133,7 @@ func TestLeaseProcessChild(t *testing.T) {
 			a = x
 		}
 	}
-	c := goRedis(t, os.Getenv("LEASE_ADDR"))
+	c := leaseGoRedis(t, os.Getenv("LEASE_ADDR"))
 	if os.Getenv("LEASE_CLIENT") == "rueidis" {
 		c = rueidisClient(t, os.Getenv("LEASE_ADDR"))
 	}

@@ -64,7 +64,7 @@ func leaseSetup(t *testing.T, a leaseAlgo, s redisstore.Scripter, k int, r flood
 func TestLeaseLostInstance(t *testing.T) {
 	addr := redistest.Shared(t)
 	rate := floodgate.Rate{Limit: 100, Period: 10 * time.Second}
-	for _, c := range clients(t, addr) {
+	for _, c := range leaseClients(t, addr) {
 		for _, a := range leaseAlgos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
 				insts, clock := leaseSetup(t, a, c.s, 2, rate, quarter)
@@ -106,7 +106,7 @@ func TestLeaseTailGivenBackOnlyWhenLast(t *testing.T) {
 	addr := redistest.Shared(t)
 	rate := floodgate.Rate{Limit: 64, Period: time.Hour}
 	tick := rate.Period / time.Duration(rate.Limit)
-	for _, c := range clients(t, addr) {
+	for _, c := range leaseClients(t, addr) {
 		for _, a := range leaseAlgos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
 				clock := floodgatetest.NewClock(leaseEpoch)
@@ -182,7 +182,7 @@ func TestLeaseRefundNeverFreesLeasedUnits(t *testing.T) {
 	addr := redistest.Shared(t)
 	rate := floodgate.Rate{Limit: 40, Period: time.Hour}
 	ctx := context.Background()
-	for _, c := range clients(t, addr) {
+	for _, c := range leaseClients(t, addr) {
 		for _, a := range leaseAlgos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
 				insts, clock := leaseSetup(t, a, c.s, 3, rate, quarter)
@@ -225,7 +225,7 @@ func TestLeaseResetBound(t *testing.T) {
 	addr := redistest.Shared(t)
 	rate := floodgate.Rate{Limit: 40, Period: time.Hour}
 	ctx := context.Background()
-	for _, c := range clients(t, addr) {
+	for _, c := range leaseClients(t, addr) {
 		for _, a := range leaseAlgos {
 			t.Run(c.name+"/"+a.name, func(t *testing.T) {
 				insts, _ := leaseSetup(t, a, c.s, 2, rate, quarter)
@@ -262,7 +262,7 @@ func TestLeaseEvictionStrandsNeverAdds(t *testing.T) {
 	ctx := context.Background()
 	for _, a := range leaseAlgos {
 		t.Run(a.name, func(t *testing.T) {
-			c := goRedis(t, addr)
+			c := leaseGoRedis(t, addr)
 			insts, clock := leaseSetup(t, a, c.s, 1, rate, redisstore.Lease{MaxShare: 4, MaxKeys: 2})
 			l := insts[0]
 			oracle := a.oracle(t, rate, clock)
