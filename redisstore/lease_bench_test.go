@@ -2,6 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,5 +52,50 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 			s := l.LeaseStats()
 			b.Logf("%s/%s: %+v", c.name, a.name, s)
 		}
+	}
+}
+
+// BenchmarkLeaseTableMemory reports the heap the lease table keeps per
+// client key: 20,000 keys decided once each (a round trip each, which
+// creates the key's entry), measured after a GC before and after.
+func BenchmarkLeaseTableMemory(b *testing.B) {
+	addr := redistest.Shared(b)
+	c := leaseGoRedis(b, addr)
+	const keys = 20_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("203.0.%d.%d", i/256, i%256)
+	}
+	for i := 0; i < b.N; i++ {
+		l, err := redisstore.NewTokenBucket(c.s, floodgate.PerMinute(100), redisstore.WithPrefix(prefix(b)),
+			redisstore.WithTimeout(10*time.Second), redisstore.WithLease(redisstore.Lease{MaxKeys: keys}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var wg sync.WaitGroup
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := g; j < keys; j += 16 {
+					// A copy, as a request's key would be.
+					if _, err := l.Allow(context.Background(), strings.Clone(names[j])); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s := l.LeaseStats(); s.Keys != keys {
+			b.Fatalf("%d keys in the table, want %d", s.Keys, keys)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/key")
+		runtime.KeepAlive(l)
 	}
 }

@@ -10,6 +10,10 @@ import (
 // once the script ran, what it got.
 type leaseCall struct {
 	n, want int
+	// prefetch marks an early refresh: a lease taken ahead of need (n is
+	// 0), queued behind the current one, whose before units go first.
+	prefetch bool
+	before   int
 	// hold places a token bucket lease's slots at least this many µs
 	// ahead, so that its units last until the local rate spends them.
 	hold   int64
@@ -47,6 +51,13 @@ func (l *base) allowLeased(ctx context.Context, key string, n int) (floodgate.De
 			return s.d, nil
 		case leaseFetch:
 			return l.fetchLease(ctx, key, s.e, s.flight, s.call)
+		case leaseRefresh:
+			// The caller's units came from the lease; it takes the next
+			// one before it returns, so that no other caller of the key
+			// waits for a round trip. Its own answer stands whatever the
+			// refresh meets.
+			_, _ = l.fetchLease(ctx, key, s.e, s.flight, s.call)
+			return s.d, nil
 		}
 		if d, done, err := l.awaitLease(ctx, key, n, s.flight); done {
 			return d, err
@@ -87,7 +98,9 @@ func (l *base) awaitLease(ctx context.Context, key string, n int, f *leaseFlight
 func (l *base) fetchLease(ctx context.Context, key string, e *leaseEntry, f *leaseFlight, call leaseCall) (floodgate.Decision, error) {
 	t, c := l.lease, &call
 	eval := func(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-		t.retire(key, e, c)
+		if !c.prefetch {
+			t.retire(key, e, c)
+		}
 		var d floodgate.Decision
 		var err error
 		if c.want == c.n && c.retUnits == 0 {
@@ -104,7 +117,8 @@ func (l *base) fetchLease(ctx context.Context, key string, e *leaseEntry, f *lea
 		return d, err
 	}
 	d, err := l.decide(ctx, key, c.n, eval)
-	t.finish(key, e, f, c, d)
+	end, _, _ := l.clock()
+	t.finish(key, e, f, c, d, end)
 	return d, err
 }
 

@@ -56,7 +56,7 @@ func (a scLease) plan(e *leaseEntry, c *leaseCall, rate float64) {
 	if c.anchor >= end {
 		end += ((c.anchor-end)/a.sc.period + 1) * a.sc.period
 	}
-	c.want = max(c.n, min(c.want, c.n+ceilWant(rate*float64(end-c.anchor), c.want)))
+	c.want = max(c.n, min(c.want, c.n+ceilWant(rate*float64(end-c.anchor)-float64(c.before), c.want)))
 }
 
 func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now string) (floodgate.Decision, error) {

@@ -56,11 +56,19 @@ type leaseState struct {
 	endQ, endR int64
 }
 
-// leaseEntry is one key's state in the table.
+// leaseEntry is one key's state in the table: the lease units are allowed
+// from, and the next one, taken ahead of need, which takes over when the
+// first cannot allow a request.
 type leaseEntry struct {
 	leaseState
-	next  int // the next unit to allow; units before it are used or expired
-	given int // units of this lease allowed (a local refund takes them back)
+	next      int // the next unit to allow; units before it are used or expired
+	given     int // units of this lease allowed (a local refund takes them back)
+	queued    leaseState
+	hasQueued bool
+	// rtt is the duration of the key's last round trip, in ns: the next
+	// lease is taken when the current one holds less than the key spends
+	// in about four.
+	rtt int64
 	// size is the units the last lease took in all, 0 for a new key; a
 	// lease grows at most to twice the last one.
 	size   int
@@ -104,7 +112,7 @@ func newLeaseTable(cfg Lease, algo leaseAlgo, times leaseTimes) *leaseTable {
 		// The callback runs under sh.mu, inside Add or Remove.
 		sh.lru, _ = simplelru.NewLRU[string, *leaseEntry](size, func(_ string, e *leaseEntry) {
 			e.evicted = true
-			sh.counts.stranded += uint64(e.units - e.next)
+			sh.counts.stranded += uint64(e.held())
 		})
 	}
 	return t
@@ -152,18 +160,32 @@ func (t *leaseTable) live(e *leaseEntry, now int64) int {
 	})
 }
 
-// take allows n units of e's lease at local time now if it holds them,
-// counting the units whose time has passed as stranded.
-func (sh *leaseShard) take(t *leaseTable, e *leaseEntry, n int, now int64) bool {
-	if e.units-e.next < n {
-		return false
+// held returns the units e holds, in both leases, whether or not their
+// time has passed.
+func (e *leaseEntry) held() int {
+	h := e.units - e.next
+	if e.hasQueued {
+		h += e.queued.units
 	}
+	return h
+}
+
+// take allows n units of e's leases at local time now if they hold them,
+// counting the units whose time has passed as stranded. When the current
+// lease cannot allow n, the queued one takes over, and the rest of the
+// current one (fewer than n units) is stranded.
+func (sh *leaseShard) take(t *leaseTable, e *leaseEntry, n int, now int64) bool {
 	if i := t.live(e, now); i > e.next {
 		sh.counts.stranded += uint64(i - e.next)
 		e.next = i
-		if e.units-e.next < n {
+	}
+	if e.units-e.next < n {
+		if !e.hasQueued {
 			return false
 		}
+		sh.counts.stranded += uint64(e.units - e.next)
+		e.leaseState, e.next, e.given, e.hasQueued = e.queued, 0, 0, false
+		return sh.take(t, e, n, now)
 	}
 	e.next += n
 	e.given += n
@@ -179,6 +201,7 @@ const (
 	leaseGranted leaseAction = iota // allowed from the lease
 	leaseWait                       // wait for the key's round trip in flight
 	leaseFetch                      // send the round trip
+	leaseRefresh                    // allowed; now take the next lease
 )
 
 // leaseStep is the outcome of one pass under the shard lock.
@@ -203,11 +226,16 @@ func (t *leaseTable) step(key string, n int, now int64, first bool) leaseStep {
 	var s leaseStep
 	switch {
 	case sh.take(t, e, n, now):
-		s.kind, s.d = leaseGranted, t.algo.granted(&e.leaseState, e.units-e.next, now)
+		s.kind, s.d = leaseGranted, t.decision(e, now)
+		if e.flight == nil && !e.hasQueued && t.low(e, now) {
+			s.kind, s.e, s.call = leaseRefresh, e, t.plan(e, 0, now, e.units-e.next)
+			e.flight = &leaseFlight{done: make(chan struct{})}
+			s.flight = e.flight
+		}
 	case e.flight != nil:
 		s.kind, s.flight = leaseWait, e.flight
 	default:
-		s.kind, s.e, s.call = leaseFetch, e, t.plan(e, n, now)
+		s.kind, s.e, s.call = leaseFetch, e, t.plan(e, n, now, 0)
 		e.flight = &leaseFlight{done: make(chan struct{})}
 		s.flight = e.flight
 	}
@@ -218,9 +246,10 @@ func (t *leaseTable) step(key string, n int, now int64, first bool) leaseStep {
 // plan sizes the lease a round trip for n units asks for: the key's local
 // demand over the horizon, at most twice the last lease and at most
 // maxUnits, at least n. A new key asks for n: one request says nothing of
-// its rate.
-func (t *leaseTable) plan(e *leaseEntry, n int, now int64) leaseCall {
-	c := leaseCall{n: n, want: n, anchor: now}
+// its rate. before is the units the key holds and will use first (an
+// early refresh), for the algorithm to place the lease.
+func (t *leaseTable) plan(e *leaseEntry, n int, now int64, before int) leaseCall {
+	c := leaseCall{n: n, want: n, anchor: now, prefetch: n == 0, before: before}
 	if e.size > 0 {
 		rate := float64(e.demand) / float64(max(now-e.since, 1))
 		c.want = max(n, ceilWant(rate*t.horizonNs(), min(2*e.size, t.maxUnits)))
@@ -230,6 +259,29 @@ func (t *leaseTable) plan(e *leaseEntry, n int, now int64) leaseCall {
 	}
 	e.since, e.demand = now, 0
 	return c
+}
+
+// low reports whether e's current lease, which allowed a request at local
+// time now, holds less than the key spends in about four round trips at
+// its local rate: time to take the next lease. Leases of fewer than 8
+// units (keys that are not hot) are not refreshed early.
+func (t *leaseTable) low(e *leaseEntry, now int64) bool {
+	if e.units < 8 {
+		return false
+	}
+	left := e.units - e.next
+	rate := float64(e.demand) / float64(max(now-e.since, 1))
+	return float64(left) < min(rate*float64(4*e.rtt)+1, float64(e.units)/2)
+}
+
+// decision is the Decision of a request e allowed at local time now: from
+// the newest lease's view of Redis, with every unit e still holds.
+func (t *leaseTable) decision(e *leaseEntry, now int64) floodgate.Decision {
+	left := e.units - e.next
+	if e.hasQueued {
+		return t.algo.granted(&e.queued, left+e.queued.units, now)
+	}
+	return t.algo.granted(&e.leaseState, left, now)
 }
 
 // retire takes the unused tail of e's lease off it, for the round trip
@@ -246,14 +298,29 @@ func (t *leaseTable) retire(key string, e *leaseEntry, c *leaseCall) {
 }
 
 // finish records the round trip's outcome in e, installs the new lease,
-// and wakes the waiters. d and err are the decision's, c.ran says whether
-// they came from the script (not the deny cache or the fallback).
-func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseCall, d floodgate.Decision) {
+// and wakes the waiters. d is the decision; c.ran says whether it came from
+// the script (not the deny cache or the fallback). end is the local time
+// the round trip returned.
+func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseCall, d floodgate.Decision, end int64) {
 	sh := t.shard(key)
 	sh.mu.Lock()
 	sh.countReturn(c)
+	if c.ran {
+		e.rtt = max(end-c.anchor, 0)
+	}
 	switch {
 	case !c.ran:
+	case c.prefetch:
+		e.size = max(c.got, 1)
+		if c.got > 0 {
+			sh.counts.leases++
+			sh.counts.leased += uint64(c.got)
+			if e.evicted {
+				sh.counts.stranded += uint64(c.got)
+			} else {
+				e.queued, e.hasQueued = c.next, true
+			}
+		}
 	case d.Allowed:
 		e.size = c.got
 		sh.counts.ahead += uint64(c.ahead)
@@ -316,11 +383,14 @@ func (t *leaseTable) report(key string, now int64) (floodgate.Decision, bool) {
 	if !ok {
 		return floodgate.Decision{}, false
 	}
-	i := t.live(e, now)
-	if i >= e.units {
+	if i := t.live(e, now); i > e.next {
+		sh.counts.stranded += uint64(i - e.next)
+		e.next = i
+	}
+	if e.next >= e.units && !e.hasQueued {
 		return floodgate.Decision{}, false
 	}
-	return t.algo.granted(&e.leaseState, e.units-i, now), true
+	return t.decision(e, now), true
 }
 
 // giveBack returns n units to key's lease, for RefundN: units this lease

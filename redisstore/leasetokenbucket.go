@@ -61,10 +61,10 @@ func (a *tbLease) eval(ctx context.Context, key string, n int, now string) (floo
 
 // plan places the lease's slots far enough ahead that, at the key's local
 // rate, its last unit is allowed before its slot begins: unit j of the
-// lease is needed about (j-n+1)/rate after now and may be allowed until
-// hold + j·T.
+// lease is needed about (before+j-n+1)/rate after now and may be allowed
+// until hold + j·T.
 func (a *tbLease) plan(_ *leaseEntry, c *leaseCall, rate float64) {
-	h := float64(c.want-c.n)/rate - float64(c.want-1)*a.tNs
+	h := float64(c.before+c.want-c.n)/rate - float64(c.want-1)*a.tNs
 	if h = min(h, a.holdMax); h >= 1000 {
 		c.hold = int64(h / 1000)
 	}

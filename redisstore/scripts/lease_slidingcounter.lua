@@ -6,7 +6,8 @@
 -- KEYS[3]  "w units": the units leased beyond their decisions in window
 --          w, which refunds and resets leave counted
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
--- ARGV[2]  n, the events wanted now (>= 1)
+-- ARGV[2]  n, the events wanted now; 0 for a lease taken ahead of need,
+--          which takes nothing when nothing fits
 -- ARGV[3]  k, the events wanted in all (n <= k <= limit)
 -- ARGV[4]  limit, ARGV[5] period in microseconds, ARGV[6] origin
 -- ARGV[7]  the shortest expiry in milliseconds (see WithClock)
@@ -39,7 +40,7 @@ end
 
 local got = math.min(k, limit - cur - share(prev, period - (now - start), period))
 local allowed = 0
-if got >= n then
+if got >= n and got > 0 then
   allowed = 1
   cur = cur + got
   leased = leased + got - n

@@ -5,7 +5,8 @@
 -- KEYS[2]  the lease mark "end frac": the end of the latest lease's slots,
 --          which refunds and resets must not move the bucket below
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
--- ARGV[2]  n, the units wanted now (>= 1)
+-- ARGV[2]  n, the units wanted now; 0 for a lease taken ahead of need,
+--          which takes nothing when nothing fits
 -- ARGV[3]  k, the units wanted in all (n <= k <= burst)
 -- ARGV[4]  tq, ARGV[5] tr: the emission interval T = tq + tr/limit us
 -- ARGV[6]  tauq, ARGV[7] taur: burst*T
@@ -97,7 +98,7 @@ if got < n and startq ~= bq then
   got = fit(bq, br)
 end
 
-if got < n then
+if got < n or got == 0 then
   if returned == 1 then
     tb_write(KEYS[1], bq, br, now, ARGV[9])
     if wq then
