@@ -100,9 +100,13 @@ type LeaseStats struct {
 	LocalDecisions uint64
 	LocalUnits     uint64
 	// Leases counts the round trips that leased units beyond their own
-	// decision; LeasedUnits counts those units.
+	// decision; LeasedUnits counts those units. EarlyLeases counts the
+	// leases of Leases taken ahead of need, by a caller whose own units
+	// came from the lease before (so that the key's other callers do not
+	// wait for a round trip).
 	Leases      uint64
 	LeasedUnits uint64
+	EarlyLeases uint64
 	// ReturnedUnits counts the leased units given back to Redis unused,
 	// with the next lease of the same key.
 	ReturnedUnits uint64
@@ -115,10 +119,12 @@ type LeaseStats struct {
 	// LocalRefunds counts the units RefundN gave back to a lease of this
 	// instance instead of to Redis.
 	LocalRefunds uint64
-	// AheadUnits counts the units of quota a token bucket skipped to place
-	// a lease ahead (so that its units last until the key's local rate
-	// spends them; see Lease.Horizon): quota spent on purpose, at most
-	// 1/MaxShare of the burst per lease.
+	// AheadUnits counts the refill a token bucket skipped to place leases
+	// ahead, so that their units last until the key's local rate spends
+	// them (a key used below its rate): refill nobody was using. It keeps
+	// the bucket at most min(Horizon·Limit/Period, burst/MaxShare) units
+	// lower than it would be, whatever the number of instances, and
+	// nothing is skipped once the key is used at its rate.
 	AheadUnits uint64
 	// Keys is the number of client keys with lease state now.
 	Keys int

@@ -105,6 +105,7 @@ func sumStats(ls []leased) redisstore.LeaseStats {
 		s.LocalUnits += x.LocalUnits
 		s.Leases += x.Leases
 		s.LeasedUnits += x.LeasedUnits
+		s.EarlyLeases += x.EarlyLeases
 		s.ReturnedUnits += x.ReturnedUnits
 		s.StrandedUnits += x.StrandedUnits
 		s.LocalRefunds += x.LocalRefunds
@@ -135,7 +136,7 @@ func TestLeaseNeverOverExactLimiter(t *testing.T) {
 					allowed := replayRandom(t, seed, insts, oracle, clock, 3000)
 					st := sumStats(insts)
 					t.Logf("seed %d: %d units allowed, %+v", seed, allowed, st)
-					if st.Leases == 0 || st.LocalDecisions < 500 {
+					if st.Leases == 0 || st.EarlyLeases == 0 || st.LocalDecisions < 500 {
 						t.Fatalf("seed %d: the traffic leased too little to test anything: %+v", seed, st)
 					}
 				}
@@ -143,6 +144,38 @@ func TestLeaseNeverOverExactLimiter(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseNeverOverTickingClock is TestLeaseNeverOverExactLimiter on a
+// clock that moves 50 µs at every reading, so that round trips take time:
+// leases are then refreshed early, while the current one still holds
+// units, and both are in use side by side.
+func TestLeaseNeverOverTickingClock(t *testing.T) {
+	addr := redistest.Shared(t)
+	rate := floodgate.Rate{Limit: 2000, Period: time.Second}
+	for _, c := range leaseClients(t, addr) {
+		for _, a := range leaseAlgos {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				clock := &tickingClock{c: floodgatetest.NewClock(leaseEpoch), tick: 50 * time.Microsecond}
+				insts := a.instances(t, 3, c.s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)),
+					redisstore.WithLease(redisstore.Lease{MaxShare: 4}))
+				oracle := a.oracle(t, rate, clock)
+				allowed := replayRandom(t, 5, insts, oracle, clock.c, 4000)
+				t.Logf("%d units allowed, %+v", allowed, sumStats(insts))
+				if st := sumStats(insts); st.EarlyLeases < 20 {
+					t.Fatalf("%d leases taken early, want at least 20: %+v", st.EarlyLeases, st)
+				}
+			})
+		}
+	}
+}
+
+// tickingClock is a fake clock that moves tick at every reading.
+type tickingClock struct {
+	c    *floodgatetest.Clock
+	tick time.Duration
+}
+
+func (k *tickingClock) Now() time.Time { return k.c.Advance(k.tick) }
 
 // replayRandom runs steps random requests against insts, checking each
 // allowed one against oracle, and returns the units allowed.
@@ -214,7 +247,7 @@ func TestLeaseConcurrentNeverOver(t *testing.T) {
 					}
 					clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 				}
-				if st := sumStats(insts); st.Leases == 0 || st.LocalDecisions == 0 {
+				if st := sumStats(insts); st.Leases == 0 || st.EarlyLeases == 0 || st.LocalDecisions == 0 {
 					t.Fatalf("no lease was used: %+v", st)
 				}
 			})

@@ -38,7 +38,7 @@ type leaseShard struct {
 // leaseCounts are one shard's LeaseStats counts, kept under its mutex so
 // that the hot path does no atomic operation on a shared cache line.
 type leaseCounts struct {
-	local, localUnits, leases, leased, returned, stranded, refunds, ahead uint64
+	local, localUnits, leases, leased, early, returned, stranded, refunds, ahead uint64
 }
 
 // leaseState is one lease: the units its round trip took, the decision's
@@ -314,6 +314,7 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 		e.size = max(c.got, 1)
 		if c.got > 0 {
 			sh.counts.leases++
+			sh.counts.early++
 			sh.counts.leased += uint64(c.got)
 			if e.evicted {
 				sh.counts.stranded += uint64(c.got)
@@ -430,6 +431,7 @@ func (t *leaseTable) stats() LeaseStats {
 		s.LocalUnits += c.localUnits
 		s.Leases += c.leases
 		s.LeasedUnits += c.leased
+		s.EarlyLeases += c.early
 		s.ReturnedUnits += c.returned
 		s.StrandedUnits += c.stranded
 		s.LocalRefunds += c.refunds
