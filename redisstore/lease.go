@@ -28,7 +28,8 @@ import (
 // used. MaxShare bounds that loss per lease.
 type Lease struct {
 	// MaxKeys bounds the client keys this limiter keeps lease state for
-	// (default DefaultLeaseKeys): each costs about 200 bytes of heap. The
+	// (default DefaultLeaseKeys), about that many in all (the bound holds
+	// per shard): each costs about 300 bytes of heap. The
 	// least recently used key is dropped first, and its unused units are
 	// lost (charged in Redis, never allowed): a key spray costs quota, never
 	// adds to it.

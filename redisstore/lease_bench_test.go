@@ -68,7 +68,7 @@ func BenchmarkLeaseTableMemory(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		l, err := redisstore.NewTokenBucket(c.s, floodgate.PerMinute(100), redisstore.WithPrefix(prefix(b)),
-			redisstore.WithTimeout(10*time.Second), redisstore.WithLease(redisstore.Lease{MaxKeys: keys}))
+			redisstore.WithTimeout(10*time.Second), redisstore.WithLease(redisstore.Lease{MaxKeys: 2 * keys}))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -63,7 +63,9 @@ type leaseEntry struct {
 	leaseState
 	next      int // the next unit to allow; units before it are used or expired
 	given     int // units of this lease allowed (a local refund takes them back)
-	queued    leaseState
+	// queued is the next lease; allocated for the keys that refresh early
+	// (hot ones) and kept, so that a cold key costs less memory.
+	queued    *leaseState
 	hasQueued bool
 	// rtt is the duration of the key's last round trip, in ns: the next
 	// lease is taken when the current one holds less than the key spends
@@ -184,7 +186,7 @@ func (sh *leaseShard) take(t *leaseTable, e *leaseEntry, n int, now int64) bool 
 			return false
 		}
 		sh.counts.stranded += uint64(e.units - e.next)
-		e.leaseState, e.next, e.given, e.hasQueued = e.queued, 0, 0, false
+		e.leaseState, e.next, e.given, e.hasQueued = *e.queued, 0, 0, false
 		return sh.take(t, e, n, now)
 	}
 	e.next += n
@@ -279,7 +281,7 @@ func (t *leaseTable) low(e *leaseEntry, now int64) bool {
 func (t *leaseTable) decision(e *leaseEntry, now int64) floodgate.Decision {
 	left := e.units - e.next
 	if e.hasQueued {
-		return t.algo.granted(&e.queued, left+e.queued.units, now)
+		return t.algo.granted(e.queued, left+e.queued.units, now)
 	}
 	return t.algo.granted(&e.leaseState, left, now)
 }
@@ -319,7 +321,10 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 			if e.evicted {
 				sh.counts.stranded += uint64(c.got)
 			} else {
-				e.queued, e.hasQueued = c.next, true
+				if e.queued == nil {
+					e.queued = new(leaseState)
+				}
+				*e.queued, e.hasQueued = c.next, true
 			}
 		}
 	case d.Allowed:
