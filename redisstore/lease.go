@@ -139,7 +139,7 @@ type leaseAlgo interface {
 	leaseEval(ctx context.Context, key string, c *leaseCall, now string) (floodgate.Decision, error)
 	// granted is the Decision of an allowed request (or a report) at local
 	// time now, from the state of e's lease with left units still held.
-	granted(e *leaseState, left int, now int64) floodgate.Decision
+	granted(e leaseState, left int, now int64) floodgate.Decision
 	// plan adjusts c for the algorithm, given the key's local rate in
 	// units per nanosecond.
 	plan(e *leaseEntry, c *leaseCall, rate float64)

@@ -86,13 +86,13 @@ func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now st
 	w := r[3] / periodUs
 	c.next = leaseState{units: c.got, anchor: c.anchor, first: ((w+1)*periodUs - r[3]) * 1000,
 		snap: [3]int64{r[1], r[2], r[3]}, endQ: w}
-	return a.granted(&c.next, c.got-c.n, c.anchor), nil
+	return a.granted(c.next, c.got-c.n, c.anchor), nil
 }
 
 // granted derives the Decision at local time now from the counts after
 // the lease, as the plain script's reply would give it had the lease
 // counted only the units allowed so far.
-func (a scLease) granted(e *leaseState, left int, now int64) floodgate.Decision {
+func (a scLease) granted(e leaseState, left int, now int64) floodgate.Decision {
 	return a.decision(true, e.snap[0], max(e.snap[1]-int64(left), 0), e.snap[2], max(now-e.anchor, 0), 0)
 }
 

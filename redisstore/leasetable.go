@@ -204,6 +204,7 @@ const (
 	leaseWait                       // wait for the key's round trip in flight
 	leaseFetch                      // send the round trip
 	leaseRefresh                    // allowed; now take the next lease
+	leasePlain                      // nothing to lease or give back: a plain decision
 )
 
 // leaseStep is the outcome of one pass under the shard lock.
@@ -226,9 +227,14 @@ func (t *leaseTable) step(key string, n int, now int64, first bool) leaseStep {
 		e.demand += int64(n)
 	}
 	var s leaseStep
+	var view leaseState // the lease the Decision is derived from, after the unlock
+	left := 0
 	switch {
 	case sh.take(t, e, n, now):
-		s.kind, s.d = leaseGranted, t.decision(e, now)
+		s.kind, view, left = leaseGranted, e.leaseState, e.units-e.next
+		if e.hasQueued {
+			view, left = *e.queued, left+e.queued.units
+		}
 		if e.flight == nil && !e.hasQueued && t.low(e, now) {
 			s.kind, s.e, s.call = leaseRefresh, e, t.plan(e, 0, now, e.units-e.next)
 			e.flight = &leaseFlight{done: make(chan struct{})}
@@ -238,10 +244,20 @@ func (t *leaseTable) step(key string, n int, now int64, first bool) leaseStep {
 		s.kind, s.flight = leaseWait, e.flight
 	default:
 		s.kind, s.e, s.call = leaseFetch, e, t.plan(e, n, now, 0)
+		if s.call.want == n && e.units == e.next {
+			// A cold key: the plain round trip, with nothing to wait for
+			// or record (a denial or a cost above the growth bound sets
+			// the next lease's size to n either way).
+			s.kind, e.size = leasePlain, n
+			break
+		}
 		e.flight = &leaseFlight{done: make(chan struct{})}
 		s.flight = e.flight
 	}
 	sh.mu.Unlock()
+	if s.kind == leaseGranted || s.kind == leaseRefresh {
+		s.d = t.algo.granted(view, left, now)
+	}
 	return s
 }
 
@@ -281,9 +297,9 @@ func (t *leaseTable) low(e *leaseEntry, now int64) bool {
 func (t *leaseTable) decision(e *leaseEntry, now int64) floodgate.Decision {
 	left := e.units - e.next
 	if e.hasQueued {
-		return t.algo.granted(e.queued, left+e.queued.units, now)
+		return t.algo.granted(*e.queued, left+e.queued.units, now)
 	}
-	return t.algo.granted(&e.leaseState, left, now)
+	return t.algo.granted(e.leaseState, left, now)
 }
 
 // retire takes the unused tail of e's lease off it, for the round trip

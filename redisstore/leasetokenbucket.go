@@ -92,7 +92,7 @@ func (a *tbLease) leaseEval(ctx context.Context, key string, c *leaseCall, now s
 	c.got, c.ahead = int(r[1]), a.tokens(r[11], r[12])
 	c.next = leaseState{units: c.got, anchor: c.anchor, first: a.nanos(r[6], r[7]),
 		snap: [3]int64{r[2], r[3]}, endQ: r[8], endR: r[9]}
-	return a.granted(&c.next, c.got-c.n, c.anchor), nil
+	return a.granted(c.next, c.got-c.n, c.anchor), nil
 }
 
 // args are the lease script's arguments for c.
@@ -136,7 +136,7 @@ func (a *tbLease) nanos(q, r int64) int64 {
 // script's reply would give it had the lease taken only the units
 // allowed so far: the left units still held count as available, and the
 // bucket is full again once the rest of its debt is paid.
-func (a *tbLease) granted(e *leaseState, left int, now int64) floodgate.Decision {
+func (a *tbLease) granted(e leaseState, left int, now int64) floodgate.Decision {
 	b := a.b
 	q, r := e.snap[0]-max(now-e.anchor, 0)/1000, e.snap[1]
 	if left > 0 {
