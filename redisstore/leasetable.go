@@ -61,8 +61,8 @@ type leaseState struct {
 // first cannot allow a request.
 type leaseEntry struct {
 	leaseState
-	next      int // the next unit to allow; units before it are used or expired
-	given     int // units of this lease allowed (a local refund takes them back)
+	next  int // the next unit to allow; units before it are used or expired
+	given int // units of this lease allowed (a local refund takes them back)
 	// queued is the next lease; allocated for the keys that refresh early
 	// (hot ones) and kept, so that a cold key costs less memory.
 	queued    *leaseState
