@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -335,5 +336,45 @@ func TestLeaseOptions(t *testing.T) {
 		if _, err := a.redis(s, r, redisstore.WithLease(redisstore.Lease{})); err != nil {
 			t.Errorf("%s with the default Lease: %v", a.name, err)
 		}
+	}
+}
+
+// TestLeaseMarkInBucketKey: a leasing bucket keeps its lease mark in the
+// bucket's own key (one key per client: evicted and moved between Cluster
+// nodes whole), and a plain limiter on the same prefix reads that key,
+// shares the count, and drops the mark when it writes.
+func TestLeaseMarkInBucketKey(t *testing.T) {
+	addr := redistest.Shared(t)
+	rate := floodgate.Rate{Limit: 40, Period: time.Hour}
+	c := leaseGoRedis(t, addr)
+	clock := floodgatetest.NewClock(leaseEpoch)
+	p := prefix(t)
+	lease, err := redisstore.NewTokenBucket(c.s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(p), redisstore.WithLease(quarter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := redisstore.NewTokenBucket(c.s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		mustAllowN(t, lease, "k", 1, true)
+	}
+	fields := func() int {
+		s, err := redistest.Bulk(addr, "GET", p+":{k}:tb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(strings.Fields(s))
+	}
+	if got := fields(); got != 4 {
+		t.Fatalf("the bucket holds %d fields after a lease, want 4 (arrival time and mark)", got)
+	}
+	d := mustAllowN(t, plain, "k", 1, true)
+	if want := rate.Limit - 4 - held(lease) - 1; d.Remaining != want {
+		t.Fatalf("the plain limiter sees Remaining %d, want %d: the lease's units count", d.Remaining, want)
+	}
+	if got := fields(); got != 2 {
+		t.Fatalf("the bucket holds %d fields after a plain decision, want 2", got)
 	}
 }

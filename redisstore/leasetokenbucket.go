@@ -49,11 +49,8 @@ func (b *TokenBucket) setupLease(c config) {
 // it.
 func (b *TokenBucket) LeaseStats() LeaseStats { return b.leaseStats() }
 
-// leaseKeys are the bucket and its lease mark, in one slot.
-func (b *TokenBucket) leaseKeys(key string) []string {
-	k := b.key(key)
-	return []string{k, k + ":lease"}
-}
+// leaseKeys is the bucket, which holds its lease mark too.
+func (b *TokenBucket) leaseKeys(key string) []string { return []string{b.key(key)} }
 
 func (a *tbLease) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	return a.b.eval(ctx, key, n, now)
@@ -170,6 +167,6 @@ func (a *tbLease) denied(owed, frac, wait, wfrac int64) floodgate.Decision {
 func (a *tbLease) refundLeased(ctx context.Context, key string, n int, now string) error {
 	q, r := a.units(n)
 	_, err := leaseTokenBucketRefundScript.run(ctx, a.b.client, a.b.leaseKeys(key),
-		[]string{now, strconv.FormatUint(q, 10), strconv.FormatUint(r, 10), a.b.limitArg, a.b.minTTL})
+		[]string{now, strconv.FormatUint(q, 10), strconv.FormatUint(r, 10), a.tq, a.tr, a.b.limitArg, a.b.minTTL})
 	return err
 }

@@ -5,19 +5,13 @@
 -- unit count j <= burst and the emission interval T = period/limit stay
 -- below burst*T = tau < 2^50 us, and j*r below 2^48, so every number here
 -- is an integer that Lua's doubles hold exactly.
-
--- tb_read returns the pair stored at key, or nil.
-local function tb_read(key)
-  local s = redis.call('GET', key)
-  if not s then
-    return nil
-  end
-  local a, b = string.match(s, '^(%d+) (%d+)$')
-  if not a then
-    error('floodgate: malformed token bucket state in ' .. key)
-  end
-  return tonumber(a), tonumber(b)
-end
+--
+-- The bucket KEYS[1] is the plain one, "tat frac", followed while a lease
+-- may still allow units by its mark, " markq markr": the end of the
+-- latest lease's slots, which refunds must not move the bucket below.
+-- Leases are stacked on the timeline, so every earlier lease ends before
+-- the latest one. One key, so that it is evicted and moved between
+-- Cluster nodes as a whole; the plain scripts read past the mark.
 
 local function p_add(aq, ar, bq, br, limit)
   local q, r = aq + bq, ar + br
@@ -47,17 +41,56 @@ local function p_mul(j, tq, tr, limit)
   return j * tq + (x - c) / limit, c
 end
 
--- tb_write stores the pair at key, to vanish when it is in the past: a
--- bucket whose arrival time has passed is full, a lease mark whose end has
--- passed guards nothing. A pair at or before now is deleted.
-local function tb_write(key, q, r, now, floor)
+-- tb_read returns the bucket's arrival time and its lease mark (nil when
+-- there is none), or nil when the key does not exist.
+local function tb_read()
+  local s = redis.call('GET', KEYS[1])
+  if not s then
+    return nil
+  end
+  local a, b = string.match(s, '^(%d+) (%d+)$')
+  if a then
+    return tonumber(a), tonumber(b)
+  end
+  local c, d
+  a, b, c, d = string.match(s, '^(%d+) (%d+) (%d+) (%d+)$')
+  if not a then
+    error('floodgate: malformed token bucket state in ' .. KEYS[1])
+  end
+  return tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+end
+
+-- live_mark returns the mark (wq, wr) while the latest lease's last unit
+-- may still be allowed, until the start of its slot, T before the mark;
+-- nil after.
+local function live_mark(wq, wr, now, tq, tr, limit)
+  if not wq then
+    return nil
+  end
+  local lq, lr = p_sub(wq, wr, tq, tr, limit)
+  if p_le(now, 0, lq, lr) then
+    return wq, wr
+  end
+  return nil
+end
+
+-- tb_write stores the bucket, with the mark while the latest lease's last
+-- unit may still be allowed (until the start of its slot, T before the
+-- mark), to vanish when the arrival time has passed: the bucket is full
+-- then. A bucket at or before now is deleted.
+local function tb_write(q, r, wq, wr, now, tq, tr, limit, floor)
   if p_le(q, r, now, 0) then
-    redis.call('DEL', key)
+    redis.call('DEL', KEYS[1])
     return
   end
   local ttl = q - now
   if r > 0 then
     ttl = ttl + 1
   end
-  redis.call('SET', key, string.format('%d %d', q, r), 'PX', expiry_ms(ttl, floor))
+  local s = string.format('%d %d', q, r)
+  wq, wr = live_mark(wq, wr, now, tq, tr, limit)
+  if wq then
+    s = s .. string.format(' %d %d', wq, wr)
+  end
+  redis.call('SET', KEYS[1], s, 'PX', expiry_ms(ttl, floor))
 end

@@ -1,9 +1,8 @@
 -- Leased token bucket: n units now and up to k - n more for the caller to
 -- grant locally, in one atomic step.
 --
--- KEYS[1]  the bucket "tat frac", shared with the plain script
--- KEYS[2]  the lease mark "end frac": the end of the latest lease's slots,
---          which refunds and resets must not move the bucket below
+-- KEYS[1]  the bucket "tat frac", shared with the plain script, and the
+--          lease mark (lease_prelude_tokenbucket.lua)
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
 -- ARGV[2]  n, the units wanted now; 0 for a lease taken ahead of need,
 --          which takes nothing when nothing fits
@@ -43,11 +42,10 @@ local limit = tonumber(ARGV[8])
 local hold = tonumber(ARGV[10])
 
 local bq, br = now, 0
-local sq, sr = tb_read(KEYS[1])
+local sq, sr, wq, wr = tb_read()
 if sq and sq >= now then
   bq, br = sq, sr
 end
-local wq, wr = tb_read(KEYS[2])
 
 local returned = 0
 if ARGV[11] ~= '' and sq and sq == tonumber(ARGV[11]) and sr == tonumber(ARGV[12]) then
@@ -100,10 +98,7 @@ end
 
 if got < n or got == 0 then
   if returned == 1 then
-    tb_write(KEYS[1], bq, br, now, ARGV[9])
-    if wq then
-      tb_write(KEYS[2], wq, wr, now, ARGV[9])
-    end
+    tb_write(bq, br, wq, wr, now, tq, tr, limit, ARGV[9])
   end
   local nq, nr = p_mul(n, tq, tr, limit)
   local aq, ar = p_add(bq, br, nq, nr, limit)
@@ -112,11 +107,9 @@ end
 
 local kq, kr = p_mul(got, tq, tr, limit)
 local eq, er = p_add(startq, startr, kq, kr, limit)
-tb_write(KEYS[1], eq, er, now, ARGV[9])
 if got > n then
-  tb_write(KEYS[2], eq, er, now, ARGV[9])
-elseif returned == 1 and wq then
-  tb_write(KEYS[2], wq, wr, now, ARGV[9])
+  wq, wr = eq, er
 end
+tb_write(eq, er, wq, wr, now, tq, tr, limit, ARGV[9])
 local gq, gr = p_sub(startq, startr, bq, br, limit)
 return {1, got, eq - now, er, 0, 0, startq - now, startr, eq, er, returned, gq, gr}
