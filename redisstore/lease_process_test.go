@@ -280,9 +280,10 @@ func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redis
 			t.Errorf("a process holds %d units at the end, more than one lease (%d)", h, leaseProcRate.Limit/redisstore.DefaultLeaseShare)
 		}
 	}
-	t.Logf("%d processes, %v: %d units asked, %d allowed; an exact limiter replaying the requests allows %d; "+
-		"the processes report %d units stranded or placed ahead and %d held at the end", leaseProcs, span.Round(time.Millisecond),
-		asked, units, exact, lost, held)
+	t.Logf("%d processes, %v: %d units asked, %d allowed (at most %d in any %v, %d in any fixed window); "+
+		"an exact limiter replaying the requests allows %d; the processes report %d units stranded or placed ahead and %d held at the end",
+		leaseProcs, span.Round(time.Millisecond), asked, units, mostIn(allowed, leaseProcRate.Period), leaseProcRate.Period,
+		mostInFixed(allowed, leaseProcRate.Period), exact, lost, held)
 	for i, s := range stats {
 		t.Logf("process %d: %+v", i, s)
 	}
@@ -292,6 +293,34 @@ func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redis
 	if under := int64(exact - units); under > lost+held+slack {
 		t.Errorf("under-admission %d units, more than the %d stranded, placed ahead or held (+%d)", under, lost+held, slack)
 	}
+}
+
+// mostIn returns the most units allowed in any interval of length d, by
+// the times the calls began.
+func mostIn(allowed []procRecord, d time.Duration) int {
+	most, sum, j := 0, 0, 0
+	for _, r := range allowed {
+		sum += int(r.n)
+		for allowed[j].before < r.before-int64(d) {
+			sum -= int(allowed[j].n)
+			j++
+		}
+		most = max(most, sum)
+	}
+	return most
+}
+
+// mostInFixed returns the most units allowed in one fixed window of
+// length d aligned on the Unix epoch, by the times the calls began.
+func mostInFixed(allowed []procRecord, d time.Duration) int {
+	per := map[int64]int{}
+	most := 0
+	for _, r := range allowed {
+		w := r.before / int64(d)
+		per[w] += int(r.n)
+		most = max(most, per[w])
+	}
+	return most
 }
 
 // checkArrivalCurve checks the token bucket's bound on allowed records:

@@ -262,15 +262,17 @@ func (t *leaseTable) step(key string, n int, now int64, first bool) leaseStep {
 }
 
 // plan sizes the lease a round trip for n units asks for: the key's local
-// demand over the horizon, at most twice the last lease and at most
-// maxUnits, at least n. A new key asks for n: one request says nothing of
+// demand over the horizon, at most twice the last lease or twice the
+// units asked for since the last round trip (callers that waited for it
+// say how much is needed now), at most maxUnits, at least n. A new key asks for n: one request says nothing of
 // its rate. before is the units the key holds and will use first (an
 // early refresh), for the algorithm to place the lease.
 func (t *leaseTable) plan(e *leaseEntry, n int, now int64, before int) leaseCall {
 	c := leaseCall{n: n, want: n, anchor: now, prefetch: n == 0, before: before}
 	if e.size > 0 {
 		rate := float64(e.demand) / float64(max(now-e.since, 1))
-		c.want = max(n, ceilWant(rate*t.horizonNs(), min(2*e.size, t.maxUnits)))
+		grow := 2 * max(int64(e.size), e.demand)
+		c.want = max(n, ceilWant(rate*t.horizonNs(), int(min(grow, int64(t.maxUnits)))))
 		if c.want > n {
 			t.algo.plan(e, &c, rate)
 		}
