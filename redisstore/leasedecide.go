@@ -51,8 +51,6 @@ func (l *base) allowLeased(ctx context.Context, key string, n int) (floodgate.De
 			return s.d, nil
 		case leaseFetch:
 			return l.fetchLease(ctx, key, s.e, s.flight, s.call)
-		case leasePlain:
-			return l.decide(ctx, key, n, l.lease.algo.eval)
 		case leaseRefresh:
 			// The caller's units came from the lease; it takes the next
 			// one before it returns, so that no other caller of the key

@@ -204,7 +204,6 @@ const (
 	leaseWait                       // wait for the key's round trip in flight
 	leaseFetch                      // send the round trip
 	leaseRefresh                    // allowed; now take the next lease
-	leasePlain                      // nothing to lease or give back: a plain decision
 )
 
 // leaseStep is the outcome of one pass under the shard lock.
@@ -243,14 +242,10 @@ func (t *leaseTable) step(key string, n int, now int64, first bool) leaseStep {
 	case e.flight != nil:
 		s.kind, s.flight = leaseWait, e.flight
 	default:
+		// One round trip per key in flight, a plain one included: the
+		// key's other callers wait for it, so that no decision of this
+		// instance misses the units another one of its round trips leased.
 		s.kind, s.e, s.call = leaseFetch, e, t.plan(e, n, now, 0)
-		if s.call.want == n && e.units == e.next {
-			// A cold key: the plain round trip, with nothing to wait for
-			// or record (a denial or a cost above the growth bound sets
-			// the next lease's size to n either way).
-			s.kind, e.size = leasePlain, n
-			break
-		}
 		e.flight = &leaseFlight{done: make(chan struct{})}
 		s.flight = e.flight
 	}
