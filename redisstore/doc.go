@@ -106,9 +106,12 @@
 // bounded by the replication lag (usually below a millisecond, more under
 // load). goredisstore.WithWaitReplicas and rueidisstore.WithWaitReplicas
 // send WAIT after each batch, so that a decision returns only once n
-// replicas hold it (or fails with ErrNotReplicated): what a failover can
-// then lose is limited to decisions still in flight. The README gives the
-// cost.
+// replicas hold it: what a failover can then lose is limited to decisions
+// still in flight. When the replicas do not acknowledge in time, a denial
+// is still returned as a denial, with no error, and only an allowed
+// decision fails with ErrNotReplicated (it was charged on the master), so
+// that no error policy or fallback can turn a denial into a pass. The
+// README gives the cost.
 //
 // # Retries
 //

@@ -121,10 +121,7 @@ func (sc *SlidingCounter) keys(key string) []string {
 
 func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	args := []string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL}
-	r, err := slidingCounterScript.run(ctx, sc.client, sc.keys(key), args)
-	if err == nil {
-		err = expectInts(r, 4)
-	}
+	r, unrepl, err := sc.reply(ctx, slidingCounterScript, sc.keys(key), args, 4)
 	if err != nil {
 		return floodgate.Decision{Limit: sc.rate.Limit}, err
 	}
@@ -149,7 +146,7 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 	if !d.Allowed {
 		d.RetryAfter = ceilMicros(sc.est.RetryAt(start, prev, cur, uint32(n)) - now64)
 	}
-	return d, nil
+	return d, replicated(d, n, unrepl)
 }
 
 // ceilMicros rounds a non-negative wait in nanoseconds up to the

@@ -124,10 +124,7 @@ func (l *SlidingLog) keys(key string) []string {
 
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, l.countDenied, l.minTTL}
-	r, err := slidingLogScript.run(ctx, l.client, l.keys(key), args)
-	if err == nil {
-		err = expectInts(r, 4)
-	}
+	r, unrepl, err := l.reply(ctx, slidingLogScript, l.keys(key), args, 4)
 	if err != nil {
 		return floodgate.Decision{Limit: l.rate.Limit}, err
 	}
@@ -143,7 +140,7 @@ func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (f
 	if !d.Allowed {
 		d.RetryAfter = micros(r[2])
 	}
-	return d, nil
+	return d, replicated(d, n, unrepl)
 }
 
 // micros converts a non-negative count of microseconds from a script to a

@@ -154,10 +154,7 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 	args := []string{now, strconv.Itoa(n),
 		strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
 		b.tauQ, b.tauR, b.limitArg, b.minTTL}
-	r, err := tokenBucketScript.run(ctx, b.client, []string{b.key(key)}, args)
-	if err == nil {
-		err = expectInts(r, 5)
-	}
+	r, unrepl, err := b.reply(ctx, tokenBucketScript, []string{b.key(key)}, args, 5)
 	if err != nil {
 		return floodgate.Decision{Limit: b.burst}, err
 	}
@@ -175,7 +172,7 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 		}
 		d.RetryAfter = ceilDuration(wait, wfrac)
 	}
-	return d, nil
+	return d, replicated(d, n, unrepl)
 }
 
 // tokensCeil returns ceil((us + frac/Limit)·Limit/Period): the whole tokens

@@ -115,10 +115,11 @@ func (s *Scripter) Err() error { return s.err }
 // at least n replicas have acknowledged its writes or timeout has passed
 // (Redis's WAIT, sent in the same pipeline as the script; a script itself
 // may not call WAIT). A call whose writes were not acknowledged by n
-// replicas in time returns an error wrapping redisstore.ErrNotReplicated
-// (and so ErrRedis, through the limiter): the decision was made on the
-// master, but a failover now could lose it, and the caller's error policy
-// decides. It bounds what a Sentinel failover can lose to the decisions
+// replicas in time returns its reply with an error wrapping
+// redisstore.ErrNotReplicated. The limiter then reports a denial as a
+// denial, and an allowed decision (made and charged on the master, but a
+// failover now could lose it) as ErrNotReplicated wrapped in ErrRedis, for
+// the caller's error policy. It bounds what a Sentinel failover can lose to the decisions
 // still waiting for their acknowledgement; see the redisstore README for
 // its cost. With group commit, one WAIT covers a whole batch.
 //
