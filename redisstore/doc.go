@@ -43,17 +43,26 @@
 // # Key layout and expiry
 //
 // A client key k of a limiter with prefix p (WithPrefix, default
-// DefaultPrefix) is stored as p:{k}:tb (token bucket), p:{k}:sl and
-// p:{k}:sl:state (sliding log: one weighted entry per decision, and the
-// units they hold) or p:{k}:sc:cur and p:{k}:sc:prev (sliding counter). Only the client
-// key stands inside the braces, the Cluster hash tag, so each decision
-// touches one slot and clients spread over every node; '%', '{' and '}' in
-// k are percent-escaped so they cannot move the tag. Give each policy its
-// own prefix: limiters sharing one share their clients' state.
+// DefaultPrefix) is stored in one key: p:{k}:tb (token bucket), p:{k}:log
+// (sliding log: a sorted set of one entry per decision, named by the
+// running total of the units, and a mark of the units no longer counted)
+// or p:{k}:sc (sliding counter: both fixed windows). Only the client key
+// stands inside the braces, the Cluster hash tag, so each decision touches
+// one slot and clients spread over every node; '%', '{' and '}' in k are
+// percent-escaped so they cannot move the tag. Give each policy its own
+// prefix: limiters sharing one share their clients' state.
+//
+// One key per client means that a maxmemory eviction takes a client's
+// whole state or none of it, so a decision never meets half a state; an
+// evicted client starts afresh, as after Reset, which is why a Redis that
+// holds limits should run with maxmemory-policy noeviction (see the
+// README). It also means that a Cluster reshard moves a client's state
+// atomically: a single-key script is never refused with TRYAGAIN while its
+// slot migrates, and the adapters follow the ASK and MOVED redirections.
 //
 // Every key expires (PEXPIRE) when its state equals a fresh one: a bucket
 // when it is full again, a log when its newest event leaves the window, a
-// counter's window when it stops weighing on the estimate. Nothing idle is
+// counter when its counts stop weighing on the estimate. Nothing idle is
 // left in Redis.
 //
 // # Clock and resolution

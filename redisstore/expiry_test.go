@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestKeysExpire checks, on the server's clock, that each algorithm's keys
-// are where the key layout says and expire when their state equals a fresh
+// TestKeysExpire checks, on the server's clock, that each algorithm's key
+// is where the key layout says (one key per client) and expire when their state equals a fresh
 // one: PTTL is the time until then, rounded up to a millisecond (less the
 // few milliseconds the test itself takes). A report (n == 0) and a denied
 // request write nothing.
@@ -65,43 +66,44 @@ func TestKeysExpire(t *testing.T) {
 
 			sl, _ := redisstore.NewSlidingLog(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, sl, "a{b}", 0, true)
-			absent(t, tag+"sl", tag+"sl:state")
+			absent(t, tag+"log")
 			mustAllowed(t, sl, "a{b}", 7, true)
 			mustAllowed(t, sl, "a{b}", 3, true)
-			pttl(t, tag+"sl", time.Minute)
-			pttl(t, tag+"sl:state", time.Minute)
-			// One member per decision, carrying its weight: AllowN(n) costs
-			// the same for every n.
-			if m, _ := rdb.ZRange(ctx, tag+"sl", 0, -1).Result(); !slices.Equal(m, []string{"0:7", "1:3"}) {
-				t.Errorf("log members after AllowN 7 and 3: %q, want [0:7 1:3]", m)
-			}
-			if s, _ := rdb.Get(ctx, tag+"sl:state").Result(); s != "10 2" {
-				t.Errorf("log state %q, want \"10 2\" (10 units, next seq 2)", s)
+			pttl(t, tag+"log", time.Minute)
+			// One member per decision, named by the running total of the
+			// units, whatever n; and "low", the total before the oldest unit
+			// counted, scored -1 - low.
+			if m, _ := rdb.ZRangeWithScores(ctx, tag+"log", 0, -1).Result(); len(m) != 3 ||
+				m[0].Member != "low" || m[0].Score != -1 || m[1].Member != "7" || m[2].Member != "10" || m[1].Score >= m[2].Score {
+				t.Errorf("log after AllowN 7 and 3: %v, want [low -1] [7 t1] [10 t2] with t1 < t2", m)
 			}
 			mustAllowed(t, sl, "a{b}", 1, false)
-			if n, _ := rdb.ZCard(ctx, tag+"sl").Result(); n != 2 {
-				t.Errorf("log holds %d members after a denial, want 2: denials are not recorded", n)
+			if n, _ := rdb.ZCard(ctx, tag+"log").Result(); n != 3 {
+				t.Errorf("log holds %d members after a denial, want 3: denials are not recorded", n)
 			}
 			if err := sl.RefundN(ctx, "a{b}", 4); err != nil {
 				t.Fatal(err)
 			}
-			if m, _ := rdb.ZRange(ctx, tag+"sl", 0, -1).Result(); !slices.Equal(m, []string{"0:6"}) {
-				t.Errorf("log members after refunding 4 of 7+3: %q, want [0:6]", m)
+			if m, _ := rdb.ZRange(ctx, tag+"log", 0, -1).Result(); !slices.Equal(m, []string{"low", "6"}) {
+				t.Errorf("log members after refunding 4 of 7+3: %q, want [low 6]", m)
 			}
 			if err := sl.RefundN(ctx, "a{b}", 6); err != nil {
 				t.Fatal(err)
 			}
-			absent(t, tag+"sl", tag+"sl:state") // empty again
+			absent(t, tag+"log") // empty again
 
 			sc, _ := redisstore.NewSlidingCounter(c.s, rate, patient, redisstore.WithPrefix(p))
 			mustAllowed(t, sc, "a{b}", 0, true)
-			absent(t, tag+"sc:cur", tag+"sc:prev")
+			absent(t, tag+"sc")
 			mustAllowed(t, sc, "a{b}", 3, true)
 			// The current window's count weighs until the next window ends:
 			// between one and two periods from now.
-			got, err := rdb.PTTL(ctx, tag+"sc:cur").Result()
+			got, err := rdb.PTTL(ctx, tag+"sc").Result()
 			if err != nil || got <= rate.Period-slack || got > 2*rate.Period {
-				t.Errorf("PTTL sc:cur = %v (%v), want in (%v, %v]", got, err, rate.Period, 2*rate.Period)
+				t.Errorf("PTTL sc = %v (%v), want in (%v, %v]", got, err, rate.Period, 2*rate.Period)
+			}
+			if v, _ := rdb.Get(ctx, tag+"sc").Result(); !strings.HasSuffix(v, " 0 3") {
+				t.Errorf("counter %q, want \"w 0 3\"", v)
 			}
 
 			for _, l := range []limiter{tb, sl, sc} {
@@ -109,7 +111,7 @@ func TestKeysExpire(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			absent(t, tag+"tb", tag+"sl", tag+"sl:state", tag+"sc:cur", tag+"sc:prev")
+			absent(t, tag+"tb", tag+"log", tag+"sc")
 		})
 	}
 }

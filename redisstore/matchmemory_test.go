@@ -58,11 +58,17 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 // on two keys and fails on the first Decision that differs.
 func compare(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity int, period time.Duration) {
 	t.Helper()
+	compareSteps(t, clock, mem, rl, capacity, period, 300)
+}
+
+// compareSteps is compare for a number of steps.
+func compareSteps(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity int, period time.Duration, steps int) {
+	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, uint64(capacity)))
 	keys := []string{"a", "b{x}"}
 	step := max(period/time.Duration(4*capacity), time.Millisecond).Truncate(time.Millisecond)
-	for i := 0; i < 300; i++ {
+	for i := 0; i < steps; i++ {
 		key := keys[rng.IntN(len(keys))]
 		n := rng.IntN(min(capacity, 4) + 1)
 		if rng.IntN(10) == 0 {
