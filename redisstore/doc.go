@@ -137,17 +137,19 @@
 //
 // # Deny cache
 //
-// WithDenyCache keeps, in process, keys that Redis denied until their
-// RetryAfter has passed and answers them without a round trip: a flood from
-// one client costs one Redis call per RetryAfter instead of one per
-// request (measured in the README: 3 commands per denied request without
-// the cache, about 0.01 with it). The answer is exact for these
-// algorithms: until RetryAfter the request cannot fit whatever other
-// instances do, since others can only consume more, and time only moves
-// the state towards "fits". Only Reset breaks that; it clears this
-// process's entry, not other instances'. The cached RetryAfter, Remaining
-// and ResetAfter are those of the denial, aged; when other instances
-// consume meanwhile, the true RetryAfter may be later. WithCountDenied
-// cannot be combined with it: denials answered in process would not be
-// recorded.
+// WithDenyCache keeps, in process, keys that Redis denied, until their
+// RetryAfter has passed or for DenyCacheMaxAge (1 s), whichever is first,
+// and answers them without a round trip: a flood from one client costs
+// one Redis call per second instead of one per request (measured in the
+// README: 3 commands per denied request without the cache, about 0.01
+// with it). The answer is Redis's: until RetryAfter the request cannot fit
+// whatever other instances do, since others can only consume more, and
+// time only moves the state towards "fits". Only a Reset or a refund
+// breaks that. This process clears its own entry on both; another
+// instance's Reset or refund reaches it within DenyCacheMaxAge, which is
+// how long a client can be denied by a stale entry. The cached RetryAfter,
+// Remaining and ResetAfter are those of the denial, aged; when other
+// instances consume meanwhile, the true RetryAfter may be later.
+// WithCountDenied cannot be combined with it: denials answered in process
+// would not be recorded.
 package redisstore
