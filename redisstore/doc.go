@@ -6,10 +6,13 @@
 //
 // The limiters are TokenBucket, SlidingLog and SlidingCounter. They
 // implement floodgate.Limiter, floodgate.Resetter and floodgate.Refunder
-// (so floodgate.All can combine them), take a floodgate.Rate
-// and options like their in-memory counterparts, and make the same
-// decisions: the floodgatetest conformance suite runs unchanged against
-// them. Each decision is one round trip, one Lua script (embedded in the
+// (so floodgate.All can combine them), take a floodgate.Rate and the
+// options of their in-memory counterparts that mean the same thing on
+// Redis (WithBurst, WithIntervalRefill, WithCountDenied, WithClock,
+// WithMaxKeyLength; the store's WithMaxKeys, WithShards and
+// WithForgetEvicted have no counterpart, since Redis holds the keys), and
+// make the same decisions: the floodgatetest conformance suite runs
+// unchanged against them. Each decision is one round trip, one Lua script (embedded in the
 // binary, run with EVALSHA and loaded with EVAL when the server answers
 // NOSCRIPT), atomic on the server.
 //

@@ -147,3 +147,47 @@ func mustAllowed(t *testing.T, l floodgate.Limiter, key string, n int, allowed b
 	}
 	return d
 }
+
+// TestIntervalBucketKey: an intervally refilled bucket keeps its state in
+// p:{k}:tbi, never in the greedy bucket's key, expiring when the bucket is
+// full again (the end of its period); a refund to full and Reset delete it.
+func TestIntervalBucketKey(t *testing.T) {
+	addr := redistest.Shared(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	for _, c := range clients(t, addr) {
+		t.Run(c.name, func(t *testing.T) {
+			p := prefix(t)
+			b, err := redisstore.NewTokenBucket(c.s, floodgate.PerMinute(10), patient, redisstore.WithPrefix(p), redisstore.WithIntervalRefill())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAllowed(t, b, "k", 4, true)
+			got, err := rdb.PTTL(ctx, p+":{k}:tbi").Result()
+			if err != nil || got > time.Minute || got < time.Minute-500*time.Millisecond {
+				t.Errorf("PTTL tbi = %v (%v), want the end of the period, 1m", got, err)
+			}
+			if n, _ := rdb.Exists(ctx, p+":{k}:tb").Result(); n != 0 {
+				t.Errorf("the greedy key exists")
+			}
+			d := mustAllowed(t, b, "k", 7, false)
+			if d.Remaining != 6 || d.RetryAfter <= 59*time.Second || d.RetryAfter > time.Minute {
+				t.Errorf("AllowN(7) after 4 of 10: %+v, want Remaining 6 and the period's end", d)
+			}
+			if err := b.RefundN(ctx, "k", 4); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := rdb.Exists(ctx, p+":{k}:tbi").Result(); n != 0 {
+				t.Errorf("a full interval bucket's key still exists")
+			}
+			mustAllowed(t, b, "k", 1, true)
+			if err := b.Reset(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := rdb.Exists(ctx, p+":{k}:tbi").Result(); n != 0 {
+				t.Errorf("Reset left the interval bucket's key")
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ type config struct {
 	probeSet      bool
 	denyCache     int
 	countDenied   bool
+	interval      bool
 	maxKeyLen     int
 	given         map[string]bool // options seen, each allowed once
 }
@@ -84,6 +85,8 @@ func newConfig(kind string, opts []Option) (config, error) {
 	switch {
 	case c.burstSet && kind != kindTokenBucket:
 		return c, fmt.Errorf("%w: WithBurst applies to a token bucket, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.interval && kind != kindTokenBucket:
+		return c, fmt.Errorf("%w: WithIntervalRefill applies to a token bucket, not a %s", floodgate.ErrInvalidOption, kind)
 	case c.countDenied && kind != kindSlidingLog:
 		return c, fmt.Errorf("%w: WithCountDenied applies to a sliding log, not a %s", floodgate.ErrInvalidOption, kind)
 	case c.countDenied && c.denyCache > 0:
@@ -119,6 +122,22 @@ func WithBurst(n int) Option {
 		}
 		c.burst, c.burstSet = n, true
 		return c.once("WithBurst")
+	}
+}
+
+// WithIntervalRefill makes a token bucket refill intervally, as
+// floodgate.WithIntervalRefill does in memory, with the same decisions:
+// instead of a token every Period/Limit, the whole Rate.Limit comes back
+// at once when a Period has passed, periods counted per key from its
+// first event after its bucket was last full. The trade-off is the
+// boundary double burst: up to burst + Rate.Limit events within a moment,
+// across a period's end; prefer the greedy default or a SlidingLog where
+// that matters. Its state has a key of its own (p:{k}:tbi), so a bucket
+// never reads the other mode's state. It applies only to NewTokenBucket.
+func WithIntervalRefill() Option {
+	return func(c *config) error {
+		c.interval = true
+		return c.once("WithIntervalRefill")
 	}
 }
 

@@ -71,6 +71,12 @@ var (
 	preludeLog string
 	//go:embed scripts/tokenbucket.lua
 	tokenBucketSrc string
+	//go:embed scripts/prelude_interval.lua
+	preludeInterval string
+	//go:embed scripts/tokenbucket_interval.lua
+	intervalSrc string
+	//go:embed scripts/tokenbucket_interval_refund.lua
+	intervalRefundSrc string
 	//go:embed scripts/slidinglog.lua
 	slidingLogSrc string
 	//go:embed scripts/slidingcounter.lua
@@ -85,11 +91,13 @@ var (
 	slidingCounterRefundSrc string
 
 	tokenBucketScript    = newScript(prelude + tokenBucketSrc)
+	intervalScript       = newScript(prelude + preludeInterval + intervalSrc)
 	slidingLogScript     = newScript(prelude + preludeLog + slidingLogSrc)
 	slidingCounterScript = newScript(prelude + preludeCounter + slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
 	tokenBucketRefundScript    = newScript(prelude + tokenBucketRefundSrc)
+	intervalRefundScript       = newScript(prelude + preludeInterval + intervalRefundSrc)
 	slidingLogRefundScript     = newScript(prelude + preludeLog + slidingLogRefundSrc)
 	slidingCounterRefundScript = newScript(prelude + preludeCounter + slidingCounterRefundSrc)
 )
