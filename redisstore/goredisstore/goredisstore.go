@@ -309,19 +309,36 @@ func sendCluster(cc *redis.ClusterClient, lead *groupcommit.Call[scriptCmd], bat
 		}
 		_ = p.Process(c.Ctx, c.V.cmd)
 	}
+	// One master's pipeline runs here, the others' in goroutines of their
+	// own, all at once.
 	var wg sync.WaitGroup
+	var here redis.Pipeliner
 	for _, p := range pipes {
+		if here == nil {
+			here = p
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_, _ = p.Exec(ctx)
 		}()
 	}
+	if here != nil {
+		_, _ = here.Exec(ctx)
+	}
 	wg.Wait()
 	for _, c := range batch {
 		if err := c.V.cmd.Err(); redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
-			c.V.cmd = c.V.newCmd(c.Ctx)
-			_ = cc.Process(c.Ctx, c.V.cmd)
+			// All at once: after a slot moved, a whole batch may come back
+			// MOVED, and one round trip after another would add up.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.V.cmd = c.V.newCmd(c.Ctx)
+				_ = cc.Process(c.Ctx, c.V.cmd)
+			}()
 		}
 	}
+	wg.Wait()
 }
