@@ -18,7 +18,9 @@ import (
 type Policy struct {
 	// Name is shown in the quota headers, e.g. "nickname".
 	Name string
-	// Limiter decides for the key.
+	// Limiter decides for the key. It is the policy's own: a limiter
+	// shared with another policy of a selector would count both policies'
+	// keys together, and NewPolicySelector refuses it.
 	Limiter Limiter
 	// Key returns the key of a request, or an error wrapping ErrNoKey when
 	// this policy does not apply to it (the next policy is then tried).
@@ -95,23 +97,31 @@ type rater interface{ Rate() Rate }
 type statser interface{ Stats() Stats }
 
 // NewPolicySelector returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a non-nil Key; the error wraps
-// ErrInvalidOption otherwise.
+// needs a valid, unique Name, a Limiter and a non-nil Key, and its own
+// Limiter: two policies sharing one (alone or inside a Composite made
+// with All) would count their keys together, so that a user named
+// "198.51.100.10" spends the quota of that address. Only a SharedLimiter,
+// which ignores keys, may be shared. The error wraps ErrInvalidOption
+// otherwise.
 func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
 	if len(policies) == 0 {
 		return nil, fmt.Errorf("%w: no policies", ErrInvalidOption)
 	}
 	s := &PolicySelector{policies: make([]*policy, 0, len(policies))}
 	seen := make(map[string]bool, len(policies))
+	owners := limiterOwners{}
 	for _, p := range policies {
 		cp, err := newPolicy(p)
 		if err != nil {
 			return nil, err
 		}
 		if seen[p.Name] {
-			return nil, fmt.Errorf("%w: policy name %q used twice", ErrInvalidOption, p.Name)
+			return nil, fmt.Errorf("policy %q: %w: the name is used twice", p.Name, ErrInvalidOption)
 		}
 		seen[p.Name] = true
+		if err := owners.claim(p, ""); err != nil {
+			return nil, err
+		}
 		s.policies = append(s.policies, cp)
 	}
 	return s, nil

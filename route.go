@@ -115,6 +115,12 @@ func (routeMark) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // hold together (neither more specific than the other, such as
 // "/users/{id}/posts" and "/users/me/{tab}") are errors wrapping
 // ErrInvalidOption.
+//
+// A limiter may serve the policies of several routes only if they have
+// the same name, which says they key requests the same way: one per-IP
+// budget over several routes is fine, while a limiter shared by a "user"
+// policy of one route and an "ip" policy of another would count a user
+// named like an address against that address, and is refused.
 func NewRoutes(routes ...Route) (*Routes, error) {
 	if len(routes) == 0 {
 		return nil, fmt.Errorf("%w: no routes", ErrInvalidOption)
@@ -124,13 +130,19 @@ func NewRoutes(routes ...Route) (*Routes, error) {
 		return nil, err
 	}
 	rt := &Routes{mux: mux}
+	owners := limiterOwners{}
 	for i, route := range routes {
 		if len(route.Policies) == 0 {
-			return nil, fmt.Errorf("%w: route %q has no policy", ErrInvalidOption, route.Pattern)
+			return nil, fmt.Errorf("route %q: %w: no policy", route.Pattern, ErrInvalidOption)
 		}
 		sel, err := NewPolicySelector(route.Policies...)
 		if err != nil {
 			return nil, fmt.Errorf("route %q: %w", route.Pattern, err)
+		}
+		for _, p := range route.Policies {
+			if err := owners.claim(p, route.Pattern); err != nil {
+				return nil, fmt.Errorf("route %q: %w", route.Pattern, err)
+			}
 		}
 		if err := handlePattern(mux, route.Pattern, routeMark(i)); err != nil {
 			return nil, err
