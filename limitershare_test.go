@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -112,5 +113,55 @@ func TestSharedLimiterAcrossRoutesRefused(t *testing.T) {
 	}
 	if !errors.Is(err, ErrInvalidOption) || !strings.Contains(msg, `"POST /b"`) || !strings.Contains(msg, `"GET /a"`) || !strings.Contains(msg, `"user"`) {
 		t.Fatalf("err = %v; want ErrInvalidOption naming both routes and policies", err)
+	}
+}
+
+// TestErrorsNamePolicyFirst: every error about a policy starts with its
+// name, then the sentinel's text, then what is wrong; a route's pattern,
+// where there is one, comes before the policy (issue 24 item 6: the
+// prefix came in different orders).
+func TestErrorsNamePolicyFirst(t *testing.T) {
+	lim := mustTokenBucket(t, PerMinute(2))
+	key := KeyByMethod()
+	sel := func(ps ...Policy) error { _, err := NewPolicySelector(ps...); return err }
+	mw := func(opts ...MiddlewareOption) error {
+		s, err := NewPolicySelector(Policy{Name: "p1", Limiter: &fakeLimiter{}, Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = NewPolicyMiddleware(s, opts...)
+		return err
+	}
+	selectErr := func() error {
+		s, err := NewPolicySelector(
+			Policy{Name: "p1", Limiter: mustTokenBucket(t, PerMinute(1)), Key: mustKey(KeyByHeader("X-A"))},
+			Policy{Name: "p2", Limiter: mustTokenBucket(t, PerMinute(1)), Key: mustKey(KeyByHeader("X-B"))},
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = s.Select(httptest.NewRequest(http.MethodGet, "/", nil))
+		return err
+	}
+	errs := map[string]error{
+		"no limiter":        sel(Policy{Name: "p1", Key: key}),
+		"no key":            sel(Policy{Name: "p1", Limiter: lim}),
+		"name twice":        sel(Policy{Name: "p1", Limiter: lim, Key: key}, Policy{Name: "p1", Limiter: mustTokenBucket(t, PerMinute(1)), Key: key}),
+		"bad name":          sel(Policy{Name: "p\u00e91", Limiter: lim, Key: key}),
+		"shared limiter":    sel(Policy{Name: "p1", Limiter: lim, Key: key}, Policy{Name: "p2", Limiter: lim, Key: key}),
+		"cost":              func() error { _, err := NewMiddleware(lim, WithCost(3), WithPolicyName("p1")); return err }(),
+		"count status":      mw(WithCountStatus(func(int) bool { return true })),
+		"no policy applies": selectErr(),
+		"route": func() error {
+			_, err := NewRoutes(Route{Pattern: "GET /r", Policies: []Policy{{Name: "p1", Key: key}}})
+			return err
+		}(),
+	}
+	for name, err := range errs {
+		msg := fmt.Sprint(err)
+		rest, _ := strings.CutPrefix(msg, `route "GET /r": `)
+		if err == nil || !strings.HasPrefix(rest, `policy "p`) || strings.Index(rest, "floodgate:") < strings.Index(rest, `": `) {
+			t.Errorf("%s: %q; want `[route \"…\": ]policy \"…\": floodgate: …`", name, msg)
+		}
 	}
 }

@@ -132,10 +132,10 @@ func newPolicy(p Policy) (*policy, error) {
 		return nil, err
 	}
 	if p.Limiter == nil {
-		return nil, fmt.Errorf("%w: policy %q has no limiter", ErrInvalidOption, p.Name)
+		return nil, fmt.Errorf("policy %q: %w: no limiter", p.Name, ErrInvalidOption)
 	}
 	if p.Key == nil {
-		return nil, fmt.Errorf("%w: policy %q has no key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption, p.Name)
+		return nil, fmt.Errorf("policy %q: %w: no key function (a key function constructor returns nil with its error: check it)", p.Name, ErrInvalidOption)
 	}
 	cp := &policy{Policy: p, quoted: quotedSFString(p.Name)}
 	if r, ok := p.Limiter.(rater); ok && r.Rate().Validate() == nil {
@@ -289,7 +289,7 @@ func validPolicyName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: policy name %q: only printable ASCII can be sent in RateLimit-Policy", ErrInvalidOption, name)
+			return fmt.Errorf("policy %q: %w: only printable ASCII can be sent in RateLimit-Policy", name, ErrInvalidOption)
 		}
 	}
 	return nil
@@ -388,7 +388,7 @@ func (s *PolicySelector) selectPolicy(r *http.Request) (*policy, string, error) 
 	if len(s.policies) == 1 {
 		return p, "", fmt.Errorf("policy %q: %w", p.Name, last)
 	}
-	return p, "", fmt.Errorf("no policy applies to the request; last tried policy %q: %w", p.Name, last)
+	return p, "", fmt.Errorf("policy %q: no policy applies (the last of %d tried): %w", p.Name, len(s.policies), last)
 }
 
 // AllowN selects the policy for r and asks its limiter for n units under
