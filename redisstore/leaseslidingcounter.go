@@ -17,8 +17,8 @@ var (
 	//go:embed scripts/lease_slidingcounter_refund.lua
 	leaseSlidingCounterRefundSrc string
 
-	leaseSlidingCounterScript       = newScript(prelude + preludeCounter + leasePreludeCounter + leaseSlidingCounterSrc)
-	leaseSlidingCounterRefundScript = newScript(prelude + preludeCounter + leasePreludeCounter + leaseSlidingCounterRefundSrc)
+	leaseSlidingCounterScript       = newScript(prelude + leasePreludeCounter + leaseSlidingCounterSrc)
+	leaseSlidingCounterRefundScript = newScript(prelude + leasePreludeCounter + leaseSlidingCounterRefundSrc)
 )
 
 // scLease is the sliding counter's part of the lease mode.
@@ -36,11 +36,8 @@ func (sc *SlidingCounter) setupLease(c config) {
 // it.
 func (sc *SlidingCounter) LeaseStats() LeaseStats { return sc.leaseStats() }
 
-// leaseKeys are the two windows and the leased units, in one slot.
-func (sc *SlidingCounter) leaseKeys(key string) []string {
-	tag := clientTag(sc.prefix, key)
-	return []string{tag + "sc:cur", tag + "sc:prev", tag + "sc:lease"}
-}
+// leaseKeys is the counter, which holds its leased units too.
+func (sc *SlidingCounter) leaseKeys(key string) []string { return sc.keys(key) }
 
 func (a scLease) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	return a.sc.eval(ctx, key, n, now)
@@ -65,10 +62,7 @@ func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now st
 	if c.retUnits > 0 {
 		args[7], args[8] = strconv.FormatInt(c.retQ, 10), strconv.Itoa(c.retUnits)
 	}
-	r, err := leaseSlidingCounterScript.run(ctx, sc.client, sc.leaseKeys(key), args)
-	if err == nil {
-		err = expectInts(r, 6)
-	}
+	r, unrepl, err := sc.reply(ctx, leaseSlidingCounterScript, sc.leaseKeys(key), args, 6)
 	limit := int64(sc.rate.Limit)
 	if err == nil && (r[1] < 0 || r[2] < 0 || r[1] > limit || r[2] > limit || r[3] < 0 || r[3] >= maxMicros ||
 		r[4] < 0 || r[4] > int64(c.want) || (r[0] == 1 && r[4] < int64(c.n)) || r[5] < 0) {
@@ -77,10 +71,17 @@ func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now st
 	if err != nil {
 		return floodgate.Decision{Limit: sc.rate.Limit}, err
 	}
-	c.ran, c.returned = true, int(r[5])
+	c.returned = int(r[5])
 	if r[0] != 1 {
-		return a.decision(false, r[1], r[2], r[3], 0, c.n), nil
+		c.ran = true
+		return a.decision(false, r[1], r[2], r[3], 0, c.n), nil // a denial whatever the replication
 	}
+	if unrepl != nil {
+		// A failover could lose the count: the lease is not used, and
+		// the decision fails as a plain one would.
+		return floodgate.Decision{Limit: sc.rate.Limit}, unrepl
+	}
+	c.ran = true
 	c.got = int(r[4])
 	periodUs := sc.period / 1000
 	w := r[3] / periodUs

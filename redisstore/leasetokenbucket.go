@@ -69,23 +69,26 @@ func (a *tbLease) plan(_ *leaseEntry, c *leaseCall, rate float64) {
 
 func (a *tbLease) leaseEval(ctx context.Context, key string, c *leaseCall, now string) (floodgate.Decision, error) {
 	b := a.b
-	r, err := leaseTokenBucketScript.run(ctx, b.client, b.leaseKeys(key), a.args(c, now))
-	if err == nil {
-		err = expectInts(r, 13)
-	}
+	r, unrepl, err := b.reply(ctx, leaseTokenBucketScript, b.leaseKeys(key), a.args(c, now), 13)
 	if err == nil && (r[1] < 0 || r[1] > int64(c.want) || (r[0] == 1 && r[1] < int64(c.n)) || r[6] < 0 || r[7] < 0 || r[11] < 0 || r[12] < 0) {
 		err = errBadReply(r)
 	}
 	if err != nil {
 		return floodgate.Decision{Limit: b.burst}, err
 	}
-	c.ran = true
 	if r[10] == 1 {
 		c.returned = c.retUnits
 	}
 	if r[0] != 1 {
-		return a.denied(r[2], r[3], r[4], r[5]), nil
+		c.ran = true
+		return a.denied(r[2], r[3], r[4], r[5]), nil // a denial whatever the replication
 	}
+	if unrepl != nil {
+		// A failover could lose the charge: the lease is not used, and
+		// the decision fails as a plain one would.
+		return floodgate.Decision{Limit: b.burst}, unrepl
+	}
+	c.ran = true
 	c.got, c.ahead = int(r[1]), a.tokens(r[11], r[12])
 	c.next = leaseState{units: c.got, anchor: c.anchor, first: a.nanos(r[6], r[7]),
 		snap: [3]int64{r[2], r[3]}, endQ: r[8], endR: r[9]}

@@ -1,5 +1,57 @@
--- The leased sliding counter's helpers, prepended after prelude.lua and
--- prelude_counter.lua.
+-- The leased sliding counter's helpers, prepended after prelude.lua.
+--
+-- The counter KEYS[1] is the plain one, "w prev cur", followed while
+-- units are leased in window w by " leased": the units leased in w beyond
+-- the decisions that took them, which refunds leave counted, since an
+-- instance may still allow them. One key, so that it is evicted and moved
+-- between Cluster nodes as a whole; the plain scripts read past the
+-- leased units (and drop them when they write).
+
+-- lease_counter_read reads the counter at now, as counter_windows in
+-- prelude_counter.lua does, and returns the window index, now, the
+-- window's start, the previous and current counts, and the units leased
+-- in the current window.
+local function lease_counter_read(now, period)
+  local w = floordiv(now, period)
+  local prev, cur, leased = 0, 0, 0
+  local s = redis.call('GET', KEYS[1])
+  if s then
+    local sw, sp, sc, sl = string.match(s, '^(%d+) (%d+) (%d+) ?(%d*)$')
+    if not sw then
+      error('floodgate: malformed sliding counter state in ' .. KEYS[1])
+    end
+    sw, sp, sc, sl = tonumber(sw), tonumber(sp), tonumber(sc), tonumber(sl) or 0
+    if sw > w then
+      w = sw
+      now = w * period
+    end
+    if sw == w then
+      prev, cur, leased = sp, sc, sl
+    elseif sw == w - 1 then
+      prev = sc
+    end
+  end
+  return w, now, w * period, prev, cur, leased
+end
+
+-- lease_counter_save writes the counts back, as counter_save does, with
+-- the leased units while there are any.
+local function lease_counter_save(w, now, start, period, prev, cur, leased, floor)
+  local ttl
+  if cur > 0 then
+    ttl = start + 2 * period - now
+  elseif prev > 0 then
+    ttl = start + period - now
+  else
+    redis.call('DEL', KEYS[1])
+    return
+  end
+  local s = string.format('%d %d %d', w, prev, cur)
+  if leased > 0 then
+    s = s .. string.format(' %d', leased)
+  end
+  redis.call('SET', KEYS[1], s, 'PX', expiry_ms(ttl, floor))
+end
 
 local B = 33554432 -- 2^25
 -- mul returns a*b as (hi, lo) in base 2^25, for a < 2^25 and b < 2^50.
@@ -35,39 +87,4 @@ local function share(prev, rest, period)
     c = c - 1
   end
   return c
-end
-
--- lease_read returns the units leased beyond their decisions in window w,
--- from KEYS[3] ("w units"), or 0 when it is of another window.
-local function lease_read(w)
-  local lw, lu = counter_read(KEYS[3])
-  if lw == w then
-    return lu
-  end
-  return 0
-end
-
--- counter_save writes the counts of window w back, as the plain scripts
--- do: the current window's count vanishes when it stops weighing on the
--- estimate, the previous one's when this window ends; while the previous
--- window still counts, the current key is kept, at zero if need be, since
--- it is what dates the previous one. It writes the leased units of w too.
-local function counter_save(w, now, start, period, prev, cur, leased, floor)
-  if cur > 0 then
-    redis.call('SET', KEYS[1], string.format('%d %d', w, cur), 'PX', expiry_ms(start + 2 * period - now, floor))
-  elseif prev > 0 then
-    redis.call('SET', KEYS[1], string.format('%d 0', w), 'PX', expiry_ms(start + period - now, floor))
-  else
-    redis.call('DEL', KEYS[1])
-  end
-  if prev > 0 then
-    redis.call('SET', KEYS[2], string.format('%d %d', w - 1, prev), 'PX', expiry_ms(start + period - now, floor))
-  else
-    redis.call('DEL', KEYS[2])
-  end
-  if leased > 0 then
-    redis.call('SET', KEYS[3], string.format('%d %d', w, leased), 'PX', expiry_ms(start + period - now, floor))
-  else
-    redis.call('DEL', KEYS[3])
-  end
 end

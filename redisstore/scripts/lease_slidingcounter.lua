@@ -1,10 +1,7 @@
 -- Leased sliding counter: n events now and up to k - n more for the caller
 -- to grant locally, counted now in the current fixed window.
 --
--- KEYS[1], KEYS[2]  the current and the previous window, as in
---                   slidingcounter.lua
--- KEYS[3]  "w units": the units leased beyond their decisions in window
---          w, which refunds and resets leave counted
+-- KEYS[1]  the counter and its leased units (lease_prelude_counter.lua)
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
 -- ARGV[2]  n, the events wanted now; 0 for a lease taken ahead of need,
 --          which takes nothing when nothing fits
@@ -28,8 +25,7 @@
 
 local n, k = tonumber(ARGV[2]), tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local w, now, start, prev, cur = counter_windows(clock_us(ARGV[1]) - tonumber(ARGV[6]), period)
-local leased = lease_read(w)
+local w, now, start, prev, cur, leased = lease_counter_read(clock_us(ARGV[1]) - tonumber(ARGV[6]), period)
 
 local returned = 0
 if ARGV[8] ~= '' and tonumber(ARGV[8]) == w then
@@ -48,6 +44,6 @@ else
   got = 0
 end
 if allowed == 1 or returned > 0 then
-  counter_save(w, now, start, period, prev, cur, leased, ARGV[7])
+  lease_counter_save(w, now, start, period, prev, cur, leased, ARGV[7])
 end
 return {allowed, prev, cur, now, got, returned}
