@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,6 +190,110 @@ func leaseClusterKill(t *testing.T, cl *redistest.Cluster) {
 				t.Fatalf("%s: no decision from the restarted master: %+v, %v", key, d, err)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// TestLeaseWaitReplicasUnacknowledged: with WithWaitReplicas and a replica
+// that acknowledges nothing, a lease the master granted could be lost in
+// a failover, so the instance never allows from it: every allowed
+// decision fails with ErrNotReplicated as in the plain mode, nothing is
+// allowed locally, and a denial stays a denial.
+func TestLeaseWaitReplicasUnacknowledged(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range unackedMaster(t) {
+		for _, a := range leaseAlgos {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				clock := floodgatetest.NewClock(leaseEpoch)
+				l, err := a.redis(c.s, floodgate.PerHour(40), patient, redisstore.WithClock(clock.Now),
+					redisstore.WithPrefix(prefix(t)), redisstore.WithLease(redisstore.Lease{MaxShare: 1}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 60; i++ {
+					d, err := l.AllowN(ctx, "k", 1)
+					switch {
+					case d.Allowed:
+						t.Fatalf("decision %d allowed although nothing was acknowledged: %+v", i, d)
+					case err == nil && d.RetryAfter > 0:
+						// Denied: the master charged the whole quota by now.
+					case !errors.Is(err, redisstore.ErrNotReplicated):
+						t.Fatalf("decision %d: %+v, %v; want ErrNotReplicated or a denial", i, d, err)
+					}
+				}
+				if s := l.LeaseStats(); s.LocalDecisions != 0 {
+					t.Fatalf("%+v: allowed from an unacknowledged lease", s)
+				}
+			})
+		}
+	}
+}
+
+// unackedAfter wraps a Scripter: once off is set, every script's reply
+// comes with ErrNotReplicated, as an adapter's does when WAIT times out.
+type unackedAfter struct {
+	redisstore.Scripter
+	off atomic.Bool
+}
+
+func (u *unackedAfter) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	r, err := u.Scripter.EvalSha(ctx, sha, keys, args)
+	return u.wrap(r, err)
+}
+
+func (u *unackedAfter) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+	r, err := u.Scripter.Eval(ctx, src, keys, args)
+	return u.wrap(r, err)
+}
+
+func (u *unackedAfter) wrap(r []int64, err error) ([]int64, error) {
+	if err == nil && u.off.Load() {
+		return r, fmt.Errorf("WAIT 1: 0 replicas: %w", redisstore.ErrNotReplicated)
+	}
+	return r, err
+}
+
+// TestLeaseUnacknowledgedLeaseUnused: a hot key leases while the replicas
+// acknowledge; then they stop. The instance allows what it already held,
+// and not one unit of a lease granted after: those come back as
+// ErrNotReplicated, as plain decisions do.
+func TestLeaseUnacknowledgedLeaseUnused(t *testing.T) {
+	addr := redistest.Shared(t)
+	ctx := context.Background()
+	for _, c := range leaseClients(t, addr) {
+		for _, a := range leaseAlgos {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				s := &unackedAfter{Scripter: c.s}
+				clock := floodgatetest.NewClock(leaseEpoch)
+				l, err := a.redis(s, floodgate.PerHour(400), patient, redisstore.WithClock(clock.Now),
+					redisstore.WithPrefix(prefix(t)), redisstore.WithLease(redisstore.Lease{MaxShare: 4}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 20; i++ {
+					mustAllowN(t, l, "k", 1, true)
+				}
+				h := held(l)
+				s.off.Store(true)
+				allowed, unacked := 0, 0
+				for i := 0; i < 100; i++ {
+					d, err := l.AllowN(ctx, "k", 1)
+					switch {
+					case err == nil && d.Allowed:
+						allowed++
+					case errors.Is(err, redisstore.ErrNotReplicated) && !d.Allowed:
+						unacked++
+					case err == nil && d.RetryAfter > 0:
+						// Denied: unused leases were charged on the master.
+					default:
+						t.Fatalf("request %d: %+v, %v", i, d, err)
+					}
+				}
+				if allowed > h || unacked == 0 {
+					t.Fatalf("%d allowed after the replicas stopped, holding %d; %d unacknowledged: "+
+						"units of an unacknowledged lease were allowed", allowed, h, unacked)
+				}
+			})
 		}
 	}
 }

@@ -270,7 +270,7 @@ func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redis
 	} else {
 		checkCounterWindows(t, allowed)
 	}
-	exact := replayExact(t, a, recs)
+	exact, exactAllowed := replayExact(t, a, recs)
 	var lost, held int64
 	for _, s := range stats {
 		h := int64(s.LeasedUnits+s.LocalRefunds) - int64(s.LocalUnits+s.ReturnedUnits+s.StrandedUnits)
@@ -281,9 +281,11 @@ func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redis
 		}
 	}
 	t.Logf("%d processes, %v: %d units asked, %d allowed (at most %d in any %v, %d in any fixed window); "+
-		"an exact limiter replaying the requests allows %d; the processes report %d units stranded or placed ahead and %d held at the end",
+		"an exact limiter replaying the requests allows %d (at most %d in any %v, %d in any fixed window); "+
+		"the processes report %d units stranded or placed ahead and %d held at the end",
 		leaseProcs, span.Round(time.Millisecond), asked, units, mostIn(allowed, leaseProcRate.Period), leaseProcRate.Period,
-		mostInFixed(allowed, leaseProcRate.Period), exact, lost, held)
+		mostInFixed(allowed, leaseProcRate.Period), exact, mostIn(exactAllowed, leaseProcRate.Period), leaseProcRate.Period,
+		mostInFixed(exactAllowed, leaseProcRate.Period), lost, held)
 	for i, s := range stats {
 		t.Logf("process %d: %+v", i, s)
 	}
@@ -375,8 +377,9 @@ func checkCounterWindows(t *testing.T, allowed []procRecord) {
 }
 
 // replayExact replays every request, allowed or not, at the time it began
-// into the exact in-memory limiter, and returns the units it allows.
-func replayExact(t *testing.T, a leaseAlgo, recs []procRecord) int {
+// into the exact in-memory limiter, and returns the units it allows and
+// the requests it allowed.
+func replayExact(t *testing.T, a leaseAlgo, recs []procRecord) (int, []procRecord) {
 	t.Helper()
 	p := int64(leaseProcRate.Period)
 	// Start on a window boundary, so that the counter cuts the windows
@@ -384,13 +387,15 @@ func replayExact(t *testing.T, a leaseAlgo, recs []procRecord) int {
 	now := time.Unix(0, recs[0].before/p*p)
 	o := a.oracle(t, leaseProcRate, &clockAt{&now})
 	units := 0
+	var allowed []procRecord
 	for _, r := range recs {
 		now = time.Unix(0, r.before)
 		if d, err := o.AllowN(context.Background(), "shared", int(r.n)); err == nil && d.Allowed {
 			units += int(r.n)
+			allowed = append(allowed, r)
 		}
 	}
-	return units
+	return units, allowed
 }
 
 // clockAt reads a time the caller moves.

@@ -324,6 +324,10 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 		e.rtt = max(end-c.anchor, 0)
 	}
 	switch {
+	case c.failed:
+		// Whatever the script did is lost or unusable: start small again,
+		// as after a denial.
+		e.size, e.demand = min(e.size, max(c.n, 1)), 0
 	case !c.ran:
 	case c.prefetch:
 		e.size = max(c.got, 1)
