@@ -164,9 +164,14 @@
 // the instance allows the key's next requests from that share in memory,
 // with no round trip, until it is spent or its time is up. A lease is
 // sized to the key's local rate over Lease.Horizon (50 ms by default),
-// grows at most twice per lease and shrinks to one unit when Redis denies:
-// a key with few requests here, or a small limit, leases one unit, which
-// is the plain round trip.
+// grows at most to twice the last lease (or twice the requests that waited
+// for it) and shrinks to one unit when Redis denies or fails: a key with
+// few requests here, or a small limit, leases one unit, which is the
+// plain round trip. When a lease holds less than the key spends in about
+// four round trips, the caller that took the unit also takes the next
+// lease before it returns, so that the key's other callers never wait.
+// WithIntervalRefill cannot be combined with it (no GCRA slots), and with
+// WithWaitReplicas a lease the replicas did not acknowledge is never used.
 //
 // Leases never let more through than one exact limiter, whatever the
 // number of instances. Token bucket: GCRA gives each unit a slot on one
@@ -204,8 +209,12 @@
 // after a Reset the key can allow its capacity plus at most the units
 // they hold. RefundN gives units back to the instance's own lease when
 // it allowed them from it, and otherwise to Redis, never below what
-// leases may still allow. Run every instance of a policy in the same mode:
-// a plain limiter's RefundN or Reset does not know of leases.
+// leases may still allow: the client's one key carries a mark after its
+// plain state while a lease may allow units (the bucket: the end of the
+// latest lease's slots; the counter: the units leased in the current
+// window), which the plain scripts read past and drop when they write.
+// Run every instance of a policy in the same mode: a plain limiter's
+// RefundN or Reset does not know of leases.
 //
 // The sliding log does not lease (NewSlidingLog refuses WithLease). It
 // could: a leased entry scored at the lease's end would keep its units
