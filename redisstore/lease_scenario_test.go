@@ -306,6 +306,10 @@ func TestLeaseOptions(t *testing.T) {
 			_, err := redisstore.NewSlidingLog(s, r, redisstore.WithLease(redisstore.Lease{}))
 			return err
 		}},
+		{"interval refill", func() error {
+			_, err := redisstore.NewTokenBucket(s, r, redisstore.WithIntervalRefill(), redisstore.WithLease(redisstore.Lease{}))
+			return err
+		}},
 		{"twice", func() error {
 			_, err := redisstore.NewTokenBucket(s, r, redisstore.WithLease(redisstore.Lease{}), redisstore.WithLease(redisstore.Lease{}))
 			return err
