@@ -277,8 +277,10 @@ func (s *store[S]) inspect(t testing.TB, key string, f func(st *S, now int64)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, now := s.lock(h)
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now = sh.hold(now)
 	var st *S
 	if g, i, ok := sh.locate(h); ok {
 		st = &sh.pages[g][i].st
