@@ -63,10 +63,10 @@ type debts struct {
 	forget bool
 	// rng picks the entry a full bucket moves out (xorshift).
 	rng uint64
-	// full is set when an insertion found no room, and cleared when one
-	// does: while it is set, insertions move few entries, since in a
+	// failed counts insertions in a row that found no room, up to 4:
+	// each one halves the moves of the next (see maxKicks), since in a
 	// table that is full every move is in vain.
-	full bool
+	failed int
 	// merged and forgotten count debts that lost their own entry.
 	merged, forgotten uint64
 }
@@ -90,10 +90,9 @@ const (
 	// markerAmt is the amount of a shield (see debts); no algorithm's
 	// amount reaches it (at most twice maxLimit).
 	markerAmt = amtMask
-	// maxKicks bounds the entries one insertion moves, fullKicks while
-	// the table is full (see debts.full).
-	maxKicks  = 64
-	fullKicks = 4
+	// maxKicks bounds the entries one insertion moves, halved for each
+	// insertion before it that failed (see debts.failed).
+	maxKicks = 64
 )
 
 // DefaultDebtsPerKey is the room of the debt memory, in debts per key of
@@ -240,11 +239,7 @@ func (d *debts) take(b *debtBucket, e debtEntry, now int64) bool {
 // to make room, and so on, up to maxKicks moves, then lets the debt that
 // ends soonest lose its entry (see overflow).
 func (d *debts) insert(b uint32, e debtEntry, now int64) {
-	kicks := maxKicks
-	if d.full {
-		kicks = fullKicks
-	}
-	for range kicks {
+	for range maxKicks >> d.failed {
 		i := d.victim(&d.buckets[b])
 		if i < 0 {
 			break
@@ -252,11 +247,11 @@ func (d *debts) insert(b uint32, e debtEntry, now int64) {
 		e, d.buckets[b][i] = d.buckets[b][i], e
 		b = d.other(b, e.fp())
 		if d.take(&d.buckets[b], e, now) {
-			d.full = false
+			d.failed = 0
 			return
 		}
 	}
-	d.full = true
+	d.failed = min(d.failed+1, 4)
 	d.overflow(&d.buckets[b], e)
 }
 

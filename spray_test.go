@@ -368,13 +368,14 @@ func TestSprayDailyReward(t *testing.T) {
 }
 
 // TestSprayPrice measures what bounded memory costs honest clients. A
-// thousand victims spend their whole quota; then a spray of m × MaxKeys
+// thousand victims spend their whole quota (a sixteenth of MaxKeys in the
+// small store of -short); then a spray of m × MaxKeys
 // distinct keys each spends its whole quota too, at the same instant, so
 // that no debt runs out meanwhile — the worst case. Afterwards it counts
 //
 //   - fresh keys that would be denied: 100,000 reports (n = 0, which change
 //     nothing; Remaining 0 means a request would be denied) and 1,000 real
-//     requests;
+//     requests (a sixteenth of MaxKeys in the small store of -short);
 //   - victims freed early: allowed although their quota is still spent.
 //
 // It runs m = 2, 4, 8, 16 and 32 with the default (keep every limit) and
@@ -400,9 +401,9 @@ func TestSprayPrice(t *testing.T) {
 			for _, m := range c.ms {
 				t.Run(fmt.Sprintf("%s/%s/m=%d", k.name, c.name, m), func(t *testing.T) {
 					p := measureSprayPrice(t, k.build, rate, maxKeys, m, c.opts...)
-					t.Logf("m=%2d %-18s fresh keys denied %6.3f %% of 100,000 reports, %5.1f %% of 1,000 requests; victims freed %4d of 1,000; "+
+					t.Logf("m=%2d %-18s fresh keys denied %6.3f %% of 100,000 reports, %5.1f %% of requests; victims freed %4d of %d; "+
 						"store %3.0f B + debt memory %3.0f B per key of MaxKeys; %+v",
-						m, c.name, 100*p.reported, 100*p.requested, p.freed, p.storeBytes, p.debtBytes, p.stats)
+						m, c.name, 100*p.reported, 100*p.requested, p.freed, p.victims, p.storeBytes, p.debtBytes, p.stats)
 					if c.opts != nil {
 						if p.reported != 0 || p.requested != 0 {
 							t.Errorf("WithForgetOverflow denied fresh keys: %.3f %%", 100*p.reported)
@@ -426,7 +427,7 @@ func TestSprayPrice(t *testing.T) {
 // sprayPrice is what one spray cost.
 type sprayPrice struct {
 	reported, requested   float64 // shares of fresh keys denied
-	freed                 int     // victims allowed early
+	freed, victims        int     // victims allowed early, of victims
 	storeBytes, debtBytes float64 // heap per key of MaxKeys
 	stats                 floodgate.Stats
 }
@@ -441,7 +442,9 @@ func measureSprayPrice(t *testing.T, build func(floodgate.Rate, ...floodgate.Opt
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	const victims = 1000
+	// Victims and fresh requests add debts of their own: a sixteenth of
+	// MaxKeys at most, so that they add little to the spray.
+	victims, requests := min(1000, maxKeys/16), min(1000, maxKeys/16)
 	for i := 0; i < victims; i++ {
 		if d, err := lim.AllowN(ctx, fmt.Sprint("victim-", i), rate.Limit); err != nil || !d.Allowed {
 			t.Fatalf("victim %d: %+v, %v", i, d, err)
@@ -468,7 +471,7 @@ func measureSprayPrice(t *testing.T, build func(floodgate.Rate, ...floodgate.Opt
 	}
 	p.reported = float64(denied) / 100_000
 	denied = 0
-	for i := 0; i < 1000; i++ {
+	for i := 0; i < requests; i++ {
 		d, err := lim.Allow(ctx, fmt.Sprint("fresh-", i))
 		if err != nil {
 			t.Fatal(err)
@@ -477,7 +480,8 @@ func measureSprayPrice(t *testing.T, build func(floodgate.Rate, ...floodgate.Opt
 			denied++
 		}
 	}
-	p.requested = float64(denied) / 1000
+	p.requested = float64(denied) / float64(requests)
+	p.victims = victims
 	for i := 0; i < victims; i++ {
 		d, err := lim.Allow(ctx, fmt.Sprint("victim-", i))
 		if err != nil {
