@@ -18,14 +18,14 @@ type Option func(*config) error
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
 	// WithMaxKeys says otherwise. A token bucket or a sliding counter
-	// costs about 128 bytes per tracked key (measured by
-	// BenchmarkTokenBucketBytesPerKey: 80 for simplelru's list entry, 24
-	// for the state and its recently-used mark, about 22 for the map
-	// slot), so the default bounds it to roughly 32 MiB. A sliding log
-	// costs about 180 bytes with one decision held and 8 more per entry
+	// costs about 50 bytes per tracked key (measured by
+	// BenchmarkTokenBucketBytesPerKey: a 24-byte slot of hash and state,
+	// and a share of its group's slice header, simplelru entry and map
+	// slot), so the default bounds it to roughly 13 MiB. A sliding log
+	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
-	// to drop live keys adds 24 bytes per key of the bound for their debts
-	// (see WithForgetEvicted).
+	// to drop live keys adds its debt memory, 128 bytes per key of the
+	// bound by default (see WithDebtMemory).
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.

@@ -22,9 +22,9 @@ import (
 // counts n events if estimate + n ≤ Rate.Limit; a denied request counts
 // nothing. The state of a key is a window index and two 32-bit counts, 16
 // bytes whatever the limit and n, so the worst case per key is its only
-// case: about 128 to 140 bytes per tracked key with the store's entry and
-// map slot (137 B at 10,000 keys: BenchmarkBytesPerKey). A decision costs
-// O(1) time whatever n.
+// case: about 50 to 60 bytes per tracked key with the store's slot and
+// its share of a group (57 B at 10,000 keys: BenchmarkBytesPerKey). A
+// decision costs O(1) time whatever n.
 //
 // # Error bound
 //
@@ -44,9 +44,10 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a key whose
 // estimate has fallen to zero equals a fresh one and is dropped first, at
-// no cost. A key dropped while its estimate is not zero comes back as if
-// it had spent its whole limit in its last window: limited no less, and
-// no longer, than that window weighs (unless WithForgetEvicted).
+// no cost. A key dropped while its estimate is not zero comes back with
+// its events counted as if they had all come in its last window: charged
+// what it spent, no less, and no longer than that window weighs (unless
+// WithForgetEvicted).
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {

@@ -20,15 +20,15 @@ import (
 // fraction of Rate.Limit, so no rounding accumulates however the period
 // divides. Buckets live in a bounded, sharded LRU store (WithMaxKeys); a
 // full bucket is indistinguishable from a forgotten one, so idle keys cost
-// nothing to drop. A bucket dropped while not full comes back with the same
-// theoretical arrival time, so with the same debt (unless
-// WithForgetEvicted; see Stats for when debts have to share memory).
+// nothing to drop. A bucket dropped while not full comes back exactly as
+// it left, from the store's debt memory (unless WithForgetEvicted; see
+// WithDebtMemory for what happens past that memory's size).
 //
 // A decision costs O(1) time whatever n, and a key the same memory whatever
 // its rate and traffic, so its worst case is its only case: 16 bytes of
-// state, about 128 to 140 bytes per tracked key with the store's entry and
-// map slot (128 B at 100,000 keys, 137 B at 10,000: BenchmarkBytesPerKey,
-// BenchmarkTokenBucketBytesPerKey).
+// state, about 50 to 60 bytes per tracked key with the store's slot and
+// its share of the group it is filed in (49 B at 100,000 keys, 57 B at
+// 10,000: BenchmarkTokenBucketBytesPerKey, BenchmarkBytesPerKey).
 //
 // Besides AllowN it offers WaitN, which blocks until the tokens are there
 // (without queueing waiters, see the package-level WaitN), and RefundN,
