@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -278,6 +280,43 @@ func TestResetDurable(t *testing.T) {
 			sprayOut(t, l, "c", 20*maxKeys, k.capacity)
 			if d, err := l.AllowN(ctx, "victim-0", k.capacity); err != nil || !d.Allowed {
 				t.Errorf("a reset key was limited again after the spray went on: %+v, %v; %+v", d, err, l.Stats())
+			}
+		})
+	}
+}
+
+// TestCountStatusRefundWhileEvicted is the reported case end to end: a
+// login counting only failures (WithCountStatus), on a sliding log and a
+// sliding counter, whose successful logins are each refunded after the
+// handler ran — while a spray evicted the user's key meanwhile. Every
+// login succeeds, so every one is given back: the user is never refused.
+func TestCountStatusRefundWhileEvicted(t *testing.T) {
+	for _, k := range everyKind() {
+		t.Run(k.name, func(t *testing.T) {
+			clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+			l, err := k.build(k.rate, append(k.opts, floodgate.WithClock(clk.now), floodgate.WithMaxKeys(64), floodgate.WithShards(1))...)
+			mustNot(t, err)
+			login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sprayOut(t, l, r.Header.Get("X-Round"), 128, k.capacity) // other clients, while this one logs in
+				w.WriteHeader(http.StatusOK)
+			})
+			byUser := func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+			mw, err := floodgate.NewMiddleware(l, floodgate.WithKeyFunc(byUser),
+				floodgate.WithCost(k.capacity/2+1),
+				floodgate.WithCountStatus(func(status int) bool { return status == http.StatusUnauthorized }))
+			mustNot(t, err)
+			h := mw(login)
+			var codes []int
+			for i := 0; i < 3; i++ {
+				r := httptest.NewRequest(http.MethodPost, "/login", nil)
+				r.Header.Set("X-User", "alice")
+				r.Header.Set("X-Round", fmt.Sprint(i))
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				codes = append(codes, w.Code)
+			}
+			if fmt.Sprint(codes) != "[200 200 200]" {
+				t.Errorf("three successful logins answered %v: a refund made while the key was evicted was lost; %+v", codes, l.Stats())
 			}
 		})
 	}

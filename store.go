@@ -426,13 +426,23 @@ func (sh *shard[S]) split() {
 	sh.pages = make([][]slot[S], 1<<sh.gbits)
 	sh.groups = newGroups(1 << sh.gbits)
 	for _, g := range order {
-		for _, sl := range old[g] {
-			ng := sh.group(sl.tag)
-			sh.pages[ng] = append(sh.pages[ng], sl)
+		p := old[g]
+		high := 0 // keys for group 2g+1
+		for _, sl := range p {
+			high += int(sh.group(sl.tag) & 1)
 		}
-		for _, ng := range [2]uint32{2 * g, 2*g + 1} {
-			if len(sh.pages[ng]) > 0 {
-				sh.groups.Add(ng, struct{}{})
+		lo, hi := make([]slot[S], 0, len(p)-high), make([]slot[S], 0, high)
+		for _, sl := range p {
+			if sh.group(sl.tag)&1 == 0 {
+				lo = append(lo, sl)
+			} else {
+				hi = append(hi, sl)
+			}
+		}
+		for i, half := range [2][]slot[S]{lo, hi} {
+			if len(half) > 0 {
+				sh.pages[2*g+uint32(i)] = half
+				sh.groups.Add(2*g+uint32(i), struct{}{})
 			}
 		}
 	}
