@@ -101,6 +101,9 @@ func TestKnownSequence(t *testing.T) {
 		want["floodgate.store.keys.max{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.debts.capacity{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys * floodgate.DefaultDebtsPerKey
+		want["floodgate.store.debts.lost{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.debts.lost{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
 	}
 	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net"} {
 		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 1
