@@ -235,11 +235,17 @@ func (d *debts) take(b *debtBucket, e debtEntry, now int64) bool {
 }
 
 // insert places e in a bucket of its, starting at b, whose entries are
-// all running: it moves a random entry of b to that entry's other bucket
-// to make room, and so on, up to maxKicks moves, then lets the debt that
-// ends soonest lose its entry (see overflow).
+// all running. At each step it looks for an entry of b whose other bucket
+// has room, and moves it there to make room for e; if none has, it moves
+// a random one out for e and goes on with that entry from its other
+// bucket, up to maxKicks steps, then lets the debt that ends soonest lose
+// its entry (see overflow).
 func (d *debts) insert(b uint32, e debtEntry, now int64) {
 	for range maxKicks >> d.failed {
+		if d.shift(b, e, now) {
+			d.failed = 0
+			return
+		}
 		i := d.victim(&d.buckets[b])
 		if i < 0 {
 			break
@@ -253,6 +259,20 @@ func (d *debts) insert(b uint32, e debtEntry, now int64) {
 	}
 	d.failed = min(d.failed+1, 4)
 	d.overflow(&d.buckets[b], e)
+}
+
+// shift makes room for e in b, a full bucket, by moving one of its
+// entries (not its shared bound) to a free entry of that entry's other
+// bucket, and reports whether it could.
+func (d *debts) shift(b uint32, e debtEntry, now int64) bool {
+	bk := &d.buckets[b]
+	for i := range bk {
+		if fp := bk[i].fp(); fp != 0 && d.take(&d.buckets[d.other(b, fp)], bk[i], now) {
+			bk[i] = e
+			return true
+		}
+	}
+	return false
 }
 
 // victim returns a random entry of b that may move (not its shared

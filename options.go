@@ -24,8 +24,8 @@ const (
 	// slot), so the default bounds it to roughly 13 MiB. A sliding log
 	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
-	// to drop live keys adds its debt memory, 128 bytes per key of the
-	// bound by default (see WithDebtMemory).
+	// to drop live keys adds its debt memory, about 130 bytes per key of
+	// the bound by default (see WithDebtMemory).
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.
@@ -192,10 +192,12 @@ func WithForgetEvicted() Option {
 }
 
 // WithDebtMemory sizes the debt memory: room for perKey debts per key of
-// WithMaxKeys (default DefaultDebtsPerKey, 8), at 16 bytes a debt (128
-// bytes per key of MaxKeys by default), allocated by each shard at its
-// first live eviction, so that a store sized for its traffic never pays
-// for it. perKey must be in 1..64.
+// WithMaxKeys (default DefaultDebtsPerKey, 8), at 16 bytes a debt, and a
+// few per cent more for the shards a spray gives more than their share
+// (131 bytes per key of MaxKeys by default in a 100,000-key store,
+// BenchmarkDebtMemory), allocated by each shard at its first live
+// eviction, so that a store sized for its traffic never pays for it.
+// perKey must be in 1..64.
 //
 // A key the store drops while it still holds state (a live eviction)
 // leaves its debt there, in an entry of its own, and comes back from it

@@ -402,8 +402,8 @@ func TestSprayPrice(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/m=%d", k.name, c.name, m), func(t *testing.T) {
 					p := measureSprayPrice(t, k.build, rate, maxKeys, m, c.opts...)
 					t.Logf("m=%2d %-18s fresh keys denied %6.3f %% of 100,000 reports, %5.1f %% of requests; victims freed %4d of %d; "+
-						"store %3.0f B + debt memory %3.0f B per key of MaxKeys; %+v",
-						m, c.name, 100*p.reported, 100*p.requested, p.freed, p.victims, p.storeBytes, p.debtBytes, p.stats)
+						"debt memory %3.0f B per key of MaxKeys; %+v",
+						m, c.name, 100*p.reported, 100*p.requested, p.freed, p.victims, p.debtBytes, p.stats)
 					if c.opts != nil {
 						if p.reported != 0 || p.requested != 0 {
 							t.Errorf("WithForgetOverflow denied fresh keys: %.3f %%", 100*p.reported)
@@ -426,17 +426,16 @@ func TestSprayPrice(t *testing.T) {
 
 // sprayPrice is what one spray cost.
 type sprayPrice struct {
-	reported, requested   float64 // shares of fresh keys denied
-	freed, victims        int     // victims allowed early, of victims
-	storeBytes, debtBytes float64 // heap per key of MaxKeys
-	stats                 floodgate.Stats
+	reported, requested float64 // shares of fresh keys denied
+	freed, victims      int     // victims allowed early, of victims
+	debtBytes           float64 // the debt memory per key of MaxKeys
+	stats               floodgate.Stats
 }
 
 func measureSprayPrice(t *testing.T, build func(floodgate.Rate, ...floodgate.Option) (sprayLimiter, error),
 	rate floodgate.Rate, maxKeys, m int, opts ...floodgate.Option) sprayPrice {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 0)
-	before := heapInUse()
 	lim, err := build(rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithClock(func() time.Time { return now }))...)
 	if err != nil {
 		t.Fatal(err)
@@ -453,9 +452,7 @@ func measureSprayPrice(t *testing.T, build func(floodgate.Rate, ...floodgate.Opt
 	spray(t, lim, rate.Limit, "x", m*maxKeys, func() {})
 	var p sprayPrice
 	p.stats = lim.Stats()
-	heap := float64(heapInUse() - before)
-	p.debtBytes = float64(16*p.stats.DebtCapacity) / float64(maxKeys)
-	p.storeBytes = heap/float64(maxKeys) - p.debtBytes
+	p.debtBytes = float64(16*p.stats.DebtCapacity) / float64(maxKeys) // 16 B a debt: BenchmarkDebtMemory
 	if p.stats.EvictedLive < uint64((m-1)*maxKeys) {
 		t.Fatalf("the spray evicted too few live keys: %+v", p.stats)
 	}

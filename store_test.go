@@ -23,7 +23,7 @@ func TestStoreIsBounded(t *testing.T) {
 	}
 	st := b.Stats()
 	assert.Equal(t, 64, st.Keys)
-	assert.Equal(t, 64*DefaultDebtsPerKey, st.DebtCapacity)
+	assert.Equal(t, debtCapacity(64, 4), st.DebtCapacity)
 	assert.Equal(t, 64, st.MaxKeys)
 	assert.Equal(t, uint64(1000-64), st.EvictedIdle+st.EvictedLive)
 }
@@ -53,12 +53,12 @@ func TestStoreDropsFreshEntriesFirst(t *testing.T) {
 		// Full again; touching them makes them more recent than victim.
 		require.Equal(t, 1, allow(fmt.Sprintf("idle-%d", i), 0).Remaining)
 	}
-	require.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: 64}, b.Stats())
+	require.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1)}, b.Stats())
 
 	for i := 0; i < 7; i++ {
 		require.True(t, allow(fmt.Sprintf("spray-%d", i), 1).Allowed)
 	}
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: 64, EvictedIdle: 7}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7}, b.Stats())
 	d := allow("victim", 1)
 	assert.False(t, d.Allowed, "the limited client must survive while idle entries exist")
 	assert.Equal(t, 59*time.Second, d.RetryAfter)
@@ -66,19 +66,19 @@ func TestStoreDropsFreshEntriesFirst(t *testing.T) {
 	// Only live entries now, all equally costly to drop: the least
 	// recently used one goes (victim was just used).
 	require.True(t, allow("spray-7", 1).Allowed)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: 64, EvictedIdle: 7, EvictedLive: 1}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7, EvictedLive: 1}, b.Stats())
 	// spray-0 was dropped, but its debt was remembered: it comes back as
 	// limited as it left.
 	d = allow("spray-0", 1)
 	assert.False(t, d.Allowed, "a live eviction must not reset the limit")
 	assert.Equal(t, time.Minute, d.RetryAfter)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: 64, EvictedIdle: 7, EvictedLive: 2, Restored: 1}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7, EvictedLive: 2, Restored: 1}, b.Stats())
 	// The second live eviction probed victim (fresh at +1m59s) among the
 	// sprays (fresh at +2m): the smallest loss went, and came back.
 	d = allow("victim", 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 59*time.Second, d.RetryAfter)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: 64, EvictedIdle: 7, EvictedLive: 3, Restored: 2}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7, EvictedLive: 3, Restored: 2}, b.Stats())
 }
 
 // TestStoreDropsSmallestLoss: when every probed entry is live, the one that
@@ -102,7 +102,7 @@ func TestStoreDropsSmallestLoss(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
-			want := Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1, DebtCapacity: 32}
+			want := Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1, DebtCapacity: debtCapacity(4, 1)}
 			wantB := 3 // b spent 1 of 4
 			if forget {
 				want.DebtCapacity, want.Forgotten = 0, 1
@@ -133,7 +133,7 @@ func TestStoreIntervalFreshness(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.AllowN(ctx, "c", 1)
 	require.NoError(t, err)
-	assert.Equal(t, Stats{Keys: 2, MaxKeys: 2, EvictedIdle: 1, DebtCapacity: 16}, b.Stats())
+	assert.Equal(t, Stats{Keys: 2, MaxKeys: 2, EvictedIdle: 1, DebtCapacity: debtCapacity(2, 1)}, b.Stats())
 }
 
 func TestStoreKeyTooLong(t *testing.T) {
@@ -205,7 +205,7 @@ func TestStoreShardsDistribute(t *testing.T) {
 		assert.InDelta(t, keys/16, n, 130, "shard %d", i)
 	}
 	assert.Equal(t, keys, total)
-	assert.Equal(t, Stats{Keys: keys, MaxKeys: 1 << 14, DebtCapacity: 8 << 14}, b.Stats())
+	assert.Equal(t, Stats{Keys: keys, MaxKeys: 1 << 14, DebtCapacity: debtCapacity(1<<14, 16)}, b.Stats())
 }
 
 func TestDefaultShards(t *testing.T) {
@@ -267,6 +267,12 @@ func TestStoreEvictionAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// debtCapacity is Stats().DebtCapacity by default for maxKeys keys in
+// shards shards of equal size.
+func debtCapacity(maxKeys, shards int) int {
+	return shards * debtBuckets(maxKeys/shards, DefaultDebtsPerKey) * debtWays
 }
 
 // inspect calls f with key's tracked state (nil if the key is not
@@ -401,7 +407,7 @@ func TestStoreGroupsSplit(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 10-(1+i%10), d.Remaining, "key %d", i)
 	}
-	assert.Equal(t, Stats{Keys: 1000, MaxKeys: 1000, DebtCapacity: 8000}, b.Stats())
+	assert.Equal(t, Stats{Keys: 1000, MaxKeys: 1000, DebtCapacity: debtCapacity(1000, 1)}, b.Stats())
 }
 
 // TestRestoreDominates checks what the debt memory relies on, for every

@@ -101,7 +101,7 @@ func TestKnownSequence(t *testing.T) {
 		want["floodgate.store.keys.max{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
-		want["floodgate.store.debts.capacity{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys * floodgate.DefaultDebtsPerKey
+		want["floodgate.store.debts.capacity{floodgate.limiter="+name+"}"] = float64(defaultDebtCapacity(t))
 		want["floodgate.store.debts.lost{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.debts.lost{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
 	}
@@ -109,4 +109,14 @@ func TestKnownSequence(t *testing.T) {
 		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 1
 	}
 	metricstest.Want(t, metricstest.Only(got, "floodgate.store"), want)
+}
+
+// defaultDebtCapacity is Stats().DebtCapacity of a limiter with the
+// default store.
+func defaultDebtCapacity(t *testing.T) int {
+	tb, err := floodgate.NewTokenBucket(floodgate.PerHour(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb.Stats().DebtCapacity
 }
