@@ -62,8 +62,8 @@ const keysPerGroup = 8
 // keys to the old end), and few during a spray of live keys, where every
 // examination is in vain. Measured on a 100,000-key store sprayed with
 // random keys 14 % of which were idle at any time, the first 16 groups
-// held an idle key in all but 6 of 900,000 evictions, and the
-// probability of missing one fell by a quarter with each group.
+// held an idle key in all but 6 of 900,000 evictions, and the chance of
+// missing one fell to about three quarters with each group more.
 var evictGroups = [...]int{64, 8, 2}
 
 // store is the bounded, sharded per-key state behind every in-memory
@@ -118,9 +118,10 @@ type algorithm[S any] interface {
 	// date first. A state that owes nothing equals a fresh one.
 	debt(st *S, now int64) debt
 	// restore sets st, keeping the memory it holds, to the state of a
-	// key that owes v at now: a fresh one if v does not owe. At every
-	// time from now on, the state allows no more than any state whose
-	// debt is at most v in both numbers.
+	// key that owes v at now: a fresh one if v does not owe. Now and
+	// after any later decisions and refunds, the state allows no more
+	// than the state v was taken from or, for a shared bound
+	// (v.shared), any of the states whose debts were merged into it.
 	restore(st *S, v debt, now int64)
 }
 
