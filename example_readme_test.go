@@ -132,7 +132,7 @@ func (s *SignupService) Register(ctx context.Context, nickname string) error {
 			return err
 		}
 		if !d.Allowed {
-			seconds := (d.RetryAfter + time.Second - 1) / time.Second // rounded up
+			seconds := floodgate.RetryAfterSeconds(d.RetryAfter) // rounded up, at least 1
 			return fmt.Errorf("%w like %q: retry in %ds", ErrTooManySignups, nickname, seconds)
 		}
 	}
@@ -180,9 +180,16 @@ func signupPolicies() (*floodgate.PolicySelector, error) {
 	if err != nil {
 		return nil, err
 	}
+	nickname, err := floodgate.KeyByJSONField("nickname", 4<<10)
+	if err != nil {
+		return nil, err
+	}
+	nicknamePattern, err := floodgate.KeyByPattern(nickname)
+	if err != nil {
+		return nil, err
+	}
 	return floodgate.NewPolicySelector(
-		floodgate.Policy{Name: "nickname", Limiter: byNickname,
-			Key: floodgate.KeyByPattern(floodgate.KeyByJSONField("nickname", 4<<10))},
+		floodgate.Policy{Name: "nickname", Limiter: byNickname, Key: nicknamePattern},
 		floodgate.Policy{Name: "ip", Limiter: byIP, Key: clientIP},
 	)
 }
@@ -214,7 +221,7 @@ func signupHandler(policies *floodgate.PolicySelector) http.HandlerFunc {
 			status := floodgate.ErrorStatus(err)
 			http.Error(w, http.StatusText(status), status)
 		case !d.Allowed:
-			w.Header().Set("Retry-After", strconv.Itoa(int((d.RetryAfter+time.Second-1)/time.Second)))
+			w.Header().Set("Retry-After", strconv.FormatInt(floodgate.RetryAfterSeconds(d.RetryAfter), 10))
 			http.Error(w, "too many sign-ups by "+policy, http.StatusTooManyRequests)
 		default:
 			w.WriteHeader(http.StatusCreated) // create the account here

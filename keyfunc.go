@@ -6,12 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"net/textproto"
-	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,12 +17,13 @@ import (
 // could be formed; the middleware's error policy then decides the answer,
 // so a malformed request never silently shares an "unknown" bucket.
 //
-// The constructors that return a KeyFunc without an error (KeyByHeader,
-// KeyByQuery, KeyByForm, KeyByJSONField, JoinKeys, KeyByPattern) return,
-// for invalid arguments, an invalid KeyFunc: NewMiddleware,
-// NewPolicySelector and JoinKeys refuse it with its error, wrapping
-// ErrInvalidOption, and called anyway it fails every request with that
-// error.
+// The constructors whose arguments can be invalid (KeyByIP, KeyByHeader,
+// KeyByQuery, KeyByForm, KeyByJSONField, JoinKeys, KeyByPattern) return
+// an error for them, wrapping ErrInvalidOption, that names the
+// constructor and the fix, and a nil KeyFunc: one whose error was ignored
+// is refused in turn by WithKeyFunc, NewPolicySelector, JoinKeys and
+// KeyByPattern, at construction. Those without arguments (KeyByMethod,
+// KeyByRoutePattern) cannot be built wrong and return a KeyFunc alone.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey reports a request that does not carry what a key function needs:
@@ -36,163 +33,53 @@ type KeyFunc func(r *http.Request) (string, error)
 // next one; every other key error stops the request.
 var ErrNoKey = errors.New("floodgate: request carries no key")
 
+// ErrAmbiguousKey reports a request that gives its key more than one
+// value: a form field in both the URL query and the body with different
+// values, a field or query parameter repeated with different values, a
+// header given on several lines that differ. A handler could then act on
+// another value than the one the limit counts (FormValue prefers the
+// query to a multipart body, PostFormValue reads only the body, a loop
+// over Request.Form sees every value), so the request is refused:
+// ErrorStatus answers it 400 under every error policy. It does not wrap
+// ErrNoKey, so a PolicySelector never falls back to a weaker limit for
+// it.
+var ErrAmbiguousKey = errors.New("floodgate: request gives its key more than one value")
+
 // ErrInvalidBody reports a request body a key function could not use: too
 // large for its bound, not the JSON it expects, or failing to read. It does
 // not wrap ErrNoKey, so a PolicySelector does not fall back to a weaker
 // limit for a body the handler might still accept.
 var ErrInvalidBody = errors.New("floodgate: request body cannot be read for a key")
 
-// MaxFormBytes is the most of a request body KeyByForm reads: a larger
-// URL-encoded body gets ErrInvalidBody, and so does a multipart body
-// whose field does not end within it.
-const MaxFormBytes = 64 << 10
-
 // KeyByHeader returns a KeyFunc that keys a request by the value of the
-// header name: its first line, as Header.Get reads it, trimmed of white
-// space. A missing or empty header yields ErrNoKey. An empty or invalid
-// name makes an invalid KeyFunc (see KeyFunc).
-func KeyByHeader(name string) KeyFunc {
+// header name, trimmed of white space, as Header.Get reads it. A header
+// given on several lines must give the same value on each: lines that
+// differ (an empty one included) yield ErrAmbiguousKey, since a handler
+// or a proxy that reads another line than the first would act on another
+// value than the one counted. A missing or empty header yields ErrNoKey.
+// An empty name, or one that is not an HTTP token, is an error wrapping
+// ErrInvalidOption.
+func KeyByHeader(name string) (KeyFunc, error) {
 	if !validHeaderName(name) {
-		return invalidKeyFunc(fmt.Sprintf("KeyByHeader: header name %q is not an HTTP token", name))
+		return nil, keyArgError("KeyByHeader", "header name %q is not an HTTP token: pass a header name such as \"X-API-Key\"", name)
 	}
 	key := textproto.CanonicalMIMEHeaderKey(name)
 	return func(r *http.Request) (string, error) {
-		if v := r.Header[key]; len(v) > 0 {
-			if s := trimOWS(v[0]); s != "" {
-				return s, nil
+		lines := r.Header[key]
+		if len(lines) == 0 {
+			return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, key)
+		}
+		v := trimOWS(lines[0])
+		for _, l := range lines[1:] {
+			if trimOWS(l) != v {
+				return "", fmt.Errorf("%w: header %s is given on %d lines that differ", ErrAmbiguousKey, key, len(lines))
 			}
 		}
-		return "", fmt.Errorf("%w: header %s is missing or empty", ErrNoKey, key)
-	}
-}
-
-// KeyByQuery returns a KeyFunc that keys a request by the first value of
-// the URL query parameter param, decoded exactly as URL.Query().Get would
-// decode it (malformed pairs are skipped), without parsing the rest of the
-// query. A missing or empty parameter yields ErrNoKey. An empty param
-// makes an invalid KeyFunc (see KeyFunc).
-func KeyByQuery(param string) KeyFunc {
-	if param == "" {
-		return invalidKeyFunc("KeyByQuery: empty parameter name")
-	}
-	return func(r *http.Request) (string, error) {
-		if r.URL != nil {
-			if v, ok := queryValue(r.URL.RawQuery, param); ok && v != "" {
-				return v, nil
-			}
+		if v == "" {
+			return "", fmt.Errorf("%w: header %s is empty", ErrNoKey, key)
 		}
-		return "", fmt.Errorf("%w: query parameter %q is missing or empty", ErrNoKey, param)
-	}
-}
-
-// queryValue finds the first value of param in a raw query by the rules of
-// url.ParseQuery.
-func queryValue(q, param string) (string, bool) {
-	for q != "" {
-		var pair string
-		pair, q, _ = strings.Cut(q, "&")
-		if pair == "" || strings.Contains(pair, ";") {
-			continue
-		}
-		k, v, _ := strings.Cut(pair, "=")
-		k, err := url.QueryUnescape(k)
-		if err != nil || k != param {
-			continue
-		}
-		if v, err = url.QueryUnescape(v); err != nil {
-			continue
-		}
-		return v, true
-	}
-	return "", false
-}
-
-// KeyByForm returns a KeyFunc that keys a request by the first value of
-// the field of a form body, the value the handler's PostFormValue will
-// see (the URL query is not consulted: use KeyByQuery):
-//
-//   - application/x-www-form-urlencoded, on POST, PUT or PATCH: at most
-//     MaxFormBytes are read; a larger body gets ErrInvalidBody.
-//   - multipart/form-data, on any method, as ParseMultipartForm reads it:
-//     the first part named field that is not a file. It must end within
-//     the first MaxFormBytes of the body (a file after it may be of any
-//     size); otherwise, or for a malformed body, the error wraps
-//     ErrInvalidBody. Files are skipped in memory, never written to disk.
-//
-// Either way the body is handed on intact: the handler can still read or
-// parse all of it. A request without such a body, or whose first value of
-// the field is missing or empty, yields ErrNoKey; an unreadable body,
-// ErrInvalidBody. An empty field name makes an invalid KeyFunc (see
-// KeyFunc).
-func KeyByForm(field string) KeyFunc {
-	if field == "" {
-		return invalidKeyFunc("KeyByForm: empty field name")
-	}
-	return func(r *http.Request) (string, error) {
-		// The media type is parsed as net/http parses it, so that the key
-		// function and PostFormValue agree on what is a form.
-		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		switch {
-		case mt == "multipart/form-data" && err == nil:
-			return multipartValue(r, params["boundary"], field)
-		case mt != "application/x-www-form-urlencoded":
-			return "", fmt.Errorf("%w: body is not a form", ErrNoKey)
-		}
-		switch r.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch:
-		default:
-			return "", fmt.Errorf("%w: %s request has no form body", ErrNoKey, r.Method)
-		}
-		body, err := peekBody(r, MaxFormBytes)
-		if err != nil {
-			return "", err
-		}
-		// Like ParseForm, keep the pairs that decode even if others do not.
-		vals, _ := url.ParseQuery(string(body))
-		if v := vals.Get(field); v != "" {
-			return v, nil
-		}
-		return "", fmt.Errorf("%w: form field %q is missing or empty", ErrNoKey, field)
-	}
-}
-
-// multipartValue returns the first non-file value of field in r's
-// multipart body, reading no more than MaxFormBytes of it. Stopping at the
-// first value is exact: PostFormValue returns the first value too.
-func multipartValue(r *http.Request, boundary, field string) (string, error) {
-	if boundary == "" {
-		return "", fmt.Errorf("%w: multipart body without a boundary", ErrInvalidBody)
-	}
-	body, whole, err := peek(r, MaxFormBytes)
-	if err != nil {
-		return "", err
-	}
-	broken := func(err error) error {
-		if !whole {
-			return fmt.Errorf("%w: multipart field %q does not end within the first %d bytes", ErrInvalidBody, field, MaxFormBytes)
-		}
-		return fmt.Errorf("%w: malformed multipart body: %v", ErrInvalidBody, err)
-	}
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	for {
-		p, err := mr.NextPart() // decodes quoted-printable, as ParseMultipartForm does
-		switch {
-		case err == io.EOF:
-			return "", fmt.Errorf("%w: form field %q is missing", ErrNoKey, field)
-		case err != nil:
-			return "", broken(err)
-		case p.FormName() != field || p.FileName() != "":
-			continue // NextPart skips the rest of this part
-		}
-		v, err := io.ReadAll(p) // bounded: body is
-		if err != nil {
-			return "", broken(err)
-		}
-		if len(v) == 0 {
-			return "", fmt.Errorf("%w: form field %q is empty", ErrNoKey, field)
-		}
-		return string(v), nil
-	}
+		return v, nil
+	}, nil
 }
 
 // KeyByJSONField returns a KeyFunc that keys a request by the string value
@@ -207,13 +94,13 @@ func multipartValue(r *http.Request, boundary, field string) (string, error) {
 // that is missing, null, empty or not a string, or an empty body, yields
 // ErrNoKey; a body larger than maxBytes, not a single JSON object, or with
 // the field repeated, yields ErrInvalidBody. An empty field or a
-// non-positive maxBytes makes an invalid KeyFunc (see KeyFunc).
-func KeyByJSONField(field string, maxBytes int64) KeyFunc {
+// non-positive maxBytes is an error wrapping ErrInvalidOption.
+func KeyByJSONField(field string, maxBytes int64) (KeyFunc, error) {
 	switch {
 	case field == "":
-		return invalidKeyFunc("KeyByJSONField: empty field name")
+		return nil, keyArgError("KeyByJSONField", "empty field name: pass the name of the top-level JSON field to key by, such as \"nickname\"")
 	case maxBytes <= 0:
-		return invalidKeyFunc(fmt.Sprintf("KeyByJSONField: maxBytes %d must be positive", maxBytes))
+		return nil, keyArgError("KeyByJSONField", "maxBytes %d must be positive: pass the largest body the handler accepts, such as 4<<10", maxBytes)
 	}
 	return func(r *http.Request) (string, error) {
 		body, err := peekBody(r, maxBytes)
@@ -224,7 +111,7 @@ func KeyByJSONField(field string, maxBytes int64) KeyFunc {
 			return "", fmt.Errorf("%w: empty body", ErrNoKey)
 		}
 		return jsonStringField(body, field)
-	}
+	}, nil
 }
 
 // jsonStringField returns the string value of the top-level field of the
@@ -341,18 +228,15 @@ func KeyByMethod() KeyFunc {
 // "12:/auth/signup"), so no component can forge a boundary: two different
 // lists of components never join to the same key. The first component
 // error is returned, wrapped, so errors.Is(err, ErrNoKey) still works. No
-// functions, a nil one or an invalid one (KeyByHeader(""), say) make an
-// invalid KeyFunc (see KeyFunc).
-func JoinKeys(fns ...KeyFunc) KeyFunc {
+// functions, or a nil one (what a constructor returns with its error), is
+// an error wrapping ErrInvalidOption.
+func JoinKeys(fns ...KeyFunc) (KeyFunc, error) {
 	if len(fns) == 0 {
-		return invalidKeyFunc("JoinKeys: no key functions")
+		return nil, keyArgError("JoinKeys", "no key functions: pass the key functions whose keys to combine")
 	}
 	for i, fn := range fns {
 		if fn == nil {
-			return invalidKeyFunc(fmt.Sprintf("JoinKeys: key function %d is nil", i))
-		}
-		if err := keyFuncError(fn); err != nil {
-			return invalidKey{fmt.Errorf("JoinKeys: key function %d: %w", i, err)}.key
+			return nil, keyArgError("JoinKeys", "key function %d is nil: check the error of the constructor that built it", i)
 		}
 	}
 	fns = slices.Clone(fns)
@@ -369,38 +253,13 @@ func JoinKeys(fns ...KeyFunc) KeyFunc {
 			b = append(b, k...)
 		}
 		return string(b), nil
-	}
+	}, nil
 }
 
-// invalidKey is what a key function constructor whose signature has no
-// error result returns for invalid arguments: the method value
-// invalidKey{err}.key, which fails every call, loudly, rather than
-// limiting by a key that means nothing. Every such KeyFunc shares one
-// code pointer, that of the compiler's wrapper for the method value,
-// which no other function has; keyFuncError recognises them by it, so
-// that NewMiddleware and NewPolicySelector refuse them at construction.
-type invalidKey struct{ err error }
-
-func (k invalidKey) key(*http.Request) (string, error) { return "", k.err }
-
-// invalidKeyCode is the code pointer every invalidKey method value has.
-var invalidKeyCode = reflect.ValueOf(invalidKey{}.key).Pointer()
-
-// invalidKeyFunc returns the invalid KeyFunc of a constructor given bad
-// arguments; msg says which and why.
-func invalidKeyFunc(msg string) KeyFunc {
-	return invalidKey{fmt.Errorf("%w: %s", ErrInvalidOption, msg)}.key
-}
-
-// keyFuncError returns the error of a KeyFunc this package built from
-// invalid arguments (one wrapping ErrInvalidOption), or nil for any other
-// KeyFunc, nil included. It never calls a valid key function.
-func keyFuncError(f KeyFunc) error {
-	if f == nil || reflect.ValueOf(f).Pointer() != invalidKeyCode {
-		return nil
-	}
-	_, err := f(nil) // invalidKey.key ignores its request
-	return err
+// keyArgError is the error of a key function constructor given an
+// invalid argument: it names the constructor, the argument and the fix.
+func keyArgError(constructor, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidOption, constructor, fmt.Sprintf(format, args...))
 }
 
 func isAlnum(c byte) bool {

@@ -1,22 +1,17 @@
 package floodgate
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestKeyByHeader(t *testing.T) {
-	kf := KeyByHeader("x-api-key")
+	kf := mustKey(KeyByHeader("x-api-key"))
 	tests := []struct {
 		name    string
 		headers []string
@@ -25,215 +20,36 @@ func TestKeyByHeader(t *testing.T) {
 	}{
 		{"present", []string{"X-Api-Key", "k1"}, "k1", nil},
 		{"trimmed", []string{"X-Api-Key", "  k1 "}, "k1", nil},
-		{"first line", []string{"X-Api-Key", "k1", "X-Api-Key", "k2"}, "k1", nil},
+		{"same value on two lines", []string{"X-Api-Key", "k1", "X-Api-Key", " k1"}, "k1", nil},
+		{"lines that differ", []string{"X-Api-Key", "k1", "X-Api-Key", "k2"}, "", ErrAmbiguousKey},
+		{"an empty line first", []string{"X-Api-Key", "", "X-Api-Key", "k2"}, "", ErrAmbiguousKey},
+		{"an empty line last", []string{"X-Api-Key", "k1", "X-Api-Key", " "}, "", ErrAmbiguousKey},
+		{"commas are one value", []string{"X-Api-Key", "k1, k2"}, "k1, k2", nil},
 		{"missing", nil, "", ErrNoKey},
 		{"empty", []string{"X-Api-Key", " "}, "", ErrNoKey},
+		{"empty twice", []string{"X-Api-Key", " ", "X-Api-Key", ""}, "", ErrNoKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := kf(ipReq(direct, tc.headers...))
-			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
-				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
-			}
-		})
-	}
-}
-
-func TestKeyByQuery(t *testing.T) {
-	kf := KeyByQuery("userId")
-	tests := []struct {
-		query string
-		want  string
-		err   error
-	}{
-		{"userId=alice", "alice", nil},
-		{"a=1&userId=bob&userId=carol", "bob", nil},
-		{"userId=a%20b+c", "a b c", nil},
-		{"user%49d=dave", "dave", nil},
-		{"userId=%zz&userId=eve", "eve", nil}, // malformed pairs skipped, as ParseQuery does
-		{"userId=x;y&userId=frank", "frank", nil},
-		{"userid=alice", "", ErrNoKey},
-		{"userId=", "", ErrNoKey},
-		{"userId", "", ErrNoKey},
-		{"", "", ErrNoKey},
-	}
-	for _, tc := range tests {
-		r := httptest.NewRequest(http.MethodGet, "/?"+tc.query, nil)
-		got, err := kf(r)
-		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
-			t.Errorf("%q: key = %q, %v; want %q, %v", tc.query, got, err, tc.want, tc.err)
-		}
-		if tc.err == nil && got != r.URL.Query().Get("userId") {
-			t.Errorf("%q: key %q differs from URL.Query().Get", tc.query, got)
-		}
-	}
-}
-
-func TestKeyByForm(t *testing.T) {
-	const form = "application/x-www-form-urlencoded"
-	kf := KeyByForm("nickname")
-	tests := []struct {
-		name       string
-		method, ct string
-		body       string
-		want       string
-		err        error
-	}{
-		{"post", "POST", form, "nickname=abc1&x=2", "abc1", nil},
-		{"charset parameter", "PUT", form + "; charset=utf-8", "nickname=a%2Bb", "a+b", nil},
-		{"first value", "PATCH", form, "nickname=a&nickname=b", "a", nil},
-		{"missing field", "POST", form, "x=1", "", ErrNoKey},
-		{"empty field", "POST", form, "nickname=", "", ErrNoKey},
-		{"json body", "POST", "application/json", `{"nickname":"abc1"}`, "", ErrNoKey},
-		{"get", "GET", form, "nickname=abc1", "", ErrNoKey},
-		{"too large", "POST", form, "nickname=abc1&x=" + strings.Repeat("a", MaxFormBytes), "", ErrInvalidBody},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, "/signup?nickname=query", strings.NewReader(tc.body))
-			r.Header.Set("Content-Type", tc.ct)
+			r := ipReq(direct, tc.headers...)
 			got, err := kf(r)
 			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
 			}
-			if tc.err == nil {
-				if v := r.PostFormValue("nickname"); v != got {
-					t.Fatalf("handler's PostFormValue = %q; key %q", v, got)
-				}
-				return
+			if errors.Is(err, ErrAmbiguousKey) && errors.Is(err, ErrNoKey) {
+				t.Fatalf("%v also wraps ErrNoKey: a selector would fall back", err)
 			}
-			assertBody(t, r, tc.body)
-		})
-	}
-}
-
-// assertBody checks that the handler can still read the whole body.
-// multipartBody builds a multipart/form-data body from parts given as
-// name, filename, content triples (an empty filename makes a value).
-func multipartBody(t *testing.T, parts ...string) (body, contentType string) {
-	t.Helper()
-	var b bytes.Buffer
-	w := multipart.NewWriter(&b)
-	for i := 0; i+2 < len(parts); i += 3 {
-		var pw io.Writer
-		var err error
-		if parts[i+1] == "" {
-			pw, err = w.CreateFormField(parts[i])
-		} else {
-			pw, err = w.CreateFormFile(parts[i], parts[i+1])
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(pw, parts[i+2])
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String(), w.FormDataContentType()
-}
-
-// TestKeyByFormMultipart: a multipart/form-data body is keyed by the value
-// PostFormValue gives the handler, and the handler still parses every
-// field and file of the body afterwards.
-func TestKeyByFormMultipart(t *testing.T) {
-	kf := KeyByForm("nickname")
-	big := strings.Repeat("x", 2*MaxFormBytes)
-	tests := []struct {
-		name   string
-		method string
-		parts  []string
-		want   string
-		err    error
-	}{
-		{"one field", "POST", []string{"nickname", "", "abc1"}, "abc1", nil},
-		{"among others", "POST", []string{"email", "", "a@example.com", "nickname", "", "abc2", "x", "", "y"}, "abc2", nil},
-		{"first value wins", "PUT", []string{"nickname", "", "abc3", "nickname", "", "other"}, "abc3", nil},
-		{"a file of that name is not a value", "POST", []string{"nickname", "n.txt", "file", "nickname", "", "abc4"}, "abc4", nil},
-		{"field before a large file", "POST", []string{"nickname", "", "abc5", "avatar", "a.png", big}, "abc5", nil},
-		{"any method, as PostFormValue", "GET", []string{"nickname", "", "abc6"}, "abc6", nil},
-		{"utf-8 value", "POST", []string{"nickname", "", "닉네임7"}, "닉네임7", nil},
-		{"missing", "POST", []string{"email", "", "a@example.com"}, "", ErrNoKey},
-		{"empty value", "POST", []string{"nickname", "", ""}, "", ErrNoKey},
-		{"only a file", "POST", []string{"nickname", "n.txt", "abc"}, "", ErrNoKey},
-		{"field beyond the limit", "POST", []string{"avatar", "a.png", big, "nickname", "", "abc8"}, "", ErrInvalidBody},
-		{"value larger than the limit", "POST", []string{"nickname", "", big}, "", ErrInvalidBody},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			body, ct := multipartBody(t, tc.parts...)
-			r := httptest.NewRequest(tc.method, "/signup?nickname=query", strings.NewReader(body))
-			r.Header.Set("Content-Type", ct)
-			got, err := kf(r)
-			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
-				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
-			}
-			// The handler parses the whole body: every field and file.
-			if err := r.ParseMultipartForm(32 << 20); err != nil {
-				t.Fatalf("handler's ParseMultipartForm: %v", err)
-			}
-			defer r.MultipartForm.RemoveAll()
-			if tc.err == nil {
-				if v := r.PostFormValue("nickname"); v != got {
-					t.Fatalf("handler's PostFormValue = %q; key %q", v, got)
-				}
-			}
-			values, files := 0, 0
-			for i := 0; i+2 < len(tc.parts); i += 3 {
-				if tc.parts[i+1] == "" {
-					values++
-				} else {
-					files++
-				}
-			}
-			gotValues, gotFiles := 0, 0
-			for _, v := range r.MultipartForm.Value {
-				gotValues += len(v)
-			}
-			for _, f := range r.MultipartForm.File {
-				for _, fh := range f {
-					gotFiles++
-					if fh.Size != int64(len(big)) && fh.Size != 4 && fh.Size != 3 {
-						t.Errorf("file %s: %d bytes", fh.Filename, fh.Size)
-					}
-				}
-			}
-			if gotValues != values || gotFiles != files {
-				t.Fatalf("handler saw %d values and %d files; want %d and %d", gotValues, gotFiles, values, files)
+			// A server trims the white space around a value as it reads
+			// the line; a request built in a test keeps it.
+			if v := strings.TrimSpace(r.Header.Get("X-Api-Key")); err == nil && v != got {
+				t.Fatalf("key %q; the handler's Header.Get is %q", got, v)
 			}
 		})
-	}
-}
-
-// TestKeyByFormMultipartMalformed: a broken multipart body is the
-// client's error (ErrInvalidBody), never a fall back to a weaker policy,
-// and the handler still gets the body as sent.
-func TestKeyByFormMultipartMalformed(t *testing.T) {
-	kf := KeyByForm("nickname")
-	for name, c := range map[string]struct{ ct, body string }{
-		"no closing boundary": {"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1"},
-		"no boundary":         {"multipart/form-data", "--XX\r\n"},
-		"garbage":             {"multipart/form-data; boundary=XX", "garbage"},
-	} {
-		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
-		r.Header.Set("Content-Type", c.ct)
-		if k, err := kf(r); !errors.Is(err, ErrInvalidBody) {
-			t.Errorf("%s: key = %q, %v; want ErrInvalidBody", name, k, err)
-		}
-		assertBody(t, r, c.body)
-	}
-}
-
-func assertBody(t *testing.T, r *http.Request, want string) {
-	t.Helper()
-	b, err := io.ReadAll(r.Body)
-	if err != nil || string(b) != want {
-		t.Fatalf("body after the key function: %d bytes, %v; want the original %d bytes", len(b), err, len(want))
 	}
 }
 
 func TestKeyByJSONField(t *testing.T) {
-	kf := KeyByJSONField("nickname", 64)
+	kf := mustKey(KeyByJSONField("nickname", 64))
 	tests := []struct {
 		name string
 		body string
@@ -252,6 +68,7 @@ func TestKeyByJSONField(t *testing.T) {
 		{"empty body", "", "", ErrNoKey},
 		{"repeated", `{"nickname":"a1","nickname":"b1"}`, "", ErrInvalidBody},
 		{"repeated in another case", `{"nickname":"x1","NICKNAME":"abc7"}`, "", ErrInvalidBody},
+		{"repeated with the Kelvin sign, which encoding/json folds to k", "{\"nickname\":\"x1\",\"nic\u212aname\":\"abc7\"}", "", ErrInvalidBody},
 		{"not an object", `["nickname","abc1"]`, "", ErrInvalidBody},
 		{"invalid", `{"nickname":"abc1"`, "", ErrInvalidBody},
 		{"trailing data", `{"nickname":"abc1"} {}`, "", ErrInvalidBody},
@@ -282,7 +99,7 @@ func TestKeyByJSONFieldBodyHandedOn(t *testing.T) {
 	orig := &closeRecorder{Reader: strings.NewReader(body)}
 	r := httptest.NewRequest(http.MethodPost, "/", nil)
 	r.Body = orig
-	if _, err := KeyByJSONField("nickname", 100)(r); !errors.Is(err, ErrInvalidBody) {
+	if _, err := mustKey(KeyByJSONField("nickname", 100))(r); !errors.Is(err, ErrInvalidBody) {
 		t.Fatalf("err = %v; want ErrInvalidBody for a body over the bound", err)
 	}
 	assertBody(t, r, body)
@@ -291,7 +108,7 @@ func TestKeyByJSONFieldBodyHandedOn(t *testing.T) {
 	}
 	// No body at all.
 	r = httptest.NewRequest(http.MethodPost, "/", nil)
-	if _, err := KeyByJSONField("nickname", 100)(r); !errors.Is(err, ErrNoKey) {
+	if _, err := mustKey(KeyByJSONField("nickname", 100))(r); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("no body: err = %v; want ErrNoKey", err)
 	}
 }
@@ -310,7 +127,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 
 func TestKeyByJSONFieldReadError(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/", io.NopCloser(&failingReader{n: 3}))
-	if _, err := KeyByJSONField("nickname", 100)(r); !errors.Is(err, ErrInvalidBody) || !strings.Contains(err.Error(), "connection reset") {
+	if _, err := mustKey(KeyByJSONField("nickname", 100))(r); !errors.Is(err, ErrInvalidBody) || !strings.Contains(err.Error(), "connection reset") {
 		t.Fatalf("err = %v; want ErrInvalidBody with the cause", err)
 	}
 	b, err := io.ReadAll(r.Body)
@@ -368,7 +185,7 @@ func TestJoinKeys(t *testing.T) {
 		for i, p := range parts {
 			fns[i] = constKey(p)
 		}
-		k, err := JoinKeys(fns...)(r)
+		k, err := mustKey(JoinKeys(fns...))(r)
 		if err != nil {
 			t.Fatalf("JoinKeys(%q): %v", parts, err)
 		}
@@ -392,129 +209,86 @@ func TestJoinKeys(t *testing.T) {
 		}
 	}
 	// Errors are passed on, still recognizable.
-	_, err := JoinKeys(KeyByMethod(), KeyByHeader("X-Missing"))(r)
+	_, err := mustKey(JoinKeys(KeyByMethod(), mustKey(KeyByHeader("X-Missing"))))(r)
 	if !errors.Is(err, ErrNoKey) {
 		t.Fatalf("err = %v; want ErrNoKey", err)
 	}
 }
 
-// invalidKeyFuncs are key functions built from invalid arguments.
-func invalidKeyFuncs() map[string]KeyFunc {
-	return map[string]KeyFunc{
-		"KeyByHeader empty":            KeyByHeader(""),
-		"KeyByHeader invalid":          KeyByHeader("X Y"),
-		"KeyByQuery empty":             KeyByQuery(""),
-		"KeyByForm empty":              KeyByForm(""),
-		"KeyByJSONField empty":         KeyByJSONField("", 10),
-		"KeyByJSONField zero max":      KeyByJSONField("a", 0),
-		"KeyByJSONField negative max":  KeyByJSONField("a", -1),
-		"JoinKeys none":                JoinKeys(),
-		"JoinKeys nil":                 JoinKeys(KeyByMethod(), nil),
-		"JoinKeys invalid component":   JoinKeys(KeyByMethod(), KeyByHeader("")),
-		"JoinKeys nested invalid":      JoinKeys(KeyByMethod(), JoinKeys(KeyByQuery(""))),
-		"KeyByPattern nil":             KeyByPattern(nil),
-		"KeyByPattern invalid":         KeyByPattern(KeyByJSONField("nickname", 0)),
-		"KeyByPattern of invalid join": KeyByPattern(JoinKeys()),
-	}
-}
-
-// TestKeyFuncError: every key function built from invalid arguments is
-// recognised before any request, with an error that says which and why;
-// no valid one is, whatever its origin.
-func TestKeyFuncError(t *testing.T) {
-	for name, kf := range invalidKeyFuncs() {
-		if err := keyFuncError(kf); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("%s: keyFuncError = %v; want an error wrapping ErrInvalidOption", name, err)
-		}
-	}
-	if err := keyFuncError(JoinKeys(KeyByMethod(), KeyByHeader(""))); err == nil || !strings.Contains(err.Error(), "KeyByHeader") {
-		t.Errorf("a component's error does not name it: %v", err)
-	}
-	// Method values made elsewhere, in a function the compiler inlines
-	// or directly here, share the one wrapper: recognised all the same.
-	errX := fmt.Errorf("%w: x", ErrInvalidOption)
-	inlined := func() KeyFunc { return invalidKey{errX}.key }()
-	for name, kf := range map[string]KeyFunc{"inlined": inlined, "direct": invalidKey{errX}.key} {
-		if err := keyFuncError(kf); err != errX {
-			t.Errorf("%s: keyFuncError = %v; want %v", name, err, errX)
-		}
-	}
-	ip, _ := KeyByIP()
-	var nilFunc KeyFunc
-	alwaysInvalid := func(*http.Request) (string, error) { return "", ErrInvalidOption }
-	for name, kf := range map[string]KeyFunc{
-		"KeyByHeader":        KeyByHeader("X-Api-Key"),
-		"KeyByQuery":         KeyByQuery("id"),
-		"KeyByForm":          KeyByForm("nickname"),
-		"KeyByJSONField":     KeyByJSONField("nickname", 1),
-		"JoinKeys":           JoinKeys(KeyByMethod(), KeyByRoutePattern()),
-		"KeyByPattern":       KeyByPattern(KeyByQuery("nick")),
-		"KeyByIP":            ip,
-		"nil":                nilFunc,
-		"user closure":       alwaysInvalid,
-		"other method value": closeRecorderKey{}.key,
-		"function literal":   func(*http.Request) (string, error) { return "k", nil },
-	} {
-		if err := keyFuncError(kf); err != nil {
-			t.Errorf("%s: keyFuncError = %v; want nil", name, err)
-		}
-	}
-}
-
-// TestKeyFuncErrorUnoptimisedBuild: the code pointer keyFuncError
-// compares is the same without optimisation and inlining (-N -l), the way
-// a debugger builds: run TestKeyFuncError in such a build.
-func TestKeyFuncErrorUnoptimisedBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the package again; skipped in -short mode")
-	}
-	if os.Getenv("FLOODGATE_UNOPTIMISED_CHILD") != "" {
-		t.Skip("already the unoptimised build")
-	}
-	goTool, err := exec.LookPath("go")
+// mustKey returns kf, or panics (failing the test) with err: the key
+// functions of these tests are built from constant arguments, as
+// regexp.MustCompile's patterns are.
+func mustKey(kf KeyFunc, err error) KeyFunc {
 	if err != nil {
-		t.Skipf("no go command to build with: %v", err)
+		panic(err)
 	}
-	cmd := exec.Command(goTool, "test", "-count=1", "-gcflags=-N -l", "-run", "^(TestKeyFuncError|TestMisconfiguredKeyFuncsRefused)$", ".")
-	cmd.Env = append(os.Environ(), "FLOODGATE_UNOPTIMISED_CHILD=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("unoptimised build: %v\n%s", err, out)
+	return kf
+}
+
+// invalidKeyArgs builds key functions from invalid arguments, each with the
+// constructor the error must name and a word of the fix it must give.
+func invalidKeyArgs() []struct {
+	name, constructor, fix string
+	build                  func() (KeyFunc, error)
+} {
+	return []struct {
+		name, constructor, fix string
+		build                  func() (KeyFunc, error)
+	}{
+		{"KeyByHeader empty", "KeyByHeader", "X-API-Key", func() (KeyFunc, error) { return KeyByHeader("") }},
+		{"KeyByHeader invalid", "KeyByHeader", "X-API-Key", func() (KeyFunc, error) { return KeyByHeader("X Y") }},
+		{"KeyByQuery empty", "KeyByQuery", "pass the name", func() (KeyFunc, error) { return KeyByQuery("") }},
+		{"KeyByForm empty", "KeyByForm", "pass the name", func() (KeyFunc, error) { return KeyByForm("") }},
+		{"KeyByJSONField empty", "KeyByJSONField", "pass the name", func() (KeyFunc, error) { return KeyByJSONField("", 10) }},
+		{"KeyByJSONField zero max", "KeyByJSONField", "largest body", func() (KeyFunc, error) { return KeyByJSONField("a", 0) }},
+		{"KeyByJSONField negative max", "KeyByJSONField", "largest body", func() (KeyFunc, error) { return KeyByJSONField("a", -1) }},
+		{"JoinKeys none", "JoinKeys", "pass the key functions", func() (KeyFunc, error) { return JoinKeys() }},
+		{"JoinKeys nil", "JoinKeys", "check the error", func() (KeyFunc, error) { return JoinKeys(KeyByMethod(), nil) }},
+		{"KeyByPattern nil", "KeyByPattern", "check the error", func() (KeyFunc, error) { return KeyByPattern(nil) }},
 	}
 }
 
-// closeRecorderKey has a method with a KeyFunc's signature, to show that
-// another type's method value is not mistaken for an invalid key function.
-type closeRecorderKey struct{}
+// TestKeyFuncConstructorErrors: every key function constructor given an
+// invalid argument returns no KeyFunc and an error wrapping
+// ErrInvalidOption that names the constructor and the fix.
+func TestKeyFuncConstructorErrors(t *testing.T) {
+	for _, tc := range invalidKeyArgs() {
+		kf, err := tc.build()
+		if kf != nil || !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: KeyFunc %v, error %v; want nil and ErrInvalidOption", tc.name, kf != nil, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.constructor+":") || !strings.Contains(msg, tc.fix) {
+			t.Errorf("%s: %q does not name %s and the fix (%q)", tc.name, msg, tc.constructor, tc.fix)
+		}
+	}
+}
 
-func (closeRecorderKey) key(*http.Request) (string, error) { return "", nil }
-
-// TestMisconfiguredKeyFuncsRefused: NewMiddleware and NewPolicySelector
-// refuse an invalid key function when they are built, instead of failing
-// every request.
-func TestMisconfiguredKeyFuncsRefused(t *testing.T) {
+// TestIgnoredKeyFuncErrorRefused: a KeyFunc whose constructor's error was
+// ignored is nil, and everything that takes a KeyFunc refuses it at
+// construction with ErrInvalidOption, instead of failing every request.
+func TestIgnoredKeyFuncErrorRefused(t *testing.T) {
 	lim, err := NewTokenBucket(Rate{Limit: 1, Period: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, kf := range invalidKeyFuncs() {
+	for _, tc := range invalidKeyArgs() {
+		kf, _ := tc.build() // the mistake under test
 		if mw, err := NewMiddleware(lim, WithKeyFunc(kf)); !errors.Is(err, ErrInvalidOption) || mw != nil {
-			t.Errorf("NewMiddleware with %s: %v; want ErrInvalidOption", name, err)
+			t.Errorf("NewMiddleware with %s: %v; want ErrInvalidOption", tc.name, err)
 		}
 		sel, err := NewPolicySelector(
 			Policy{Name: "nickname", Limiter: lim, Key: kf},
 			Policy{Name: "ip", Limiter: lim, Key: KeyByMethod()},
 		)
 		if !errors.Is(err, ErrInvalidOption) || sel != nil || !strings.Contains(err.Error(), `"nickname"`) {
-			t.Errorf("NewPolicySelector with %s: %v; want ErrInvalidOption naming the policy", name, err)
+			t.Errorf("NewPolicySelector with %s: %v; want ErrInvalidOption naming the policy", tc.name, err)
 		}
-	}
-}
-
-func TestMisconfiguredKeyFuncsFail(t *testing.T) {
-	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"a":"b"}`))
-	for name, kf := range invalidKeyFuncs() {
-		if k, err := kf(r); !errors.Is(err, ErrInvalidOption) || k != "" {
-			t.Errorf("%s: key = %q, %v; want an error wrapping ErrInvalidOption", name, k, err)
+		if j, err := JoinKeys(KeyByMethod(), kf); !errors.Is(err, ErrInvalidOption) || j != nil {
+			t.Errorf("JoinKeys with %s: %v; want ErrInvalidOption", tc.name, err)
+		}
+		if p, err := KeyByPattern(kf); !errors.Is(err, ErrInvalidOption) || p != nil {
+			t.Errorf("KeyByPattern of %s: %v; want ErrInvalidOption", tc.name, err)
 		}
 	}
 }

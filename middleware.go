@@ -105,7 +105,7 @@ func (c *middlewareConfig) once(name string) error {
 func WithKeyFunc(f KeyFunc) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
-			return fmt.Errorf("%w: nil key function", ErrInvalidOption)
+			return fmt.Errorf("%w: WithKeyFunc: nil key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption)
 		}
 		c.key = f
 		return c.once("WithKeyFunc")
@@ -534,7 +534,7 @@ func checkPolicies(c *middlewareConfig, sel *PolicySelector) error {
 		}
 		if c.countStatus != nil {
 			if _, ok := p.Limiter.(Refunder); !ok {
-				return fmt.Errorf("%w: policy %q: WithCountStatus needs a limiter that implements Refunder, to give back the cost of a response that does not count", ErrInvalidOption, p.Name)
+				return fmt.Errorf("policy %q: %w: WithCountStatus needs a limiter that implements Refunder, to give back the cost of a response that does not count", p.Name, ErrInvalidOption)
 			}
 		}
 	}
