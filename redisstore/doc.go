@@ -188,9 +188,11 @@
 // What the mode can cost is quota, never more of it: a leased unit that is
 // not allowed in time (its instance stopped, went idle, was evicted from
 // the local table, or reset the key) is lost as if used, until it would
-// have refilled. An instance holds at most one lease per key, of at most
-// max(1, capacity/Lease.MaxShare) units (1/16 of the burst or limit by
-// default), so an instance that stops costs each key at most that, once.
+// have refilled. A lease is at most max(1, capacity/Lease.MaxShare) units
+// (1/16 of the burst or limit by default), and an instance holds of a key
+// at most a lease and the next one, taken when the first holds less than
+// half: 1.5 times that, which is the most an instance that stops costs
+// each key, once.
 // The unused tail of a lease goes back to Redis with the instance's next
 // lease when that is safe (the counter: same window; the bucket: no slot
 // handed out after it). A token bucket lease is placed up to

@@ -42,9 +42,10 @@ type Lease struct {
 	Horizon time.Duration
 	// MaxShare sets the largest lease to 1/MaxShare of the key's capacity
 	// (the bucket's burst, the counter's limit), at least one unit
-	// (default DefaultLeaseShare): the most one instance can hold of a key,
-	// and so the most its stopping can cost. A key whose capacity is below
-	// 2·MaxShare never leases more than the unit it decides.
+	// (default DefaultLeaseShare). An instance holds of a key at most a
+	// lease and the next one, taken when the first holds less than half:
+	// 1.5 leases, the most its stopping can cost. A key whose capacity is
+	// below 2·MaxShare never leases more than the unit it decides.
 	MaxShare int
 }
 

@@ -116,7 +116,7 @@ func TestLeaseCluster(t *testing.T) {
 				insts := a.instances(t, 3, c.s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)),
 					redisstore.WithLease(redisstore.Lease{MaxShare: 4, Horizon: 30 * time.Millisecond}))
 				oracle := a.oracle(t, rate, clock)
-				replayRandom(t, 11, insts, oracle, clock, 1500)
+				replayRandom(t, 11, insts, oracle, clock, 1500, nil)
 				if st := sumStats(insts); st.Leases == 0 || st.LocalDecisions == 0 {
 					t.Fatalf("nothing leased: %+v", st)
 				}

@@ -276,8 +276,8 @@ func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redis
 		h := int64(s.LeasedUnits+s.LocalRefunds) - int64(s.LocalUnits+s.ReturnedUnits+s.StrandedUnits)
 		lost += int64(s.StrandedUnits + s.AheadUnits)
 		held += h
-		if h > int64(leaseProcRate.Limit/redisstore.DefaultLeaseShare) {
-			t.Errorf("a process holds %d units at the end, more than one lease (%d)", h, leaseProcRate.Limit/redisstore.DefaultLeaseShare)
+		if lease := int64(leaseProcRate.Limit / redisstore.DefaultLeaseShare); h > lease*3/2 {
+			t.Errorf("a process holds %d units at the end, more than a lease and half (%d)", h, lease*3/2)
 		}
 	}
 	t.Logf("%d processes, %v: %d units asked, %d allowed (at most %d in any %v, %d in any fixed window); "+

@@ -133,7 +133,7 @@ func TestLeaseNeverOverExactLimiter(t *testing.T) {
 					insts := a.instances(t, 4, c.s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)),
 						redisstore.WithLease(redisstore.Lease{MaxShare: 4, Horizon: 30 * time.Millisecond}))
 					oracle := a.oracle(t, rate, clock)
-					allowed := replayRandom(t, seed, insts, oracle, clock, 3000)
+					allowed := replayRandom(t, seed, insts, oracle, clock, 3000, nil)
 					st := sumStats(insts)
 					t.Logf("seed %d: %d units allowed, %+v", seed, allowed, st)
 					if st.Leases == 0 || st.EarlyLeases == 0 || st.LocalDecisions < 500 {
@@ -159,7 +159,7 @@ func TestLeaseNeverOverTickingClock(t *testing.T) {
 				insts := a.instances(t, 3, c.s, rate, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)),
 					redisstore.WithLease(redisstore.Lease{MaxShare: 4}))
 				oracle := a.oracle(t, rate, clock)
-				allowed := replayRandom(t, 5, insts, oracle, clock.c, 4000)
+				allowed := replayRandom(t, 5, insts, oracle, clock.c, 4000, nil)
 				t.Logf("%d units allowed, %+v", allowed, sumStats(insts))
 				if st := sumStats(insts); st.EarlyLeases < 20 {
 					t.Fatalf("%d leases taken early, want at least 20: %+v", st.EarlyLeases, st)
@@ -178,8 +178,9 @@ type tickingClock struct {
 func (k *tickingClock) Now() time.Time { return k.c.Advance(k.tick) }
 
 // replayRandom runs steps random requests against insts, checking each
-// allowed one against oracle, and returns the units allowed.
-func replayRandom(t *testing.T, seed uint64, insts []leased, oracle floodgate.Limiter, clock *floodgatetest.Clock, steps int) int {
+// allowed one against oracle, calls each (if not nil) after every step,
+// and returns the units allowed.
+func replayRandom(t *testing.T, seed uint64, insts []leased, oracle floodgate.Limiter, clock *floodgatetest.Clock, steps int, each func(step int)) int {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 0x1ea5e))
@@ -203,6 +204,9 @@ func replayRandom(t *testing.T, seed uint64, insts []leased, oracle floodgate.Li
 		d, err := insts[rng.IntN(len(insts))].AllowN(ctx, key, n)
 		if err != nil {
 			t.Fatalf("seed %d step %d: %v", seed, i, err)
+		}
+		if each != nil {
+			each(i)
 		}
 		if !d.Allowed {
 			if d.RetryAfter <= 0 {

@@ -417,13 +417,15 @@ func (t *leaseTable) report(key string, now int64) (floodgate.Decision, bool) {
 }
 
 // giveBack returns n units to key's lease, for RefundN: units this lease
-// allowed, still within their time. It reports whether it could.
+// allowed, still within their time, while no next lease is queued (so
+// that a key's held units stay within a lease and half). It reports
+// whether it could.
 func (t *leaseTable) giveBack(key string, n int, now int64) bool {
 	sh := t.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.lru.Peek(key)
-	if !ok || e.given < n || t.deadline(&e.leaseState, e.next-n) < now {
+	if !ok || e.hasQueued || e.given < n || t.deadline(&e.leaseState, e.next-n) < now {
 		return false
 	}
 	e.next -= n
