@@ -1,0 +1,9 @@
+package exampleapp
+
+// PolicyNames returns the names of every policy of the service New
+// builds, for metrics that are told their policies up front
+// (prommetrics.WithPolicies), so that each is reported at 0 before its
+// first decision. TestPolicyNames holds it to what the routes report.
+func PolicyNames() []string {
+	return []string{"user_id_probe", "signup_ip_ceiling", "nickname", "signup_ip", "reward_ip", "reward_account"}
+}
