@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Runs every test of every module in this repository: the release check
-# (every module installs with "go get" from a proxy), then per module the
-# go.mod/go.sum tidiness check, go vet and the unit and integration tests
-# with the race detector, then each fuzz target for a short while on top of
-# its committed seed corpus. Each step prints its duration, and a summary
-# with the total closes the run. CI (.ci/run) runs exactly this script.
+# (every module installs with "go get" from a proxy), the go.mod/go.sum
+# tidiness check of every module, then per module go vet and the unit and
+# integration tests with the race detector (one go test -vet=all, so that
+# the module compiles once), then each fuzz target for a count of
+# executions on top of its committed seed corpus. CI (.ci/run) runs
+# exactly this script.
 #
 #   FUZZTIME=200000x scripts/test.sh    # fuzz longer (executions)
 #   FLOODGATE_REQUIRE_SERVERS=1 ...     # fail instead of skip when a test
-#                                       # server (redis-server) is missing
+#                                       # server (redis-server, prometheus)
+#                                       # is missing
+#   TEST_TIMES=times.tsv ...            # also write the step times there
+#
+# Each step prints its duration; a summary closes the run with, for every
+# step, its wall time, its CPU time (user + system of every process it
+# ran: a figure that a busy machine changes far less than the wall time)
+# and its budget, the wall time it may take on a fresh clone with empty
+# Go caches on an idle 2-core machine. A step over its budget is marked
+# in the summary, not failed: the budgets are for reading, the tests for
+# failing.
 #
 # The modules are every go.mod in the repository (scripts/modules.sh), so a
 # new module needs no edit here; it must be in go.work.
@@ -17,47 +28,114 @@ cd "$(dirname "$0")/.."
 # A count of executions, not a duration: with a duration, Go 1.26's fuzz
 # coordinator can report a spurious "context deadline exceeded" failure
 # when the deadline races a busy worker (go.dev/issue/75804, fixed in Go
-# 1.27); a count has no deadline to race. 20,000 runs take 1-20 s a target.
+# 1.27); a count has no deadline to race.
 fuzztime="${FUZZTIME:-20000x}"
 mapfile -t modules < <(scripts/modules.sh)
 
 tmp="$(mktemp -d)"
+# The release check's proxy and module cache, shared with the tidy check:
+# they hold the in-repo modules at their coming version, which must never
+# reach your own module cache.
+export RELEASE_PROXY_DIR="$tmp/proxy" RELEASE_MODCACHE="$tmp/modcache"
 
-# Step bookkeeping: each step prints "== name", then "-- name: 12.3s";
-# the summary lists them all with the total, and names the failing step
-# when one fails.
+# Step bookkeeping: each step prints "== name", then "-- name: wall 12.3s,
+# CPU 20.1s"; the summary lists them all with their budgets and the total,
+# and names the failing step when one fails.
 now_ms() { local t="${EPOCHREALTIME/./}"; echo $((t / 1000)); }
 fmt_ms() { printf '%d.%ds' $(($1 / 1000)) $(($1 % 1000 / 100)); }
+# cpu_now sets cpu to the user + system time, in ms, of every child
+# process this shell has waited for (the second line of the times
+# builtin). It must run in this shell, not in a command substitution,
+# which would report its own subshell's children.
+cpu_now() {
+	times >"$tmp/times"
+	cpu="$(tail -n1 "$tmp/times" | tr -d s |
+		awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] } printf "%d\n", t * 1000 }')"
+}
 start_ms="$(now_ms)"
+cpu_now
+start_cpu="$cpu"
 summary=()
+times_out="${TEST_TIMES:-}"
 current=""
+over=0
+# step BUDGET NAME COMMAND... runs COMMAND as the step NAME, whose budget
+# is BUDGET seconds of wall time.
 step() {
-	current="$1"
-	shift
+	local budget="$1"
+	current="$2"
+	shift 2
 	echo "== $current"
-	local t0
+	local t0 c0
 	t0="$(now_ms)"
+	cpu_now
+	c0="$cpu"
 	"$@"
-	local dt=$(($(now_ms) - t0))
-	echo "-- $current: $(fmt_ms "$dt")"
-	summary+=("$(printf '%9s  %s' "$(fmt_ms "$dt")" "$current")")
+	cpu_now
+	local dt=$(($(now_ms) - t0)) dc=$((cpu - c0)) mark=""
+	if ((dt > budget * 1000)); then
+		mark="  OVER BUDGET"
+		over=$((over + 1))
+	fi
+	echo "-- $current: wall $(fmt_ms "$dt"), CPU $(fmt_ms "$dc")"
+	summary+=("$(printf '%9s %9s %7s  %s%s' "$(fmt_ms "$dt")" "$(fmt_ms "$dc")" "${budget}s" "$current" "$mark")")
+	[[ -z "$times_out" ]] || printf '%d\t%d\t%d\t%s\n' "$dt" "$dc" "$budget" "$current" >>"$times_out"
 	current=""
 }
 finish() {
 	local rc=$?
 	echo
-	echo "== summary"
+	echo "== summary: wall, CPU (user + system), budget (wall, fresh clone, idle 2 cores)"
 	printf '%s\n' "${summary[@]}"
 	if [[ -n "$current" ]]; then
 		echo "FAILED in step: $current"
 	fi
-	printf '%9s  total\n' "$(fmt_ms $(($(now_ms) - start_ms)))"
+	cpu_now
+	printf '%9s %9s %7s  total\n' "$(fmt_ms $(($(now_ms) - start_ms)))" \
+		"$(fmt_ms $((cpu - start_cpu)))" "${total_budget}s"
+	((over == 0)) || echo "$over step(s) over budget: the machine was busy, or a step grew (README, Set-up)"
 	chmod -R u+w "$tmp" 2>/dev/null || true
 	rm -rf "$tmp"
 	exit "$rc"
 }
 # Module caches are read-only by design: chmod makes them removable.
 trap finish EXIT
+[[ -z "$times_out" ]] || : >"$times_out"
+
+# The fuzz targets, "module package name..." a line, found without
+# compiling anything: go test -list would build every test binary
+# without the race detector, a compilation nothing else needs.
+find_fuzz_targets() {
+	local mod pkg dir files
+	for mod in "${modules[@]}"; do
+		while read -r pkg dir files; do
+			[[ -n "$files" ]] || continue
+			# shellcheck disable=SC2086 # the file names have no spaces
+			names="$(cd "$dir" && sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*\*testing\.F).*/\1/p' $files)"
+			[[ -z "$names" ]] || echo "$mod $pkg" $names
+		done < <(go -C "$mod" list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' ./...)
+	done
+}
+mapfile -t fuzz_packages < <(find_fuzz_targets)
+
+# The budgets, in seconds of wall time on a fresh clone with empty module
+# and build caches, on an idle 2-core machine; their sum leaves headroom
+# under the 10 minutes the README promises. A module's test step covers
+# its compilation with the race detector, go vet and its tests.
+declare -A test_budget=(
+	[.]=150 [benchmarks]=60 [contrib/ginlimit]=45 [contrib/grpclimit]=45
+	[contrib/otelmetrics]=30 [contrib/prommetrics]=30 [redisstore]=90
+)
+release_budget=100 tidy_budget=20 fuzz_build_budget=60 fuzz_budget=15
+default_test_budget=45
+total_budget=$((release_budget + tidy_budget))
+for mod in "${modules[@]}"; do
+	total_budget=$((total_budget + ${test_budget[$mod]:-$default_test_budget}))
+done
+for line in "${fuzz_packages[@]}"; do
+	read -r -a targets <<<"$line"
+	total_budget=$((total_budget + fuzz_build_budget + (${#targets[@]} - 2) * fuzz_budget))
+done
 
 # Every module is developed in the workspace, so that nested modules build
 # against this checkout rather than a published root.
@@ -72,27 +150,39 @@ check_workspace() {
 	done
 }
 
-step "workspace: every module in go.work" check_workspace
-step "release check: go get every module from a proxy" \
-	env RELEASE_PROXY_DIR="$tmp/proxy" scripts/release-check.sh --worktree
+step 1 "workspace: every module in go.work" check_workspace
+step "$release_budget" "release check: go get every module from a proxy" scripts/release-check.sh --worktree
+# Nested modules are checked against the release check's proxy and module
+# cache.
+step "$tidy_budget" "tidy: go.mod and go.sum of every module" scripts/tidy.sh -diff "${modules[@]}"
 
 for mod in "${modules[@]}"; do
-	# Nested modules are checked against the release check's proxy.
-	step "module $mod: tidy" env RELEASE_PROXY_DIR="$tmp/proxy" scripts/tidy.sh -diff "$mod"
-	step "module $mod: vet" go -C "$mod" vet ./...
-	step "module $mod: test -race" go -C "$mod" test -race -shuffle=on -timeout 10m ./...
+	step "${test_budget[$mod]:-$default_test_budget}" "module $mod: vet and test -race" \
+		go -C "$mod" test -race -shuffle=on -vet=all -timeout 10m ./...
 done
 
-for mod in "${modules[@]}"; do
-	# go test -list prints each package's matching names, then "ok <pkg>".
-	go -C "$mod" test -run '^$' -list '^Fuzz' ./... | awk '
-		/^Fuzz/ { names[n++] = $1; next }
-		/^ok / { for (i = 0; i < n; i++) print $2, names[i]; n = 0 }
-	' >"$tmp/fuzz"
-	while read -r pkg name <&3; do
-		step "fuzz $pkg $name for $fuzztime" \
-			go -C "$mod" test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg"
-	done 3<"$tmp/fuzz"
+# fuzz_package MODULE PKG NAME... builds PKG's test binary with the
+# fuzzing instrumentation once, then fuzzes each target NAME with it in the
+# package's directory, with go test's fuzz cache, as go test -fuzz would
+# (which links the binary again for every target).
+fuzz_package() {
+	local mod="$1" pkg="$2" name bin dir cache
+	shift 2
+	bin="$tmp/fuzz-${pkg//\//_}.test"
+	dir="$(go -C "$mod" list -f '{{.Dir}}' "$pkg")"
+	cache="$(go env GOCACHE)/fuzz/$pkg"
+	# -fuzz selects the instrumentation; any one target will do.
+	step "$fuzz_build_budget" "fuzz $pkg: build" go -C "$mod" test -c -o "$bin" -fuzz "^$1\$" "$pkg"
+	for name in "$@"; do
+		step "$fuzz_budget" "fuzz $pkg $name for $fuzztime" \
+			env -C "$dir" "$bin" -test.run='^$' -test.fuzz="^${name}\$" \
+			-test.fuzztime="$fuzztime" -test.fuzzcachedir="$cache"
+	done
+}
+
+for line in "${fuzz_packages[@]}"; do
+	read -r -a targets <<<"$line"
+	fuzz_package "${targets[@]}"
 done
 echo
 echo "all tests passed"
