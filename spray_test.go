@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -14,23 +13,13 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// fullSpray reports whether the spray tests run at the sizes the README's
-// Reliability table quotes: FLOODGATE_FULL_SPRAY=1 asks for them (outside
-// -short). They take minutes there, and over ten times as long under the
-// race detector, which adds nothing to these single-goroutine tests;
-// without it they run on an eighth of the store, so that go test ./...
-// stays quick.
-func fullSpray() bool {
-	return os.Getenv("FLOODGATE_FULL_SPRAY") == "1" && !testing.Short()
-}
-
 // sprayKeys is how many distinct client addresses each spray of
 // TestKeySpray sends, and its store's bound: the issue's ten million into
-// 100,000 keys (fullSpray), else ten times the bound on an eighth of that
+// 100,000 keys (fullSize), else ten times the bound on an eighth of that
 // store.
 func sprayKeys() (n, maxKeys int) {
 	maxKeys = sprayStoreKeys(100_000)
-	if fullSpray() {
+	if fullSize() {
 		return 100 * maxKeys, maxKeys
 	}
 	return 10 * maxKeys, maxKeys
@@ -47,7 +36,7 @@ const sprayBytesPerKey = 200
 // are counted (their debts are remembered: TestSprayDoesNotFreeLimitedClients
 // checks that). Run the full ten million with
 //
-//	FLOODGATE_FULL_SPRAY=1 go test -run TestKeySpray -v .
+//	FLOODGATE_FULL=1 go test -run TestKeySpray -v .
 func TestKeySpray(t *testing.T) {
 	n, maxKeys := sprayKeys()
 	// With a clock step of 20 s / maxKeys (200 µs for 100,000 keys), a
@@ -208,11 +197,11 @@ func Example_keySprayStats() {
 	// Output: 2 2 1
 }
 
-// sprayStoreKeys is the store size of the spray tests: n (fullSpray), or
+// sprayStoreKeys is the store size of the spray tests: n (fullSize), or
 // an eighth of it, to keep their time in bounds (the sprays are 2 and 20
 // times as many keys).
 func sprayStoreKeys(n int) int {
-	if !fullSpray() {
+	if !fullSize() {
 		return n / 8
 	}
 	return n
