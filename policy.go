@@ -95,9 +95,8 @@ type rater interface{ Rate() Rate }
 type statser interface{ Stats() Stats }
 
 // NewPolicySelector returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a Key that was not built from
-// invalid arguments (see KeyFunc); the error wraps ErrInvalidOption
-// otherwise.
+// needs a valid, unique Name, a Limiter and a non-nil Key; the error wraps
+// ErrInvalidOption otherwise.
 func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
 	if len(policies) == 0 {
 		return nil, fmt.Errorf("%w: no policies", ErrInvalidOption)
@@ -126,10 +125,7 @@ func newPolicy(p Policy) (*policy, error) {
 		return nil, fmt.Errorf("%w: policy %q has no limiter", ErrInvalidOption, p.Name)
 	}
 	if p.Key == nil {
-		return nil, fmt.Errorf("%w: policy %q has no key function", ErrInvalidOption, p.Name)
-	}
-	if err := keyFuncError(p.Key); err != nil { // built from invalid arguments
-		return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		return nil, fmt.Errorf("%w: policy %q has no key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption, p.Name)
 	}
 	cp := &policy{Policy: p, quoted: quotedSFString(p.Name)}
 	if r, ok := p.Limiter.(rater); ok && r.Rate().Validate() == nil {
