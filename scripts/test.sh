@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test of every module in this repository: the release check
-# (every module installs with "go get" from a proxy), the go.mod/go.sum
-# tidiness check of every module, then go vet and the unit and
-# integration tests of every module with the race detector (one go test
-# -vet=all, so that each package compiles once), then each fuzz target for
-# a count of executions on top of its committed seed corpus. CI (.ci/run)
-# runs exactly this script.
+# Runs every test of every module in this repository: go vet and the unit
+# and integration tests of every module with the race detector (one go
+# test -vet=all, so that each package compiles once), with the release
+# check (every module installs with "go get" from a proxy) running beside
+# them; then the go.mod/go.sum tidiness check of every module; then each
+# fuzz target for a count of executions on top of its committed seed
+# corpus. CI (.ci/run) runs exactly this script.
 #
 #   FUZZTIME=200000x scripts/test.sh    # fuzz longer (executions)
 #   FLOODGATE_REQUIRE_SERVERS=1 ...     # fail instead of skip when a test
