@@ -178,7 +178,7 @@ mapfile -t fuzz_packages <"$tmp/fuzz"
 # tests), and leaves headroom under the 10 minutes the README promises
 # for the tests still to come. The test step covers the compilation of
 # every module with the race detector, go vet and the tests.
-release_budget=250 tidy_budget=20 test_budget=300 fuzz_build_budget=60 fuzz_budget=10
+release_budget=300 tidy_budget=20 test_budget=330 fuzz_build_budget=60 fuzz_budget=10
 total_budget=$((tidy_budget + test_budget))
 for line in "${fuzz_packages[@]}"; do
 	read -r -a targets <<<"$line"
