@@ -534,7 +534,7 @@ func checkPolicies(c *middlewareConfig, sel *PolicySelector) error {
 		}
 		if c.countStatus != nil {
 			if _, ok := p.Limiter.(Refunder); !ok {
-				return fmt.Errorf("%w: policy %q: WithCountStatus needs a limiter that implements Refunder, to give back the cost of a response that does not count", ErrInvalidOption, p.Name)
+				return fmt.Errorf("policy %q: %w: WithCountStatus needs a limiter that implements Refunder, to give back the cost of a response that does not count", p.Name, ErrInvalidOption)
 			}
 		}
 	}

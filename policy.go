@@ -18,7 +18,9 @@ import (
 type Policy struct {
 	// Name is shown in the quota headers, e.g. "nickname".
 	Name string
-	// Limiter decides for the key.
+	// Limiter decides for the key. It is the policy's own: a limiter
+	// shared with another policy of a selector would count both policies'
+	// keys together, and NewPolicySelector refuses it.
 	Limiter Limiter
 	// Key returns the key of a request, or an error wrapping ErrNoKey when
 	// this policy does not apply to it (the next policy is then tried).
@@ -95,23 +97,31 @@ type rater interface{ Rate() Rate }
 type statser interface{ Stats() Stats }
 
 // NewPolicySelector returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a non-nil Key; the error wraps
-// ErrInvalidOption otherwise.
+// needs a valid, unique Name, a Limiter and a non-nil Key, and its own
+// Limiter: two policies sharing one (alone or inside a Composite made
+// with All) would count their keys together, so that a user named
+// "198.51.100.10" spends the quota of that address. Only a SharedLimiter,
+// which ignores keys, may be shared. The error wraps ErrInvalidOption
+// otherwise.
 func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
 	if len(policies) == 0 {
 		return nil, fmt.Errorf("%w: no policies", ErrInvalidOption)
 	}
 	s := &PolicySelector{policies: make([]*policy, 0, len(policies))}
 	seen := make(map[string]bool, len(policies))
+	owners := limiterOwners{}
 	for _, p := range policies {
 		cp, err := newPolicy(p)
 		if err != nil {
 			return nil, err
 		}
 		if seen[p.Name] {
-			return nil, fmt.Errorf("%w: policy name %q used twice", ErrInvalidOption, p.Name)
+			return nil, fmt.Errorf("policy %q: %w: the name is used twice", p.Name, ErrInvalidOption)
 		}
 		seen[p.Name] = true
+		if err := owners.claim(p, ""); err != nil {
+			return nil, err
+		}
 		s.policies = append(s.policies, cp)
 	}
 	return s, nil
@@ -122,10 +132,10 @@ func newPolicy(p Policy) (*policy, error) {
 		return nil, err
 	}
 	if p.Limiter == nil {
-		return nil, fmt.Errorf("%w: policy %q has no limiter", ErrInvalidOption, p.Name)
+		return nil, fmt.Errorf("policy %q: %w: no limiter", p.Name, ErrInvalidOption)
 	}
 	if p.Key == nil {
-		return nil, fmt.Errorf("%w: policy %q has no key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption, p.Name)
+		return nil, fmt.Errorf("policy %q: %w: no key function (a key function constructor returns nil with its error: check it)", p.Name, ErrInvalidOption)
 	}
 	cp := &policy{Policy: p, quoted: quotedSFString(p.Name)}
 	if r, ok := p.Limiter.(rater); ok && r.Rate().Validate() == nil {
@@ -279,7 +289,7 @@ func validPolicyName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: policy name %q: only printable ASCII can be sent in RateLimit-Policy", ErrInvalidOption, name)
+			return fmt.Errorf("policy %q: %w: only printable ASCII can be sent in RateLimit-Policy", name, ErrInvalidOption)
 		}
 	}
 	return nil
@@ -378,7 +388,7 @@ func (s *PolicySelector) selectPolicy(r *http.Request) (*policy, string, error) 
 	if len(s.policies) == 1 {
 		return p, "", fmt.Errorf("policy %q: %w", p.Name, last)
 	}
-	return p, "", fmt.Errorf("no policy applies to the request; last tried policy %q: %w", p.Name, last)
+	return p, "", fmt.Errorf("policy %q: no policy applies (the last of %d tried): %w", p.Name, len(s.policies), last)
 }
 
 // AllowN selects the policy for r and asks its limiter for n units under

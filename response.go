@@ -276,7 +276,7 @@ func ErrorStatus(err error) int {
 			return http.StatusRequestEntityTooLarge
 		}
 		return http.StatusBadRequest
-	case errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong):
+	case errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong), errors.Is(err, ErrAmbiguousKey):
 		return http.StatusBadRequest
 	}
 	return http.StatusServiceUnavailable
