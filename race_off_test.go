@@ -1,5 +1,0 @@
-//go:build !race
-
-package floodgate_test
-
-const raceEnabled = false
