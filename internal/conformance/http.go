@@ -102,4 +102,3 @@ func (c HTTPClient) Do(ctx context.Context, st Step) Answer {
 	}
 	return a
 }
-
