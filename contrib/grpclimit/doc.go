@@ -12,7 +12,9 @@
 //   - floodgate.KeyByIP(...) keys by the peer, reading a trusted proxy's
 //     x-forwarded-for (or x-real-ip, forwarded) metadata exactly as the
 //     HTTP middleware reads the header (the default: the peer only);
-//   - floodgate.KeyByHeader("x-api-key") keys by a metadata value;
+//   - floodgate.KeyByHeader("x-api-key") keys by a metadata value (like
+//     every key function constructor with arguments, it returns the
+//     KeyFunc and an error);
 //   - KeyByFullMethod keys by the method, and floodgate.JoinKeys combines
 //     keys ("per client per method").
 //

@@ -243,7 +243,7 @@ func TestKeys(t *testing.T) {
 			{xff("198.51.100.1"), "check", codes.OK},
 			{xff("198.51.100.2"), "check", codes.ResourceExhausted},
 		}},
-		{"metadata value", floodgate.KeyByHeader("x-api-key"), []call{
+		{"metadata value", mustKey(floodgate.KeyByHeader("x-api-key")), []call{
 			{[]string{"x-api-key", "k1"}, "check", codes.OK},
 			{[]string{"x-api-key", "k1"}, "check", codes.ResourceExhausted},
 			{[]string{"x-api-key", "k2"}, "check", codes.OK},
@@ -254,7 +254,7 @@ func TestKeys(t *testing.T) {
 			{nil, "check", codes.ResourceExhausted},
 			{nil, "list", codes.OK},
 		}},
-		{"key and method", floodgate.JoinKeys(floodgate.KeyByHeader("x-api-key"), grpclimit.KeyByFullMethod()), []call{
+		{"key and method", mustKey(floodgate.JoinKeys(mustKey(floodgate.KeyByHeader("x-api-key")), grpclimit.KeyByFullMethod())), []call{
 			{[]string{"x-api-key", "k1"}, "check", codes.OK},
 			{[]string{"x-api-key", "k1"}, "list", codes.OK},
 			{[]string{"x-api-key", "k1"}, "check", codes.ResourceExhausted},
@@ -306,7 +306,7 @@ func (l failingLimiter) AllowN(ctx context.Context, _ string, _ int) (floodgate.
 // lets the call through (fail open); a client-caused key error is
 // InvalidArgument under both.
 func TestFailurePolicy(t *testing.T) {
-	noKey := floodgate.KeyByHeader("x-api-key")
+	noKey := mustKey(floodgate.KeyByHeader("x-api-key"))
 	for _, tt := range []struct {
 		name    string
 		opts    []grpclimit.Option
@@ -449,7 +449,7 @@ func TestRoutesAndPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	sel, err := floodgate.NewPolicySelector(
-		floodgate.Policy{Name: "user", Limiter: users, Key: floodgate.KeyByHeader("x-user")},
+		floodgate.Policy{Name: "user", Limiter: users, Key: mustKey(floodgate.KeyByHeader("x-user"))},
 		floodgate.Policy{Name: "ip", Limiter: others, Key: byIP},
 	)
 	if err != nil {
@@ -544,4 +544,13 @@ func TestSkip(t *testing.T) {
 	if len(seen) != 5 {
 		t.Errorf("skip saw %v", seen)
 	}
+}
+
+// mustKey returns kf, or panics (failing the test) with err: the key
+// functions of these tests are built from constant arguments.
+func mustKey(kf floodgate.KeyFunc, err error) floodgate.KeyFunc {
+	if err != nil {
+		panic(err)
+	}
+	return kf
 }
