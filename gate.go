@@ -183,8 +183,11 @@ func (k OutcomeKind) String() string {
 // If Blocked, the handler must not run: the adapter answers a denial
 // (Kind OutcomeDenied) with the Quota values and Decision.RetryAfter, a
 // hang-up with nothing, and the other kinds with its transport's error
-// for them. Otherwise the handler runs, with the Quota values sent along
-// (none for an error let through by the error policy).
+// for them — or with its user's error handler, if it offers one (the
+// middleware's WithErrorHandler): a custom error policy is the adapter's
+// answer to a blocked error, never a way to let one through. Otherwise
+// the handler runs, with the Quota values sent along (none for an error
+// let through by the error policy).
 type Outcome struct {
 	// Call is the call as admitted: its Key and Policy, where it went,
 	// and its Cost as charged (the gate's cost applied; 0 when no
