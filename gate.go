@@ -82,7 +82,7 @@ func newGate(c gateConfig, policies []*policy) (*Gate, error) {
 			return nil, err
 		}
 		if _, ok := p.Limiter.(Refunder); c.settle && !ok {
-			return nil, fmt.Errorf("%w: policy %q: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", ErrInvalidOption, p.Name)
+			return nil, fmt.Errorf("policy %q: %w: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", p.Name, ErrInvalidOption)
 		}
 	}
 	g := &Gate{cfg: c, policies: policies}
@@ -147,7 +147,8 @@ const (
 	// sent).
 	OutcomeDenied
 	// OutcomeClientError: the call could not be keyed for its client's
-	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody):
+	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody,
+	// ErrAmbiguousKey):
 	// refused under every error policy but dry-run. HTTP answers 400 (413
 	// for a body over a key function's bound); gRPC InvalidArgument.
 	OutcomeClientError
@@ -317,7 +318,8 @@ func errorKind(err error) OutcomeKind {
 	switch {
 	case errors.Is(err, ErrInvalidOption):
 		return OutcomeMisconfigured
-	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong):
+	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong),
+		errors.Is(err, ErrAmbiguousKey):
 		return OutcomeClientError
 	}
 	return OutcomeFailed
