@@ -49,7 +49,7 @@ func limitProbe(mux http.Handler, logger *slog.Logger) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return limit(mux), nil // outermost, before authentication: a refused probe costs nothing
+	return limit(mux), nil // before authentication (inside a CORS handler, if any): a refused probe costs nothing
 }
 
 // Wrap a handler: the eleventh probe from one client (behind the load
