@@ -58,6 +58,9 @@ func WithKeyFunc(f KeyFunc) Option {
 // NewRoutes do not take it.
 func WithPolicyName(name string) Option {
 	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty policy name", floodgate.ErrInvalidOption)
+		}
 		c.policyName = name
 		return c.once("WithPolicyName")
 	}
