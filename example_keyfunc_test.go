@@ -85,7 +85,14 @@ func ExampleNormalizePattern() {
 // A sign-up keyed by the nickname pattern in its JSON body; the handler
 // still reads the whole body.
 func ExampleKeyByPattern() {
-	byNickname := floodgate.KeyByPattern(floodgate.KeyByJSONField("nickname", 4<<10))
+	nickname, err := floodgate.KeyByJSONField("nickname", 4<<10)
+	if err != nil {
+		panic(err)
+	}
+	byNickname, err := floodgate.KeyByPattern(nickname)
+	if err != nil {
+		panic(err)
+	}
 
 	r := httptest.NewRequest(http.MethodPost, "/signup", strings.NewReader(`{"nickname":"abc17"}`))
 	fmt.Println(byNickname(r))
@@ -95,7 +102,7 @@ func ExampleKeyByPattern() {
 	// No pattern: the error wraps ErrNoKey, so a PolicySelector falls back
 	// to its next policy (the client IP, say).
 	r = httptest.NewRequest(http.MethodPost, "/signup", strings.NewReader(`{"nickname":"42"}`))
-	_, err := byNickname(r)
+	_, err = byNickname(r)
 	fmt.Println(errors.Is(err, floodgate.ErrNoKey))
 	// Output:
 	// abc{NUM} <nil>
@@ -106,8 +113,14 @@ func ExampleKeyByPattern() {
 // A limit per client per route: the ServeMux pattern, not the raw path, so
 // /users/1 and /users/2 count together.
 func ExampleJoinKeys() {
-	clientIP, _ := floodgate.KeyByIP()
-	key := floodgate.JoinKeys(floodgate.KeyByRoutePattern(), clientIP)
+	clientIP, err := floodgate.KeyByIP()
+	if err != nil {
+		panic(err)
+	}
+	key, err := floodgate.JoinKeys(floodgate.KeyByRoutePattern(), clientIP)
+	if err != nil {
+		panic(err)
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /users/{id}", func(w http.ResponseWriter, r *http.Request) {

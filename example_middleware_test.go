@@ -89,9 +89,16 @@ func ExampleNewPolicyMiddleware() {
 	if err != nil {
 		panic(err)
 	}
+	nickname, err := floodgate.KeyByJSONField("nickname", 4<<10)
+	if err != nil {
+		panic(err)
+	}
+	nicknamePattern, err := floodgate.KeyByPattern(nickname)
+	if err != nil {
+		panic(err)
+	}
 	policies, err := floodgate.NewPolicySelector(
-		floodgate.Policy{Name: "nickname", Limiter: byNickname,
-			Key: floodgate.KeyByPattern(floodgate.KeyByJSONField("nickname", 4<<10))},
+		floodgate.Policy{Name: "nickname", Limiter: byNickname, Key: nicknamePattern},
 		floodgate.Policy{Name: "ip", Limiter: byIP, Key: clientIP},
 	)
 	if err != nil {

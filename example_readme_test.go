@@ -165,9 +165,16 @@ func signupPolicies() (*floodgate.PolicySelector, error) {
 	if err != nil {
 		return nil, err
 	}
+	nickname, err := floodgate.KeyByJSONField("nickname", 4<<10)
+	if err != nil {
+		return nil, err
+	}
+	nicknamePattern, err := floodgate.KeyByPattern(nickname)
+	if err != nil {
+		return nil, err
+	}
 	return floodgate.NewPolicySelector(
-		floodgate.Policy{Name: "nickname", Limiter: byNickname,
-			Key: floodgate.KeyByPattern(floodgate.KeyByJSONField("nickname", 4<<10))},
+		floodgate.Policy{Name: "nickname", Limiter: byNickname, Key: nicknamePattern},
 		floodgate.Policy{Name: "ip", Limiter: byIP, Key: clientIP},
 	)
 }

@@ -23,7 +23,10 @@ func Example_tiers() {
 	// The plan of each API key, as the service's account store knows it
 	// (look it up in a cache: each plan's key function asks).
 	planOf := map[string]string{"key-ann": "free", "key-bob": "pro"}
-	apiKey := floodgate.KeyByHeader("X-API-Key")
+	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	if err != nil {
+		panic(err)
+	}
 	onPlan := func(plan string) floodgate.KeyFunc {
 		return func(r *http.Request) (string, error) {
 			key, err := apiKey(r)

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,12 +20,13 @@ import (
 // could be formed; the middleware's error policy then decides the answer,
 // so a malformed request never silently shares an "unknown" bucket.
 //
-// The constructors that return a KeyFunc without an error (KeyByHeader,
-// KeyByQuery, KeyByForm, KeyByJSONField, JoinKeys, KeyByPattern) return,
-// for invalid arguments, an invalid KeyFunc: NewMiddleware,
-// NewPolicySelector and JoinKeys refuse it with its error, wrapping
-// ErrInvalidOption, and called anyway it fails every request with that
-// error.
+// The constructors whose arguments can be invalid (KeyByIP, KeyByHeader,
+// KeyByQuery, KeyByForm, KeyByJSONField, JoinKeys, KeyByPattern) return
+// an error for them, wrapping ErrInvalidOption, that names the
+// constructor and the fix, and a nil KeyFunc: one whose error was ignored
+// is refused in turn by WithKeyFunc, NewPolicySelector, JoinKeys and
+// KeyByPattern, at construction. Those without arguments (KeyByMethod,
+// KeyByRoutePattern) cannot be built wrong and return a KeyFunc alone.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey reports a request that does not carry what a key function needs:
@@ -49,11 +49,11 @@ const MaxFormBytes = 64 << 10
 
 // KeyByHeader returns a KeyFunc that keys a request by the value of the
 // header name: its first line, as Header.Get reads it, trimmed of white
-// space. A missing or empty header yields ErrNoKey. An empty or invalid
-// name makes an invalid KeyFunc (see KeyFunc).
-func KeyByHeader(name string) KeyFunc {
+// space. A missing or empty header yields ErrNoKey. An empty name, or one
+// that is not an HTTP token, is an error wrapping ErrInvalidOption.
+func KeyByHeader(name string) (KeyFunc, error) {
 	if !validHeaderName(name) {
-		return invalidKeyFunc(fmt.Sprintf("KeyByHeader: header name %q is not an HTTP token", name))
+		return nil, keyArgError("KeyByHeader", "header name %q is not an HTTP token: pass a header name such as \"X-API-Key\"", name)
 	}
 	key := textproto.CanonicalMIMEHeaderKey(name)
 	return func(r *http.Request) (string, error) {
@@ -63,17 +63,17 @@ func KeyByHeader(name string) KeyFunc {
 			}
 		}
 		return "", fmt.Errorf("%w: header %s is missing or empty", ErrNoKey, key)
-	}
+	}, nil
 }
 
 // KeyByQuery returns a KeyFunc that keys a request by the first value of
 // the URL query parameter param, decoded exactly as URL.Query().Get would
 // decode it (malformed pairs are skipped), without parsing the rest of the
-// query. A missing or empty parameter yields ErrNoKey. An empty param
-// makes an invalid KeyFunc (see KeyFunc).
-func KeyByQuery(param string) KeyFunc {
+// query. A missing or empty parameter yields ErrNoKey. An empty param is
+// an error wrapping ErrInvalidOption.
+func KeyByQuery(param string) (KeyFunc, error) {
 	if param == "" {
-		return invalidKeyFunc("KeyByQuery: empty parameter name")
+		return nil, keyArgError("KeyByQuery", "empty parameter name: pass the name of the query parameter to key by, such as \"userId\"")
 	}
 	return func(r *http.Request) (string, error) {
 		if r.URL != nil {
@@ -82,7 +82,7 @@ func KeyByQuery(param string) KeyFunc {
 			}
 		}
 		return "", fmt.Errorf("%w: query parameter %q is missing or empty", ErrNoKey, param)
-	}
+	}, nil
 }
 
 // queryValue finds the first value of param in a raw query by the rules of
@@ -122,11 +122,11 @@ func queryValue(q, param string) (string, bool) {
 // Either way the body is handed on intact: the handler can still read or
 // parse all of it. A request without such a body, or whose first value of
 // the field is missing or empty, yields ErrNoKey; an unreadable body,
-// ErrInvalidBody. An empty field name makes an invalid KeyFunc (see
-// KeyFunc).
-func KeyByForm(field string) KeyFunc {
+// ErrInvalidBody. An empty field name is an error wrapping
+// ErrInvalidOption.
+func KeyByForm(field string) (KeyFunc, error) {
 	if field == "" {
-		return invalidKeyFunc("KeyByForm: empty field name")
+		return nil, keyArgError("KeyByForm", "empty field name: pass the name of the form field to key by, such as \"nickname\"")
 	}
 	return func(r *http.Request) (string, error) {
 		// The media type is parsed as net/http parses it, so that the key
@@ -153,7 +153,7 @@ func KeyByForm(field string) KeyFunc {
 			return v, nil
 		}
 		return "", fmt.Errorf("%w: form field %q is missing or empty", ErrNoKey, field)
-	}
+	}, nil
 }
 
 // multipartValue returns the first non-file value of field in r's
@@ -207,13 +207,13 @@ func multipartValue(r *http.Request, boundary, field string) (string, error) {
 // that is missing, null, empty or not a string, or an empty body, yields
 // ErrNoKey; a body larger than maxBytes, not a single JSON object, or with
 // the field repeated, yields ErrInvalidBody. An empty field or a
-// non-positive maxBytes makes an invalid KeyFunc (see KeyFunc).
-func KeyByJSONField(field string, maxBytes int64) KeyFunc {
+// non-positive maxBytes is an error wrapping ErrInvalidOption.
+func KeyByJSONField(field string, maxBytes int64) (KeyFunc, error) {
 	switch {
 	case field == "":
-		return invalidKeyFunc("KeyByJSONField: empty field name")
+		return nil, keyArgError("KeyByJSONField", "empty field name: pass the name of the top-level JSON field to key by, such as \"nickname\"")
 	case maxBytes <= 0:
-		return invalidKeyFunc(fmt.Sprintf("KeyByJSONField: maxBytes %d must be positive", maxBytes))
+		return nil, keyArgError("KeyByJSONField", "maxBytes %d must be positive: pass the largest body the handler accepts, such as 4<<10", maxBytes)
 	}
 	return func(r *http.Request) (string, error) {
 		body, err := peekBody(r, maxBytes)
@@ -224,7 +224,7 @@ func KeyByJSONField(field string, maxBytes int64) KeyFunc {
 			return "", fmt.Errorf("%w: empty body", ErrNoKey)
 		}
 		return jsonStringField(body, field)
-	}
+	}, nil
 }
 
 // jsonStringField returns the string value of the top-level field of the
@@ -341,18 +341,15 @@ func KeyByMethod() KeyFunc {
 // "12:/auth/signup"), so no component can forge a boundary: two different
 // lists of components never join to the same key. The first component
 // error is returned, wrapped, so errors.Is(err, ErrNoKey) still works. No
-// functions, a nil one or an invalid one (KeyByHeader(""), say) make an
-// invalid KeyFunc (see KeyFunc).
-func JoinKeys(fns ...KeyFunc) KeyFunc {
+// functions, or a nil one (what a constructor returns with its error), is
+// an error wrapping ErrInvalidOption.
+func JoinKeys(fns ...KeyFunc) (KeyFunc, error) {
 	if len(fns) == 0 {
-		return invalidKeyFunc("JoinKeys: no key functions")
+		return nil, keyArgError("JoinKeys", "no key functions: pass the key functions whose keys to combine")
 	}
 	for i, fn := range fns {
 		if fn == nil {
-			return invalidKeyFunc(fmt.Sprintf("JoinKeys: key function %d is nil", i))
-		}
-		if err := keyFuncError(fn); err != nil {
-			return invalidKey{fmt.Errorf("JoinKeys: key function %d: %w", i, err)}.key
+			return nil, keyArgError("JoinKeys", "key function %d is nil: check the error of the constructor that built it", i)
 		}
 	}
 	fns = slices.Clone(fns)
@@ -369,38 +366,13 @@ func JoinKeys(fns ...KeyFunc) KeyFunc {
 			b = append(b, k...)
 		}
 		return string(b), nil
-	}
+	}, nil
 }
 
-// invalidKey is what a key function constructor whose signature has no
-// error result returns for invalid arguments: the method value
-// invalidKey{err}.key, which fails every call, loudly, rather than
-// limiting by a key that means nothing. Every such KeyFunc shares one
-// code pointer, that of the compiler's wrapper for the method value,
-// which no other function has; keyFuncError recognises them by it, so
-// that NewMiddleware and NewPolicySelector refuse them at construction.
-type invalidKey struct{ err error }
-
-func (k invalidKey) key(*http.Request) (string, error) { return "", k.err }
-
-// invalidKeyCode is the code pointer every invalidKey method value has.
-var invalidKeyCode = reflect.ValueOf(invalidKey{}.key).Pointer()
-
-// invalidKeyFunc returns the invalid KeyFunc of a constructor given bad
-// arguments; msg says which and why.
-func invalidKeyFunc(msg string) KeyFunc {
-	return invalidKey{fmt.Errorf("%w: %s", ErrInvalidOption, msg)}.key
-}
-
-// keyFuncError returns the error of a KeyFunc this package built from
-// invalid arguments (one wrapping ErrInvalidOption), or nil for any other
-// KeyFunc, nil included. It never calls a valid key function.
-func keyFuncError(f KeyFunc) error {
-	if f == nil || reflect.ValueOf(f).Pointer() != invalidKeyCode {
-		return nil
-	}
-	_, err := f(nil) // invalidKey.key ignores its request
-	return err
+// keyArgError is the error of a key function constructor given an
+// invalid argument: it names the constructor, the argument and the fix.
+func keyArgError(constructor, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidOption, constructor, fmt.Sprintf(format, args...))
 }
 
 func isAlnum(c byte) bool {

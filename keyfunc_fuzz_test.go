@@ -137,18 +137,20 @@ func FuzzForwarded(f *testing.F) {
 func FuzzKeyByJSONField(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, field string, maxBytes uint16) {
 		max := int64(maxBytes) + 1
+		kf, err := KeyByJSONField(field, max)
+		if field == "" {
+			if !errors.Is(err, ErrInvalidOption) || kf != nil {
+				t.Fatalf("empty field: %v; want a nil KeyFunc and ErrInvalidOption", err)
+			}
+			return
+		}
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		k, err := KeyByJSONField(field, max)(r)
+		k, err := kf(r)
 		got, rerr := io.ReadAll(r.Body)
 		if rerr != nil || !bytes.Equal(got, body) {
 			t.Fatalf("handler reads %q, %v; want the body %q", got, rerr, body)
 		}
 		switch {
-		case field == "":
-			if !errors.Is(err, ErrInvalidOption) {
-				t.Fatalf("empty field: err = %v", err)
-			}
-			return
 		case err != nil:
 			if !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrInvalidBody) {
 				t.Fatalf("err %v wraps neither ErrNoKey nor ErrInvalidBody", err)
@@ -227,7 +229,7 @@ func FuzzKeyByFormMultipart(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 		r.Header.Set("Content-Type", ct)
-		k, err := KeyByForm("nickname")(r)
+		k, err := mustKey(KeyByForm("nickname"))(r)
 		if err != nil && !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrInvalidBody) {
 			t.Fatalf("err %v wraps neither ErrNoKey nor ErrInvalidBody", err)
 		}

@@ -3,20 +3,17 @@ package floodgate
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestKeyByHeader(t *testing.T) {
-	kf := KeyByHeader("x-api-key")
+	kf := mustKey(KeyByHeader("x-api-key"))
 	tests := []struct {
 		name    string
 		headers []string
@@ -40,7 +37,7 @@ func TestKeyByHeader(t *testing.T) {
 }
 
 func TestKeyByQuery(t *testing.T) {
-	kf := KeyByQuery("userId")
+	kf := mustKey(KeyByQuery("userId"))
 	tests := []struct {
 		query string
 		want  string
@@ -71,7 +68,7 @@ func TestKeyByQuery(t *testing.T) {
 
 func TestKeyByForm(t *testing.T) {
 	const form = "application/x-www-form-urlencoded"
-	kf := KeyByForm("nickname")
+	kf := mustKey(KeyByForm("nickname"))
 	tests := []struct {
 		name       string
 		method, ct string
@@ -137,7 +134,7 @@ func multipartBody(t *testing.T, parts ...string) (body, contentType string) {
 // PostFormValue gives the handler, and the handler still parses every
 // field and file of the body afterwards.
 func TestKeyByFormMultipart(t *testing.T) {
-	kf := KeyByForm("nickname")
+	kf := mustKey(KeyByForm("nickname"))
 	big := strings.Repeat("x", 2*MaxFormBytes)
 	tests := []struct {
 		name   string
@@ -209,7 +206,7 @@ func TestKeyByFormMultipart(t *testing.T) {
 // client's error (ErrInvalidBody), never a fall back to a weaker policy,
 // and the handler still gets the body as sent.
 func TestKeyByFormMultipartMalformed(t *testing.T) {
-	kf := KeyByForm("nickname")
+	kf := mustKey(KeyByForm("nickname"))
 	for name, c := range map[string]struct{ ct, body string }{
 		"no closing boundary": {"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1"},
 		"no boundary":         {"multipart/form-data", "--XX\r\n"},
@@ -233,7 +230,7 @@ func assertBody(t *testing.T, r *http.Request, want string) {
 }
 
 func TestKeyByJSONField(t *testing.T) {
-	kf := KeyByJSONField("nickname", 64)
+	kf := mustKey(KeyByJSONField("nickname", 64))
 	tests := []struct {
 		name string
 		body string
@@ -282,7 +279,7 @@ func TestKeyByJSONFieldBodyHandedOn(t *testing.T) {
 	orig := &closeRecorder{Reader: strings.NewReader(body)}
 	r := httptest.NewRequest(http.MethodPost, "/", nil)
 	r.Body = orig
-	if _, err := KeyByJSONField("nickname", 100)(r); !errors.Is(err, ErrInvalidBody) {
+	if _, err := mustKey(KeyByJSONField("nickname", 100))(r); !errors.Is(err, ErrInvalidBody) {
 		t.Fatalf("err = %v; want ErrInvalidBody for a body over the bound", err)
 	}
 	assertBody(t, r, body)
@@ -291,7 +288,7 @@ func TestKeyByJSONFieldBodyHandedOn(t *testing.T) {
 	}
 	// No body at all.
 	r = httptest.NewRequest(http.MethodPost, "/", nil)
-	if _, err := KeyByJSONField("nickname", 100)(r); !errors.Is(err, ErrNoKey) {
+	if _, err := mustKey(KeyByJSONField("nickname", 100))(r); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("no body: err = %v; want ErrNoKey", err)
 	}
 }
@@ -310,7 +307,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 
 func TestKeyByJSONFieldReadError(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/", io.NopCloser(&failingReader{n: 3}))
-	if _, err := KeyByJSONField("nickname", 100)(r); !errors.Is(err, ErrInvalidBody) || !strings.Contains(err.Error(), "connection reset") {
+	if _, err := mustKey(KeyByJSONField("nickname", 100))(r); !errors.Is(err, ErrInvalidBody) || !strings.Contains(err.Error(), "connection reset") {
 		t.Fatalf("err = %v; want ErrInvalidBody with the cause", err)
 	}
 	b, err := io.ReadAll(r.Body)
@@ -368,7 +365,7 @@ func TestJoinKeys(t *testing.T) {
 		for i, p := range parts {
 			fns[i] = constKey(p)
 		}
-		k, err := JoinKeys(fns...)(r)
+		k, err := mustKey(JoinKeys(fns...))(r)
 		if err != nil {
 			t.Fatalf("JoinKeys(%q): %v", parts, err)
 		}
@@ -392,129 +389,86 @@ func TestJoinKeys(t *testing.T) {
 		}
 	}
 	// Errors are passed on, still recognizable.
-	_, err := JoinKeys(KeyByMethod(), KeyByHeader("X-Missing"))(r)
+	_, err := mustKey(JoinKeys(KeyByMethod(), mustKey(KeyByHeader("X-Missing"))))(r)
 	if !errors.Is(err, ErrNoKey) {
 		t.Fatalf("err = %v; want ErrNoKey", err)
 	}
 }
 
-// invalidKeyFuncs are key functions built from invalid arguments.
-func invalidKeyFuncs() map[string]KeyFunc {
-	return map[string]KeyFunc{
-		"KeyByHeader empty":            KeyByHeader(""),
-		"KeyByHeader invalid":          KeyByHeader("X Y"),
-		"KeyByQuery empty":             KeyByQuery(""),
-		"KeyByForm empty":              KeyByForm(""),
-		"KeyByJSONField empty":         KeyByJSONField("", 10),
-		"KeyByJSONField zero max":      KeyByJSONField("a", 0),
-		"KeyByJSONField negative max":  KeyByJSONField("a", -1),
-		"JoinKeys none":                JoinKeys(),
-		"JoinKeys nil":                 JoinKeys(KeyByMethod(), nil),
-		"JoinKeys invalid component":   JoinKeys(KeyByMethod(), KeyByHeader("")),
-		"JoinKeys nested invalid":      JoinKeys(KeyByMethod(), JoinKeys(KeyByQuery(""))),
-		"KeyByPattern nil":             KeyByPattern(nil),
-		"KeyByPattern invalid":         KeyByPattern(KeyByJSONField("nickname", 0)),
-		"KeyByPattern of invalid join": KeyByPattern(JoinKeys()),
-	}
-}
-
-// TestKeyFuncError: every key function built from invalid arguments is
-// recognised before any request, with an error that says which and why;
-// no valid one is, whatever its origin.
-func TestKeyFuncError(t *testing.T) {
-	for name, kf := range invalidKeyFuncs() {
-		if err := keyFuncError(kf); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("%s: keyFuncError = %v; want an error wrapping ErrInvalidOption", name, err)
-		}
-	}
-	if err := keyFuncError(JoinKeys(KeyByMethod(), KeyByHeader(""))); err == nil || !strings.Contains(err.Error(), "KeyByHeader") {
-		t.Errorf("a component's error does not name it: %v", err)
-	}
-	// Method values made elsewhere, in a function the compiler inlines
-	// or directly here, share the one wrapper: recognised all the same.
-	errX := fmt.Errorf("%w: x", ErrInvalidOption)
-	inlined := func() KeyFunc { return invalidKey{errX}.key }()
-	for name, kf := range map[string]KeyFunc{"inlined": inlined, "direct": invalidKey{errX}.key} {
-		if err := keyFuncError(kf); err != errX {
-			t.Errorf("%s: keyFuncError = %v; want %v", name, err, errX)
-		}
-	}
-	ip, _ := KeyByIP()
-	var nilFunc KeyFunc
-	alwaysInvalid := func(*http.Request) (string, error) { return "", ErrInvalidOption }
-	for name, kf := range map[string]KeyFunc{
-		"KeyByHeader":        KeyByHeader("X-Api-Key"),
-		"KeyByQuery":         KeyByQuery("id"),
-		"KeyByForm":          KeyByForm("nickname"),
-		"KeyByJSONField":     KeyByJSONField("nickname", 1),
-		"JoinKeys":           JoinKeys(KeyByMethod(), KeyByRoutePattern()),
-		"KeyByPattern":       KeyByPattern(KeyByQuery("nick")),
-		"KeyByIP":            ip,
-		"nil":                nilFunc,
-		"user closure":       alwaysInvalid,
-		"other method value": closeRecorderKey{}.key,
-		"function literal":   func(*http.Request) (string, error) { return "k", nil },
-	} {
-		if err := keyFuncError(kf); err != nil {
-			t.Errorf("%s: keyFuncError = %v; want nil", name, err)
-		}
-	}
-}
-
-// TestKeyFuncErrorUnoptimisedBuild: the code pointer keyFuncError
-// compares is the same without optimisation and inlining (-N -l), the way
-// a debugger builds: run TestKeyFuncError in such a build.
-func TestKeyFuncErrorUnoptimisedBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the package again; skipped in -short mode")
-	}
-	if os.Getenv("FLOODGATE_UNOPTIMISED_CHILD") != "" {
-		t.Skip("already the unoptimised build")
-	}
-	goTool, err := exec.LookPath("go")
+// mustKey returns kf, or panics (failing the test) with err: the key
+// functions of these tests are built from constant arguments, as
+// regexp.MustCompile's patterns are.
+func mustKey(kf KeyFunc, err error) KeyFunc {
 	if err != nil {
-		t.Skipf("no go command to build with: %v", err)
+		panic(err)
 	}
-	cmd := exec.Command(goTool, "test", "-count=1", "-gcflags=-N -l", "-run", "^(TestKeyFuncError|TestMisconfiguredKeyFuncsRefused)$", ".")
-	cmd.Env = append(os.Environ(), "FLOODGATE_UNOPTIMISED_CHILD=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("unoptimised build: %v\n%s", err, out)
+	return kf
+}
+
+// invalidKeyArgs builds key functions from invalid arguments, each with the
+// constructor the error must name and a word of the fix it must give.
+func invalidKeyArgs() []struct {
+	name, constructor, fix string
+	build                  func() (KeyFunc, error)
+} {
+	return []struct {
+		name, constructor, fix string
+		build                  func() (KeyFunc, error)
+	}{
+		{"KeyByHeader empty", "KeyByHeader", "X-API-Key", func() (KeyFunc, error) { return KeyByHeader("") }},
+		{"KeyByHeader invalid", "KeyByHeader", "X-API-Key", func() (KeyFunc, error) { return KeyByHeader("X Y") }},
+		{"KeyByQuery empty", "KeyByQuery", "pass the name", func() (KeyFunc, error) { return KeyByQuery("") }},
+		{"KeyByForm empty", "KeyByForm", "pass the name", func() (KeyFunc, error) { return KeyByForm("") }},
+		{"KeyByJSONField empty", "KeyByJSONField", "pass the name", func() (KeyFunc, error) { return KeyByJSONField("", 10) }},
+		{"KeyByJSONField zero max", "KeyByJSONField", "largest body", func() (KeyFunc, error) { return KeyByJSONField("a", 0) }},
+		{"KeyByJSONField negative max", "KeyByJSONField", "largest body", func() (KeyFunc, error) { return KeyByJSONField("a", -1) }},
+		{"JoinKeys none", "JoinKeys", "pass the key functions", func() (KeyFunc, error) { return JoinKeys() }},
+		{"JoinKeys nil", "JoinKeys", "check the error", func() (KeyFunc, error) { return JoinKeys(KeyByMethod(), nil) }},
+		{"KeyByPattern nil", "KeyByPattern", "check the error", func() (KeyFunc, error) { return KeyByPattern(nil) }},
 	}
 }
 
-// closeRecorderKey has a method with a KeyFunc's signature, to show that
-// another type's method value is not mistaken for an invalid key function.
-type closeRecorderKey struct{}
+// TestKeyFuncConstructorErrors: every key function constructor given an
+// invalid argument returns no KeyFunc and an error wrapping
+// ErrInvalidOption that names the constructor and the fix.
+func TestKeyFuncConstructorErrors(t *testing.T) {
+	for _, tc := range invalidKeyArgs() {
+		kf, err := tc.build()
+		if kf != nil || !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: KeyFunc %v, error %v; want nil and ErrInvalidOption", tc.name, kf != nil, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.constructor+":") || !strings.Contains(msg, tc.fix) {
+			t.Errorf("%s: %q does not name %s and the fix (%q)", tc.name, msg, tc.constructor, tc.fix)
+		}
+	}
+}
 
-func (closeRecorderKey) key(*http.Request) (string, error) { return "", nil }
-
-// TestMisconfiguredKeyFuncsRefused: NewMiddleware and NewPolicySelector
-// refuse an invalid key function when they are built, instead of failing
-// every request.
-func TestMisconfiguredKeyFuncsRefused(t *testing.T) {
+// TestIgnoredKeyFuncErrorRefused: a KeyFunc whose constructor's error was
+// ignored is nil, and everything that takes a KeyFunc refuses it at
+// construction with ErrInvalidOption, instead of failing every request.
+func TestIgnoredKeyFuncErrorRefused(t *testing.T) {
 	lim, err := NewTokenBucket(Rate{Limit: 1, Period: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, kf := range invalidKeyFuncs() {
+	for _, tc := range invalidKeyArgs() {
+		kf, _ := tc.build() // the mistake under test
 		if mw, err := NewMiddleware(lim, WithKeyFunc(kf)); !errors.Is(err, ErrInvalidOption) || mw != nil {
-			t.Errorf("NewMiddleware with %s: %v; want ErrInvalidOption", name, err)
+			t.Errorf("NewMiddleware with %s: %v; want ErrInvalidOption", tc.name, err)
 		}
 		sel, err := NewPolicySelector(
 			Policy{Name: "nickname", Limiter: lim, Key: kf},
 			Policy{Name: "ip", Limiter: lim, Key: KeyByMethod()},
 		)
 		if !errors.Is(err, ErrInvalidOption) || sel != nil || !strings.Contains(err.Error(), `"nickname"`) {
-			t.Errorf("NewPolicySelector with %s: %v; want ErrInvalidOption naming the policy", name, err)
+			t.Errorf("NewPolicySelector with %s: %v; want ErrInvalidOption naming the policy", tc.name, err)
 		}
-	}
-}
-
-func TestMisconfiguredKeyFuncsFail(t *testing.T) {
-	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"a":"b"}`))
-	for name, kf := range invalidKeyFuncs() {
-		if k, err := kf(r); !errors.Is(err, ErrInvalidOption) || k != "" {
-			t.Errorf("%s: key = %q, %v; want an error wrapping ErrInvalidOption", name, k, err)
+		if j, err := JoinKeys(KeyByMethod(), kf); !errors.Is(err, ErrInvalidOption) || j != nil {
+			t.Errorf("JoinKeys with %s: %v; want ErrInvalidOption", tc.name, err)
+		}
+		if p, err := KeyByPattern(kf); !errors.Is(err, ErrInvalidOption) || p != nil {
+			t.Errorf("KeyByPattern of %s: %v; want ErrInvalidOption", tc.name, err)
 		}
 	}
 }

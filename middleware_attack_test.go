@@ -111,9 +111,9 @@ func TestMiddlewareClientErrorsNeverFailOpen(t *testing.T) {
 		req    func() *http.Request
 		status int
 	}{
-		{"no key", nil, KeyByHeader("X-Account"), nil, 400},
+		{"no key", nil, mustKey(KeyByHeader("X-Account")), nil, 400},
 		{"no client IP", nil, nil, func() *http.Request { return newRequest("GET", "/", "garbage") }, 400},
-		{"invalid body", nil, KeyByJSONField("user", 1024), func() *http.Request {
+		{"invalid body", nil, mustKey(KeyByJSONField("user", 1024)), func() *http.Request {
 			r := newRequest("POST", "/", "192.0.2.1:1")
 			r.Body = ioNopCloser(`{"user": `)
 			r.Header.Set("Content-Type", "application/json")
@@ -122,7 +122,7 @@ func TestMiddlewareClientErrorsNeverFailOpen(t *testing.T) {
 		{"body too large", nil, tooLarge, nil, 413},
 		{"key too long", func(t *testing.T) Limiter {
 			return mustTokenBucket(t, PerMinute(5), WithMaxKeyLength(16))
-		}, KeyByHeader("X-Account"), func() *http.Request {
+		}, mustKey(KeyByHeader("X-Account")), func() *http.Request {
 			r := newRequest("GET", "/", "192.0.2.1:1")
 			r.Header.Set("X-Account", strings.Repeat("a", 100))
 			return r
@@ -205,7 +205,7 @@ func TestMiddlewareErrorLogsCannotFlood(t *testing.T) {
 	}
 
 	logs.Reset()
-	h = mustMiddleware(t, mustTokenBucket(t, PerMinute(5)), WithKeyFunc(KeyByHeader("X-Account")),
+	h = mustMiddleware(t, mustTokenBucket(t, PerMinute(5)), WithKeyFunc(mustKey(KeyByHeader("X-Account"))),
 		WithLogger(logger), WithWallClock(clk.Now))(&countingHandler{})
 	for i := 0; i < 1000; i++ {
 		serve(h, newRequest("GET", "/", "192.0.2.1:1"))

@@ -53,7 +53,7 @@ func (c *middlewareConfig) once(name string) error {
 func WithKeyFunc(f KeyFunc) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
-			return fmt.Errorf("%w: nil key function", ErrInvalidOption)
+			return fmt.Errorf("%w: WithKeyFunc: nil key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption)
 		}
 		c.key = f
 		return c.once("WithKeyFunc")

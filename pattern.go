@@ -148,17 +148,15 @@ func foldRune(r rune) rune {
 }
 
 // KeyByPattern returns a KeyFunc that normalizes the key of src with
-// NormalizePattern: KeyByPattern(KeyByJSONField("nickname", 4096)) keys a
-// sign-up by its nickname pattern. When src yields a key from which no
-// pattern can be formed the error wraps ErrNoKey, so a PolicySelector
-// falls back to its next policy; errors of src are passed on. A nil or
-// invalid src makes an invalid KeyFunc (see KeyFunc).
-func KeyByPattern(src KeyFunc) KeyFunc {
+// NormalizePattern: KeyByPattern(nickname), where nickname is
+// KeyByJSONField("nickname", 4<<10), keys a sign-up by its nickname
+// pattern. When src yields a key from which no pattern can be formed the
+// error wraps ErrNoKey, so a PolicySelector falls back to its next policy;
+// errors of src are passed on. A nil src (what a constructor returns with
+// its error) is an error wrapping ErrInvalidOption.
+func KeyByPattern(src KeyFunc) (KeyFunc, error) {
 	if src == nil {
-		return invalidKeyFunc("KeyByPattern: nil key function")
-	}
-	if err := keyFuncError(src); err != nil {
-		return invalidKey{fmt.Errorf("KeyByPattern: %w", err)}.key
+		return nil, keyArgError("KeyByPattern", "nil key function: check the error of the constructor that built it")
 	}
 	return func(r *http.Request) (string, error) {
 		k, err := src(r)
@@ -170,5 +168,5 @@ func KeyByPattern(src KeyFunc) KeyFunc {
 			return "", fmt.Errorf("%w: no pattern can be formed from the key", ErrNoKey)
 		}
 		return p, nil
-	}
+	}, nil
 }

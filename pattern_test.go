@@ -156,7 +156,7 @@ func TestNormalizePatternMeaningStable(t *testing.T) {
 }
 
 func TestKeyByPattern(t *testing.T) {
-	kf := KeyByPattern(KeyByJSONField("nickname", 1024))
+	kf := mustKey(KeyByPattern(mustKey(KeyByJSONField("nickname", 1024))))
 	tests := []struct {
 		body string
 		want string

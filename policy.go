@@ -46,25 +46,18 @@ type Policy struct {
 //	)
 //
 // Use it from business code (Select, AllowN) or as middleware
-// (NewPolicyMiddleware). It is SelectorFor over *http.Request, with the
-// checks of KeyFunc. A PolicySelector is safe for concurrent use.
+// (NewPolicyMiddleware). It is SelectorFor over *http.Request. A
+// PolicySelector is safe for concurrent use.
 type PolicySelector struct {
 	sel *SelectorFor[*http.Request]
 }
 
 // NewPolicySelector returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a Key that was not built from
-// invalid arguments (see KeyFunc); the error wraps ErrInvalidOption
-// otherwise.
+// needs a valid, unique Name, a Limiter and a non-nil Key; the error wraps
+// ErrInvalidOption otherwise.
 func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
 	generic := make([]PolicyFor[*http.Request], len(policies))
 	for i, p := range policies {
-		if err := checkPolicy(p.Name, p.Limiter, p.Key != nil); err != nil {
-			return nil, err
-		}
-		if err := keyFuncError(p.Key); err != nil { // built from invalid arguments
-			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
-		}
 		generic[i] = PolicyFor[*http.Request]{Name: p.Name, Limiter: p.Limiter, Key: p.Key}
 	}
 	sel, err := NewSelectorFor(generic...)
@@ -249,7 +242,7 @@ func checkPolicy(name string, l Limiter, hasKey bool) error {
 		return fmt.Errorf("%w: policy %q has no limiter", ErrInvalidOption, name)
 	}
 	if !hasKey {
-		return fmt.Errorf("%w: policy %q has no key function", ErrInvalidOption, name)
+		return fmt.Errorf("%w: policy %q has no key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption, name)
 	}
 	return nil
 }

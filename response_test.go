@@ -599,3 +599,18 @@ func TestQuotaSetHeaders(t *testing.T) {
 		}
 	}
 }
+
+// The quota values are the core's, for every transport (issue 20 §5):
+// quota.go formats them and knows nothing of HTTP, which only
+// response.go writes.
+func TestQuotaValuesKnowNoTransport(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "quota.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		if strings.Contains(imp.Path.Value, "net/http") {
+			t.Errorf("quota.go imports %s", imp.Path.Value)
+		}
+	}
+}

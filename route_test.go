@@ -341,7 +341,7 @@ func TestRouteMiddlewareSelectorAndOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt, err := NewRoutes(Route{Pattern: "POST /signup", Policies: []Policy{
-		{Name: "user", Limiter: byUser, Key: KeyByHeader("X-User")},
+		{Name: "user", Limiter: byUser, Key: mustKey(KeyByHeader("X-User"))},
 		{Name: "ip", Limiter: byIP, Key: routeKeyByIP(t)},
 	}})
 	if err != nil {

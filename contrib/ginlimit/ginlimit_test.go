@@ -210,8 +210,12 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 // the limit would deny.
 func TestBodyKeyAndDryRun(t *testing.T) {
 	var seen []string
+	user, err := floodgate.KeyByJSONField("user", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
 	limit, err := ginlimit.New(bucket(t, 1),
-		floodgate.WithKeyFunc(floodgate.KeyByJSONField("user", 1024)),
+		floodgate.WithKeyFunc(user),
 		floodgate.WithDryRun())
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +248,11 @@ func TestBodyKeyAndDryRun(t *testing.T) {
 // TestPolicyAndErrors: NewPolicy picks the policy per request; an
 // unusable key fails closed; construction errors are floodgate's.
 func TestPolicyAndErrors(t *testing.T) {
-	sel, err := floodgate.NewPolicySelector(floodgate.Policy{Name: "user", Limiter: bucket(t, 1), Key: floodgate.KeyByHeader("X-User")})
+	user, err := floodgate.KeyByHeader("X-User")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := floodgate.NewPolicySelector(floodgate.Policy{Name: "user", Limiter: bucket(t, 1), Key: user})
 	if err != nil {
 		t.Fatal(err)
 	}

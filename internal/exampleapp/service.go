@@ -149,9 +149,16 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	nickname, err := floodgate.KeyByJSONField("nickname", maxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	nicknamePattern, err := floodgate.KeyByPattern(nickname)
+	if err != nil {
+		return nil, err
+	}
 	signupPolicies, err := floodgate.NewPolicySelector(
-		floodgate.Policy{Name: "nickname", Limiter: byNickname,
-			Key: floodgate.KeyByPattern(floodgate.KeyByJSONField("nickname", maxBodyBytes))},
+		floodgate.Policy{Name: "nickname", Limiter: byNickname, Key: nicknamePattern},
 		floodgate.Policy{Name: "signup_ip", Limiter: bySignupIP, Key: clientIP},
 	)
 	if err != nil {
@@ -185,9 +192,13 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	accountID, err := floodgate.KeyByJSONField("accountId", maxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
 	limitRewardAccount, err := floodgate.NewMiddleware(byAccount, append(mwOpts,
 		floodgate.WithPolicyName("reward_account"),
-		floodgate.WithKeyFunc(floodgate.KeyByJSONField("accountId", maxBodyBytes)),
+		floodgate.WithKeyFunc(accountID),
 		floodgate.WithErrorHandler(badBodyOr503))...)
 	if err != nil {
 		return nil, err

@@ -24,7 +24,10 @@ func Example_tiers() {
 	run := time.Now().Format("150405.000000") // fresh keys for each run of the example
 
 	planOf := map[string]string{"key-ann": "free", "key-bob": "pro"}
-	apiKey := floodgate.KeyByHeader("X-API-Key")
+	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	if err != nil {
+		panic(err)
+	}
 	onPlan := func(plan string) floodgate.KeyFunc {
 		return func(r *http.Request) (string, error) {
 			key, err := apiKey(r)
