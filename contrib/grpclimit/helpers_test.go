@@ -48,6 +48,7 @@ func bucket(t testing.TB, r floodgate.Rate, opts ...floodgate.Option) *floodgate
 type testService struct {
 	testpb.UnimplementedTestServiceServer
 	empties, unaries, streams atomic.Int32
+	ran                       func() // if set, called by UnaryCall first
 }
 
 func (s *testService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
@@ -57,6 +58,9 @@ func (s *testService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, 
 
 func (s *testService) UnaryCall(_ context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	s.unaries.Add(1)
+	if s.ran != nil {
+		s.ran()
+	}
 	if st := in.GetResponseStatus(); st != nil {
 		if st.GetMessage() == "panic" {
 			panic("handler panics")
@@ -93,12 +97,18 @@ type server struct {
 
 func serveOn(t *testing.T, lim *grpclimit.Interceptors) *server {
 	t.Helper()
+	return serveCounting(t, lim, nil)
+}
+
+// serveCounting is serveOn with ran called by every UnaryCall.
+func serveCounting(t *testing.T, lim *grpclimit.Interceptors, ran func()) *server {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary, lim.Unary()), grpc.ChainStreamInterceptor(lim.Stream()))
-	s := &server{addr: ln.Addr().String(), svc: &testService{}, srv: srv}
+	s := &server{addr: ln.Addr().String(), svc: &testService{ran: ran}, srv: srv}
 	testpb.RegisterTestServiceServer(srv, s.svc)
 	healthgrpc.RegisterHealthServer(srv, health.NewServer())
 	done := make(chan error, 1)
