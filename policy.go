@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -182,6 +184,38 @@ func (s *SelectorFor[C]) pick(c C) (int, string, error) {
 		return i, "", fmt.Errorf("policy %q: %w", s.policies[i].Name, last)
 	}
 	return i, "", fmt.Errorf("policy %q: no policy applies (the last of %d tried): %w", s.policies[i].Name, len(s.policies), last)
+}
+
+// JoinKeysFor is JoinKeys for the key functions of a transport whose
+// calls are of type C (a gRPC or connect adapter's): the key combines the
+// keys of fns, in order, each written as its length in decimal, a colon
+// and the component, so that no component can forge a boundary. The first
+// component error is returned, wrapped. No functions, or a nil one, is an
+// error wrapping ErrInvalidOption.
+func JoinKeysFor[C any](fns ...func(C) (string, error)) (func(C) (string, error), error) {
+	if len(fns) == 0 {
+		return nil, fmt.Errorf("%w: JoinKeys: no key functions: pass the key functions whose keys to combine", ErrInvalidOption)
+	}
+	for i, fn := range fns {
+		if fn == nil {
+			return nil, fmt.Errorf("%w: JoinKeys: key function %d is nil: check the error of the constructor that built it", ErrInvalidOption, i)
+		}
+	}
+	fns = slices.Clone(fns)
+	return func(c C) (string, error) {
+		var buf [128]byte // most joined keys fit: the result is the only allocation
+		b := buf[:0]
+		for i, fn := range fns {
+			k, err := fn(c)
+			if err != nil {
+				return "", fmt.Errorf("JoinKeys component %d: %w", i, err)
+			}
+			b = strconv.AppendInt(b, int64(len(k)), 10)
+			b = append(b, ':')
+			b = append(b, k...)
+		}
+		return string(b), nil
+	}, nil
 }
 
 // policy is a validated policy as the admission core knows it, whatever

@@ -230,3 +230,33 @@ func TestPolicySelectorStopsAtMisconfiguration(t *testing.T) {
 		t.Fatalf("no key: %q, %v: want ErrNoKey under the last policy tried", c.Policy(), c.Err)
 	}
 }
+
+// TestJoinKeysFor: the generic join encodes as JoinKeys does, so that no
+// component can forge a boundary, for a transport's own call type.
+func TestJoinKeysFor(t *testing.T) {
+	type call struct{ a, b string }
+	first := func(c call) (string, error) { return c.a, nil }
+	second := func(c call) (string, error) {
+		if c.b == "" {
+			return "", ErrNoKey
+		}
+		return c.b, nil
+	}
+	join, err := JoinKeysFor(first, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, _ := join(call{"ab", "c"})
+	k2, _ := join(call{"a", "bc"})
+	if k1 != "2:ab1:c" || k2 != "1:a2:bc" {
+		t.Errorf("keys %q, %q; want 2:ab1:c and 1:a2:bc", k1, k2)
+	}
+	if _, err := join(call{"a", ""}); !errors.Is(err, ErrNoKey) {
+		t.Errorf("component error %v does not wrap ErrNoKey", err)
+	}
+	for _, fns := range [][]func(call) (string, error){nil, {first, nil}} {
+		if f, err := JoinKeysFor(fns...); f != nil || !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("JoinKeysFor(%d fns, a nil one?) = %v, %v; want ErrInvalidOption", len(fns), f != nil, err)
+		}
+	}
+}

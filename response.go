@@ -36,6 +36,14 @@ var (
 	jsonContentType    = []string{contentTypeJSON}[:1:1]
 )
 
+// SetHeaders writes the quota values into h under their HTTP header
+// names (RateLimit-Policy, RateLimit, the legacy X-RateLimit-*,
+// Retry-After), as the middleware does: for an adapter whose transport
+// speaks HTTP headers (connect) or reads them from an http.Header. A
+// RateLimit or RateLimit-Policy list already in h gets the values as a
+// further member.
+func (q Quota) SetHeaders(h http.Header) { writeQuota(h, &q) }
+
 // writeQuota sets the quota values of an outcome as headers on h. The
 // IETF fields are lists: when an outer middleware has set them already,
 // the value is added as a member of its own, so each limit a request

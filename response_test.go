@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -568,6 +569,35 @@ func TestResponseDoesNotCallBackIntoPolicy(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestQuotaSetHeaders: an adapter writing an Outcome's Quota into an
+// http.Header gets exactly what the middleware sends.
+func TestQuotaSetHeaders(t *testing.T) {
+	lim, err := NewTokenBucket(Rate{Limit: 2, Period: time.Minute}, WithClock(func() time.Time { return time.Unix(1e9, 0) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := NewSelectorFor(PolicyFor[string]{Name: "p", Limiter: lim, Key: func(k string) (string, error) { return k, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := NewGate(sel, WithHeaders(HeadersBoth), WithWallClock(func() time.Time { return time.Unix(1e9, 0) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []http.Header{
+		{"Ratelimit-Policy": {`"p";q=2;w=60`}, "Ratelimit": {`"p";r=1;t=30`}, "X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"1"}, "X-Ratelimit-Reset": {"1000000030"}},
+		{"Ratelimit-Policy": {`"p";q=2;w=60`}, "Ratelimit": {`"p";r=0;t=60`}, "X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1000000060"}},
+		{"Ratelimit-Policy": {`"p";q=2;w=60`}, "Ratelimit": {`"p";r=0;t=30`}, "X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1000000060"}, "Retry-After": {"30"}},
+	} {
+		out := gate.Admit(context.Background(), sel.Call("k"))
+		h := http.Header{}
+		out.Quota.SetHeaders(h)
+		if fmt.Sprint(h) != fmt.Sprint(want) {
+			t.Errorf("call %d: %v, want %v", i, h, want)
+		}
+	}
 }
 
 // The quota values are the core's, for every transport (issue 20 §5):
