@@ -98,6 +98,8 @@ var units = map[string]string{
 	"floodgate.store.key.count":          "{key}",
 	"floodgate.store.key.limit":          "{key}",
 	"floodgate.store.evictions":          "{eviction}",
+	"floodgate.store.debt.limit":         "{debt}",
+	"floodgate.store.lost_debts":         "{debt}",
 	"floodgate.redis.fallback.active":    "1",
 	"floodgate.redis.fallback.decisions": "{decision}",
 	"floodgate.redis.deny_cache.hits":    "{hit}",
@@ -107,6 +109,7 @@ var units = map[string]string{
 var monotonic = map[string]bool{
 	"floodgate.decisions":                true,
 	"floodgate.store.evictions":          true,
+	"floodgate.store.lost_debts":         true,
 	"floodgate.redis.fallback.decisions": true,
 	"floodgate.redis.deny_cache.hits":    true,
 	"floodgate.redis.errors":             true,
@@ -260,10 +263,13 @@ func TestStoreStatsObserved(t *testing.T) {
 	}
 	st := metricstest.SprayStore(t, tb, 500)
 	metricstest.Want(t, metricstest.Only(points(t, reader), "floodgate.store"), map[string]float64{
-		"floodgate.store.key.count{floodgate.limiter=reward}":                              float64(st.Keys),
-		"floodgate.store.key.limit{floodgate.limiter=reward}":                              64,
-		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}": float64(st.EvictedIdle),
-		"floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter=reward}": float64(st.EvictedLive),
+		"floodgate.store.key.count{floodgate.limiter=reward}":                                float64(st.Keys),
+		"floodgate.store.key.limit{floodgate.limiter=reward}":                                64,
+		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}":   float64(st.EvictedIdle),
+		"floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter=reward}":   float64(st.EvictedLive),
+		"floodgate.store.debt.limit{floodgate.limiter=reward}":                               float64(st.DebtCapacity),
+		"floodgate.store.lost_debts{floodgate.debt.kind=merged,floodgate.limiter=reward}":    float64(st.Merged),
+		"floodgate.store.lost_debts{floodgate.debt.kind=forgotten,floodgate.limiter=reward}": float64(st.Forgotten),
 	})
 }
 

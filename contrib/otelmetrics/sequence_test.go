@@ -80,26 +80,43 @@ func TestKnownSequence(t *testing.T) {
 	}
 
 	got := points(t, reader)
-	// The sign-up passes the per-IP ceiling (allowed), then its body is
+	// The sign-up passes the per-IP and per-network ceilings (allowed),
+	// then its body is
 	// read by the nickname policy's key function, which refuses it: the
 	// error is counted under that policy.
 	for k, v := range map[string]float64{
-		"floodgate.outcome=allowed,floodgate.policy=user_id_probe":     10,
-		"floodgate.outcome=denied,floodgate.policy=user_id_probe":      2,
-		"floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling": 1,
-		"floodgate.outcome=error,floodgate.policy=nickname":            1,
+		"floodgate.outcome=allowed,floodgate.policy=user_id_probe":      10,
+		"floodgate.outcome=denied,floodgate.policy=user_id_probe":       2,
+		"floodgate.outcome=allowed,floodgate.policy=user_id_probe_net":  10,
+		"floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling":  1,
+		"floodgate.outcome=allowed,floodgate.policy=signup_net_ceiling": 1,
+		"floodgate.outcome=error,floodgate.policy=nickname":             1,
 	} {
 		decisions["floodgate.decisions{"+k+"}"] = v
 	}
 	metricstest.Want(t, metricstest.Only(got, "floodgate.decisions"), decisions)
 	want := map[string]float64{}
-	for _, name := range []string{"probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip", "reward-account"} {
+	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net", "signup-nickname", "signup-ip", "reward-ip", "reward-net", "reward-account"} {
 		want["floodgate.store.key.count{floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.key.limit{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.debt.limit{floodgate.limiter="+name+"}"] = float64(defaultDebtCapacity(t))
+		want["floodgate.store.lost_debts{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.lost_debts{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
 	}
-	want["floodgate.store.key.count{floodgate.limiter=probe}"] = 1
-	want["floodgate.store.key.count{floodgate.limiter=signup-ceiling}"] = 1
+	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net"} {
+		want["floodgate.store.key.count{floodgate.limiter="+name+"}"] = 1
+	}
 	metricstest.Want(t, metricstest.Only(got, "floodgate.store"), want)
+}
+
+// defaultDebtCapacity is Stats().DebtCapacity of a limiter with the
+// default store.
+func defaultDebtCapacity(t *testing.T) int {
+	tb, err := floodgate.NewTokenBucket(floodgate.PerHour(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb.Stats().DebtCapacity
 }

@@ -5,5 +5,9 @@ package exampleapp
 // (prommetrics.WithPolicies), so that each is reported at 0 before its
 // first decision. TestPolicyNames holds it to what the routes report.
 func PolicyNames() []string {
-	return []string{"user_id_probe", "signup_ip_ceiling", "nickname", "signup_ip", "reward_ip", "reward_account"}
+	return []string{
+		"user_id_probe", "user_id_probe_net",
+		"signup_ip_ceiling", "signup_net_ceiling", "nickname", "signup_ip",
+		"reward_ip", "reward_net", "reward_account",
+	}
 }

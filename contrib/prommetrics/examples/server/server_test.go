@@ -127,13 +127,15 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 
 	body, families := scrape(t, metrics)
 	decisions := decisionCounts(t, families)
-	// The sign-up passes the per-IP ceiling (allowed), then its body is
-	// read by the nickname policy's key function, which refuses it: the
-	// error is counted under that policy.
+	// The sign-up passes the per-IP and per-network ceilings (allowed),
+	// then its body is read by the nickname policy's key function, which
+	// refuses it: the error is counted under that policy.
 	want := zeroDecisions()
 	want["user_id_probe/allowed"] = 10
 	want["user_id_probe/denied"] = 2
+	want["user_id_probe_net/allowed"] = 10
 	want["signup_ip_ceiling/allowed"] = 1
+	want["signup_net_ceiling/allowed"] = 1
 	want["nickname/error"] = 1
 	if len(decisions) != len(want) {
 		t.Errorf("decision series %v, want %v", decisions, want)
@@ -148,7 +150,8 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	for _, mt := range family(t, families, "floodgate_store_keys", dto.MetricType_GAUGE).GetMetric() {
 		stores[label(mt, "limiter")] = mt.GetGauge().GetValue()
 	}
-	wantStores := map[string]float64{"probe": 1, "signup-ceiling": 1, "signup-nickname": 0, "signup-ip": 0, "reward-ip": 0, "reward-account": 0}
+	wantStores := map[string]float64{"probe": 1, "probe-net": 1, "signup-ceiling": 1, "signup-net": 1, "signup-nickname": 0,
+		"signup-ip": 0, "reward-ip": 0, "reward-net": 0, "reward-account": 0}
 	if len(stores) != len(wantStores) {
 		t.Errorf("store series %v, want %v", stores, wantStores)
 	}
