@@ -82,4 +82,3 @@ func pushback(wait time.Duration) string {
 	}
 	return strconv.FormatInt(max(ms, 1), 10)
 }
-

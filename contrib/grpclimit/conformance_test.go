@@ -75,4 +75,3 @@ func (g grpcClient) Do(ctx context.Context, st conformance.Step) conformance.Ans
 // TestConformance runs the outcome cases every transport passes alike
 // (internal/conformance) through grpclimit.
 func TestConformance(t *testing.T) { conformance.Run(t, grpcDriver{}) }
-
