@@ -45,11 +45,12 @@ func (c *middlewareConfig) once(name string) error {
 // proxy, pass a KeyByIP configured with the proxy's address (with a
 // logger, the middleware warns when private or loopback peers send
 // forwarding headers it does not trust). A key error the client caused
-// (ErrNoKey, ErrNoClientIP, ErrInvalidBody, ErrKeyTooLong) is answered
-// 400 (or 413) under every error policy; a key function that is
-// misconfigured (an error wrapping ErrInvalidOption) gets 500; see
-// ErrorStatus. It cannot be used with NewPolicyMiddleware, whose policies
-// carry their key functions.
+// (ErrNoKey, ErrNoClientIP, ErrInvalidBody, ErrKeyTooLong,
+// ErrAmbiguousKey) is answered 400 (or 413) under every error policy; a
+// key function that is misconfigured (an error wrapping ErrInvalidOption)
+// gets 500; any other error of a key function (a lookup that failed) gets
+// 503, also under WithFailOpen; see ErrorStatus. It cannot be used with
+// NewPolicyMiddleware, whose policies carry their key functions.
 func WithKeyFunc(f KeyFunc) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
@@ -92,9 +93,11 @@ func WithCost(n int) MiddlewareOption {
 
 // WithCostFunc makes the cost depend on the request, e.g. on the size of a
 // batch. A cost of 0 lets the request through without consuming (it
-// still gets the quota headers); an error, or a negative cost, goes to the
-// error policy. It replaces WithCost; giving
-// both is an error.
+// still gets the quota headers). A request it cannot price is refused
+// under every error policy, fail-open included (dry-run aside): an error
+// wrapping ErrInvalidBody (a body the client sent malformed) is answered
+// 400, any other error 503, and a negative cost, a bug of the function,
+// 500 (see ErrorStatus). It replaces WithCost; giving both is an error.
 func WithCostFunc(f func(r *http.Request) (int, error)) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
@@ -159,8 +162,9 @@ func WithDeniedHandler(h DeniedHandler) MiddlewareOption {
 //
 // Fail-open never covers what the client can cause or the server must
 // fix, since those would be free passes on demand: a key error of the
-// client's doing is answered 400 (or 413), a misconfiguration 500 (see
-// ErrorStatus). Nor does it cover a client that went away while the
+// client's doing is answered 400 (or 413), a misconfiguration 500, and
+// any other error of a key or cost function 503 (see ErrorStatus): only
+// the limiter's own errors are let through. Nor does it cover a client that went away while the
 // limiter was deciding (the limiter then typically fails with the
 // request's cancelled context): such a request never reaches the handler,
 // under any error policy, and is answered StatusClientClosedRequest with
