@@ -63,7 +63,8 @@
 // function a 503 under either — fail-open forgives only the limiter — and
 // a client that hangs up mid-decision never reaches the handler
 // ([ErrorStatus], [WithFailOpen]). A browser's
-// CORS preflight passes uncounted ([WithLimitPreflights]).
+// CORS preflight costs nothing once a CORS handler has answered it, and a
+// request merely dressed as one is counted ([WithLimitPreflights]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the

@@ -124,6 +124,10 @@ type Call struct {
 	Request *http.Request
 
 	policy *policy // set by the selector
+	// refundable: the call's cost is reserved until Settle, which gives
+	// it back if the call turns out not to count, when the policy's
+	// limiter can refund (the middleware's CORS preflights).
+	refundable bool
 }
 
 // Policy returns the name of the policy the call was keyed by, or would
@@ -282,7 +286,7 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		d.Allowed, d.RetryAfter = false, 0
 	}
 	if d.Allowed {
-		out.NeedsSettle = g.cfg.settle && c.Cost > 0
+		out.NeedsSettle = c.Cost > 0 && (g.cfg.settle || c.refundable && canRefund(c.policy.Limiter))
 	} else {
 		out.Kind, out.Blocked = OutcomeDenied, !g.cfg.dryRun
 	}
@@ -294,6 +298,12 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 	if g.cfg.hook != nil {
 		g.cfg.hook(out.event(evicted))
 	}
+}
+
+// canRefund reports whether l can give units back.
+func canRefund(l Limiter) bool {
+	_, ok := l.(Refunder)
+	return ok
 }
 
 // refuse completes the outcome of a call on which no decision could be

@@ -102,9 +102,6 @@ type middleware struct {
 	// exempting: WithSkip or WithOnly was given (saves a call per request
 	// when neither was).
 	exempting bool
-	// preflightServed: a CORS preflight reached a handler that served it
-	// as a request; preflights are limited from then on.
-	preflightServed atomic.Bool
 	// forwardCheck is the Unix ns before which forwarding headers are not
 	// looked at again.
 	forwardCheck atomic.Int64
@@ -133,12 +130,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	if r.Method == http.MethodOptions && m.exemptPreflight(r) {
-		m.servePreflight(w, r, next)
-		return
-	}
 	var out Outcome
 	m.call(r, &out.Call)
+	// A CORS preflight is decided as a request, and given back if it is
+	// answered as a preflight (preflight.go).
+	out.Call.refundable = r.Method == http.MethodOptions && !m.cfg.preflights && isPreflight(r)
 	m.gate.admit(r.Context(), &out)
 	if m.cfg.logger != nil {
 		m.checkForwarding(r, &out)
@@ -196,11 +192,12 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 }
 
 // serveSettled runs the handler of a request whose cost is reserved
-// (WithCountStatus) and settles it by the status it was answered with,
-// or as counted if the handler panics: the panic goes on up, and
-// whatever the handler did before it counts.
+// (WithCountStatus, a CORS preflight) and settles it by the status it was
+// answered with, or as counted if the handler panics: the panic goes on
+// up, and whatever the handler did before it counts.
 func (m *middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, out *Outcome) {
-	sw := &statusWriter{ResponseWriter: w, settling: settling{gate: m.gate, ctx: r.Context(), out: *out, counts: m.cfg.countStatus}}
+	sw := &statusWriter{ResponseWriter: w, settling: settling{gate: m.gate, ctx: r.Context(), out: *out,
+		counts: m.cfg.countStatus, preflight: out.Call.refundable}}
 	returned := false
 	defer func() {
 		if !returned {

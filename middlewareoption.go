@@ -341,21 +341,27 @@ func WithRefundUncounted() MiddlewareOption {
 	}
 }
 
-// WithLimitPreflights limits CORS preflight requests like any other. By
-// default a preflight (an OPTIONS request carrying Origin and
-// Access-Control-Request-Method, which a browser sends on its own before
-// a cross-origin request) is neither counted nor refused: counting it
-// would spend a unit of the user's quota per real request, and refusing
-// it would hide the real answer from the page, since a refused preflight
-// reaches the script as a network error, not as a 429 it can read.
+// WithLimitPreflights counts CORS preflight requests like any other
+// request. By default a preflight — a request in the exact shape a
+// browser sends on its own before a cross-origin request: OPTIONS, an
+// Origin that is a serialized origin, one Access-Control-Request-Method,
+// no body, no Authorization or Cookie — is decided as a request, its cost
+// reserved, and given back once the handler has answered it as a
+// preflight that succeeds in a browser: a 2xx carrying
+// Access-Control-Allow-Origin, with no body. So an honest preflight,
+// answered by a CORS handler inside the limit, never consumes quota (it
+// would charge the user twice per real request), while a request merely
+// dressed as one — at a handler that answers OPTIONS as it answers GET,
+// with a body, a bare 401 or a 204 without CORS headers — stays counted,
+// and no more of them than the quota holds are ever in flight. On a spent
+// quota a preflight is refused with 429, which costs a browser nothing:
+// in that placement the 429 of the real request carries no CORS headers
+// either, so the page could not read it. The CORS handler belongs outside
+// the limit (see the README's section on CORS); preflights then never
+// reach it.
 //
-// The exemption cannot become a way around the limit: a preflight the
-// handler serves as a request — one whose response has a body, which no
-// CORS handler's preflight answer has (a handler that answers OPTIONS as
-// it answers GET, with no CORS handler in between) — ends it for this
-// middleware, with a line at ERROR: from then on, preflights are limited
-// as under this option. See the README's section on CORS for where the
-// CORS handler goes.
+// A limiter that cannot give units back (no Refunder: SharedLimiter, or
+// one of your own) counts preflights as under this option.
 func WithLimitPreflights() MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		c.preflights = true

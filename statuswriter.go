@@ -27,8 +27,9 @@ type DeferredSettler interface {
 }
 
 // statusWriter records the status of a response for WithCountStatus, and
-// settles the request by it. It forwards Flush, Hijack and ReadFrom, and
-// Unwrap lets http.ResponseController reach the other optional methods
+// for a CORS preflight whether it was answered as one, and settles the
+// request by them. It forwards Flush, Hijack and ReadFrom, and Unwrap
+// lets http.ResponseController reach the other optional methods
 // (deadlines, full duplex) of the writer below.
 type statusWriter struct {
 	http.ResponseWriter
@@ -37,14 +38,17 @@ type statusWriter struct {
 	deferred bool // a framework took the settlement over (DeferSettle)
 }
 
-// settling is what settles one request: the gate, the outcome and the
-// status predicate, and whether it is done.
+// settling is what settles one request: the gate, the outcome, the
+// status predicate (nil: every status counts) and, for a preflight, its
+// answer so far; and whether it is done.
 type settling struct {
-	gate    *Gate
-	ctx     context.Context
-	out     Outcome
-	counts  func(status int) bool
-	settled atomic.Bool
+	gate      *Gate
+	ctx       context.Context
+	out       Outcome
+	counts    func(status int) bool
+	preflight bool // the request has a preflight's shape: see preflight.go
+	answer    preflightAnswer
+	settled   atomic.Bool
 }
 
 // settle settles the request once; later calls do nothing.
@@ -54,9 +58,21 @@ func (s *settling) settle(res Result) {
 	}
 }
 
-// settleStatus settles the request by the status it was answered with.
-func (s *settling) settleStatus(status int) {
-	s.settle(Result{Uncounted: !s.counts(status)})
+// settleStatus settles the request by the status it was answered with:
+// it does not count if the predicate says so, or if it is a preflight
+// answered as one.
+func (w *statusWriter) settleStatus(status int) {
+	uncounted := w.counts != nil && !w.counts(status)
+	if w.preflight {
+		if w.status == 0 {
+			// Nothing went through here: the header goes out as it is
+			// now (net/http after the handler, or a framework after its
+			// chain).
+			w.answer.committed(w.Header())
+		}
+		uncounted = uncounted || w.answer.answered(status)
+	}
+	w.settle(Result{Uncounted: uncounted})
 }
 
 // DeferSettle implements DeferredSettler.
@@ -65,18 +81,27 @@ func (w *statusWriter) DeferSettle() func(status int) {
 	return w.settleStatus
 }
 
+// final records the response's final status, as its header goes out.
+func (w *statusWriter) final(code int) {
+	w.status = code
+	if w.preflight {
+		w.answer.committed(w.Header())
+	}
+}
+
 func (w *statusWriter) WriteHeader(code int) {
 	// 1xx responses other than 101 are interim; the final status follows.
 	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.status = code
+		w.final(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
+	w.answer.body = w.answer.body || len(b) > 0
 	return w.ResponseWriter.Write(b)
 }
 
@@ -91,7 +116,7 @@ func (w *statusWriter) Flush() { _ = w.FlushError() }
 // http.ResponseController prefers it to Flush.
 func (w *statusWriter) FlushError() error {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
@@ -100,22 +125,28 @@ func (w *statusWriter) FlushError() error {
 // connection, if it can be.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil && w.status == 0 {
-		w.status = http.StatusSwitchingProtocols
+	if err == nil {
+		w.answer.body = true // served, whatever the status
+		if w.status == 0 {
+			w.status = http.StatusSwitchingProtocols
+		}
 	}
 	return conn, rw, err
 }
 
 // ReadFrom implements io.ReaderFrom, so that io.Copy to the response
 // keeps the wrapped writer's fast path (sendfile for a *os.File).
-func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+func (w *statusWriter) ReadFrom(src io.Reader) (n int64, err error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(src)
+		n, err = rf.ReadFrom(src)
+	} else {
+		n, err = io.Copy(w.ResponseWriter, src)
 	}
-	return io.Copy(w.ResponseWriter, src)
+	w.answer.body = w.answer.body || n > 0
+	return n, err
 }
 
 func (w *statusWriter) statusCode() int {
