@@ -291,7 +291,9 @@ func TestIsPreflight(t *testing.T) {
 		{"method not a token", func(r *http.Request) { r.Header.Set("Access-Control-Request-Method", "PO ST") }, false},
 		{"two methods", func(r *http.Request) { r.Header.Add("Access-Control-Request-Method", "GET") }, false},
 		{"body", func(r *http.Request) { r.Body, r.ContentLength = ioNopCloser("x"), 1 }, false},
-		{"chunked body", func(r *http.Request) { r.Body, r.ContentLength, r.TransferEncoding = ioNopCloser("x"), -1, []string{"chunked"} }, false},
+		{"chunked body", func(r *http.Request) {
+			r.Body, r.ContentLength, r.TransferEncoding = ioNopCloser("x"), -1, []string{"chunked"}
+		}, false},
 		{"authorization", func(r *http.Request) { r.Header.Set("Authorization", "Bearer x") }, false},
 		{"cookie", func(r *http.Request) { r.Header.Set("Cookie", "a=b") }, false},
 	} {
