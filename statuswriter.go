@@ -64,13 +64,16 @@ func (s *settling) settle(res Result) {
 func (w *statusWriter) settleStatus(status int) {
 	uncounted := w.counts != nil && !w.counts(status)
 	if w.preflight {
-		if w.status == 0 {
-			// Nothing went through here: the header goes out as it is
-			// now (net/http after the handler, or a framework after its
-			// chain).
+		seen := w.status != 0
+		if !seen && !w.deferred {
+			// The handler wrote nothing: net/http sends the header as it
+			// is now.
 			w.answer.committed(w.Header())
+			seen = true
 		}
-		uncounted = uncounted || w.answer.answered(status)
+		// A status a framework sent around this writer may have had a
+		// body this writer did not see either: it stays counted.
+		uncounted = uncounted || seen && w.answer.answered(status)
 	}
 	w.settle(Result{Uncounted: uncounted})
 }

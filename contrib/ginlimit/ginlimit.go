@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/gin-gonic/gin"
@@ -47,17 +49,25 @@ func NewRoutes(rt *floodgate.Routes, opts ...floodgate.MiddlewareOption) (gin.Ha
 // chain carries a gin request through the floodgate middleware.
 type chain struct {
 	c    *gin.Context
+	l    *limit
 	next bool // the middleware let the request through
 }
 
 type chainKey struct{}
 
+// limit is one gin handler's state: whether it has warned that it
+// settles without Serve.
+type limit struct {
+	warned atomic.Bool
+}
+
 // handler adapts a floodgate middleware: the handler it protects runs the
 // rest of the gin chain.
 func handler(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 	limited := mw(http.HandlerFunc(runChain))
+	l := &limit{}
 	return func(c *gin.Context) {
-		ch := &chain{c: c}
+		ch := &chain{c: c, l: l}
 		limited.ServeHTTP(c.Writer, c.Request.WithContext(context.WithValue(c.Request.Context(), chainKey{}, ch)))
 		if !ch.next {
 			// Denied or refused: floodgate has answered.
@@ -84,13 +94,24 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 	gw := &writer{ResponseWriter: orig, mw: w}
 	c.Writer = gw
 	if ds, ok := w.(floodgate.DeferredSettler); ok {
-		// The request is settled by its status (WithCountStatus), and a
-		// middleware registered before the limit may still set it after
-		// this chain returns: gw stays c.Writer, and settles the request
-		// with the status actually sent.
-		gw.settling = &settling{settle: ds.DeferSettle()}
+		// The request is settled by its status (WithCountStatus, a CORS
+		// preflight), and a middleware registered before the limit may
+		// still set it after this chain returns: gw stays c.Writer.
+		settle := ds.DeferSettle()
+		if s, ok := r.Context().Value(sentKey{}).(*sent); ok {
+			// Serve records the response beneath gin: the status
+			// actually sent settles the request once the engine is done.
+			s.settles = append(s.settles, settle)
+			c.Next()
+			return
+		}
+		// Best effort: the status actually sent, as far as this writer,
+		// gin's and the request's end can tell it.
+		gw.settling = &settling{settle: settle}
 		c.Next()
-		gw.returned(r.Context())
+		if !gw.returned(r.Context()) {
+			ch.l.warnUnseen(r)
+		}
 		return
 	}
 	defer func() { c.Writer = orig }()
@@ -148,9 +169,9 @@ func (s *settling) settleIf(ended bool) {
 	}
 }
 
-// returned records that the limit's chain is back; the status so far is
-// gin's.
-func (w *writer) returned(ctx context.Context) {
+// returned records that the limit's chain is back, and reports whether
+// the response was sent by then; the status so far is gin's.
+func (w *writer) returned(ctx context.Context) bool {
 	s := w.settling
 	s.mu.Lock()
 	s.back = true
@@ -161,9 +182,23 @@ func (w *writer) returned(ctx context.Context) {
 	s.mu.Unlock()
 	if committed {
 		s.settleIf(false)
-		return
+		return true
 	}
 	context.AfterFunc(ctx, func() { s.settleIf(true) })
+	return false
+}
+
+// warnUnseen says once, at WARN, that a response this limit settles by
+// its status was not sent when the limit's chain returned, and that
+// without Serve a middleware before the limit that writes it through a
+// writer of its own is not seen.
+func (l *limit) warnUnseen(r *http.Request) {
+	if l.warned.CompareAndSwap(false, true) {
+		slog.Default().LogAttrs(r.Context(), slog.LevelWarn,
+			"ginlimit: a response the limit settles by its status (WithCountStatus, a CORS preflight's refund) was not sent when the limit's chain returned; if a middleware registered before the limit writes it through a writer it swaps in and restores (an access log), it is not seen, and the request is settled by the status gin holds (a preflight stays counted). Serve the engine with ginlimit.Serve(engine) to settle by the status actually sent",
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path))
+	}
 }
 
 // writer is the gin.ResponseWriter the handlers see while the middleware
