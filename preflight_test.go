@@ -344,6 +344,22 @@ func TestPreflightAnswers(t *testing.T) {
 	}
 }
 
+// Under WithCountStatus too, a preflight answered as one is given back,
+// and a dressed one answered with a counted status stays counted.
+func TestPreflightUnderCountStatus(t *testing.T) {
+	lim := mustTokenBucket(t, PerHour(3), WithClock(routeClock()))
+	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusUnauthorized) })
+	limit := mustMiddleware(t, lim, WithCountStatus(func(s int) bool { return s == http.StatusUnauthorized }))
+	serve(limit(cors(pageOrigin, login)), preflight("/login"))
+	if got := remaining(t, lim, "198.51.100.4"); got != 3 {
+		t.Errorf("%d of 3 left after an honest preflight", got)
+	}
+	serve(limit(login), preflight("/login"))
+	if got := remaining(t, lim, "198.51.100.4"); got != 2 {
+		t.Errorf("%d of 3 left after a dressed one answered 401, want 2", got)
+	}
+}
+
 // A limiter that cannot give units back counts preflights: the safe side.
 func TestPreflightOnLimiterThatCannotRefund(t *testing.T) {
 	lim := &fakeLimiter{d: Decision{Allowed: true, Limit: 10, Remaining: 9}}

@@ -11,7 +11,7 @@ import (
 
 // DeferredSettler is implemented by the ResponseWriter the middleware
 // hands to the handler of a request it settles by status
-// (WithCountStatus). A framework whose response may still change after
+// (WithCountStatus, or a CORS preflight given back if answered as one). A framework whose response may still change after
 // the handler has returned calls DeferSettle before returning: the
 // middleware then does not settle when the handler returns, and the
 // framework calls the function it got, once, with the status actually
