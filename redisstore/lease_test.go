@@ -264,6 +264,16 @@ func TestLeaseConcurrentNeverOver(t *testing.T) {
 // allowed per key. An error fails t.
 func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, attempts int) map[string]int {
 	t.Helper()
+	got, errs := roundAllowed(insts, keys, goroutines, attempts)
+	for _, err := range errs {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// roundAllowed is concurrentRound for callers off the test's goroutine:
+// it returns the failed decisions' errors instead of failing a test.
+func roundAllowed(insts []leased, keys []string, goroutines, attempts int) (map[string]int, []error) {
 	var mu sync.Mutex
 	got := map[string]int{}
 	var wg sync.WaitGroup
@@ -291,8 +301,9 @@ func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, at
 	}
 	wg.Wait()
 	close(errs)
+	var out []error
 	for err := range errs {
-		t.Fatal(err)
+		out = append(out, err)
 	}
-	return got
+	return got, out
 }
