@@ -134,10 +134,13 @@ func leaseDuringReshard(insts []leased, oracle floodgate.Limiter, clock *floodga
 }
 
 // leaseRound runs one round at the clock's instant: each instance's three
-// goroutines ask for one unit of every key once.
+// goroutines ask for every key once, one unit in four requests, two or
+// three in the others, so that a lease often holds fewer units than the
+// next request and gives its tail back with the next lease.
 func leaseRound(run *leaseReshardRun, insts []leased, oracle floodgate.Limiter, keys []string) {
 	const goroutines = 3
-	got, errs := roundAllowed(insts, keys, goroutines, len(keys))
+	cost := func(i, g, j int) int { return []int{1, 1, 2, 3}[(i+g+j+run.rounds)%4] }
+	got, errs := roundAllowed(insts, keys, goroutines, len(keys), cost)
 	run.decisions += len(insts) * goroutines * len(keys)
 	run.failed += len(errs)
 	for _, err := range errs {

@@ -111,6 +111,7 @@ func sumStats(ls []leased) redisstore.LeaseStats {
 		s.LocalRefunds += x.LocalRefunds
 		s.AheadUnits += x.AheadUnits
 		s.Keys += x.Keys
+		s.MaxKeys += x.MaxKeys
 	}
 	return s
 }
@@ -264,7 +265,7 @@ func TestLeaseConcurrentNeverOver(t *testing.T) {
 // allowed per key. An error fails t.
 func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, attempts int) map[string]int {
 	t.Helper()
-	got, errs := roundAllowed(insts, keys, goroutines, attempts)
+	got, errs := roundAllowed(insts, keys, goroutines, attempts, nil)
 	for _, err := range errs {
 		t.Fatal(err)
 	}
@@ -272,8 +273,10 @@ func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, at
 }
 
 // roundAllowed is concurrentRound for callers off the test's goroutine:
-// it returns the failed decisions' errors instead of failing a test.
-func roundAllowed(insts []leased, keys []string, goroutines, attempts int) (map[string]int, []error) {
+// it returns the failed decisions' errors instead of failing a test. cost
+// gives the units of the j-th request of goroutine g of instance i (nil:
+// one each).
+func roundAllowed(insts []leased, keys []string, goroutines, attempts int, cost func(i, g, j int) int) (map[string]int, []error) {
 	var mu sync.Mutex
 	got := map[string]int{}
 	var wg sync.WaitGroup
@@ -284,15 +287,18 @@ func roundAllowed(insts []leased, keys []string, goroutines, attempts int) (map[
 			go func() {
 				defer wg.Done()
 				for j := 0; j < attempts; j++ {
-					key := keys[(i+g+j)%len(keys)]
-					d, err := l.AllowN(context.Background(), key, 1)
+					key, n := keys[(i+g+j)%len(keys)], 1
+					if cost != nil {
+						n = cost(i, g, j)
+					}
+					d, err := l.AllowN(context.Background(), key, n)
 					if err != nil {
 						errs <- fmt.Errorf("instance %d: %w", i, err)
 						return
 					}
 					if d.Allowed {
 						mu.Lock()
-						got[key]++
+						got[key] += n
 						mu.Unlock()
 					}
 				}
