@@ -113,9 +113,9 @@ type Call struct {
 	// Free makes the call cost nothing: it is decided with n = 0, which
 	// reports the quota without consuming, and always allowed.
 	Free bool
-	// Method and Path say where the call goes, in the log lines: an
-	// HTTP request's method and URL path; for gRPC, say, "POST" and the
-	// full method.
+	// Method and Path say where the call goes, in the log lines: for
+	// gRPC, say, "POST" and the full method. Left empty, they are
+	// Request's method and URL path.
 	Method, Path string
 	// Request is the HTTP request, shown to the decision hook as
 	// DecisionEvent.Request; nil for calls of other transports.

@@ -52,7 +52,11 @@ func (g *Gate) paced(w *pace.Window, period time.Duration) (bool, uint64) {
 // where returns the attributes that say where a call went.
 func (out *Outcome) where() (slog.Attr, slog.Attr, slog.Attr) {
 	c := &out.Call
-	return slog.String("policy", c.Policy()), slog.String("method", c.Method), slog.String("path", c.Path)
+	method, path := c.Method, c.Path
+	if r := c.Request; r != nil && method == "" && path == "" {
+		method, path = r.Method, r.URL.Path
+	}
+	return slog.String("policy", c.Policy()), slog.String("method", method), slog.String("path", path)
 }
 
 func (g *Gate) logDenial(ctx context.Context, out *Outcome) {

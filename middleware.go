@@ -99,6 +99,9 @@ type middleware struct {
 	cfg  middlewareConfig
 	sel  *SelectorFor[*http.Request]
 	gate *Gate
+	// exempting: WithSkip or WithOnly was given (saves a call per request
+	// when neither was).
+	exempting bool
 	// preflightServed: a CORS preflight reached a handler that served it
 	// as a request; preflights are limited from then on.
 	preflightServed atomic.Bool
@@ -115,7 +118,7 @@ func newMiddleware(c middlewareConfig, sel *SelectorFor[*http.Request]) (func(ht
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{cfg: c, sel: sel, gate: gate}
+	m := &middleware{cfg: c, sel: sel, gate: gate, exempting: len(c.skip) > 0 || len(c.only) > 0}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.serve(w, r, next)
@@ -126,7 +129,7 @@ func newMiddleware(c middlewareConfig, sel *SelectorFor[*http.Request]) (func(ht
 // serve orders one request's way through the limit: exemptions, then the
 // decision, then the answer.
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.skipped(r) {
+	if m.exempting && m.skipped(r) {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -162,7 +165,7 @@ func (m *middleware) skipped(r *http.Request) bool {
 func (m *middleware) call(r *http.Request, c *Call) {
 	i, key, err := m.sel.pick(r)
 	c.Key, c.Err, c.policy = key, err, m.sel.policies[i]
-	c.Method, c.Path, c.Request = r.Method, r.URL.Path, r
+	c.Request = r // Method and Path, for the log lines, come from it
 	if err == nil && m.cfg.costFunc != nil {
 		c.Cost, c.Err = m.cfg.costFunc(r)
 		c.Free = c.Err == nil && c.Cost == 0
