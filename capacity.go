@@ -63,8 +63,8 @@ func checkCapacity(policy string, l Limiter, cost int) error {
 		return nil
 	}
 	if c := cp.Capacity(); cost > c {
-		return fmt.Errorf("%w: policy %q: cost %d is above the limiter's capacity %d, so every request would be refused (%w)",
-			ErrInvalidOption, policy, cost, c, ErrCostExceedsLimit)
+		return fmt.Errorf("policy %q: %w: cost %d is above the limiter's capacity %d, so every request would be refused (%w)",
+			policy, ErrInvalidOption, cost, c, ErrCostExceedsLimit)
 	}
 	return nil
 }

@@ -57,10 +57,14 @@ func (c *ipConfig) setSource(s ipSource, header string) error {
 // Every address inside a trusted range can set any key: the forwarding
 // header it sends is believed. Trust the proxies' own addresses where you
 // can; PrivatePrefixes trusts every host of the internal network, so any
-// of them, compromised, can pose as any client. A prefix of length 0
-// (0.0.0.0/0, ::/0, or ::ffff:0:0/96, which is all of IPv4) is an error
-// wrapping ErrInvalidOption: trusting every address would let every
-// client choose its own key, which is no limit at all.
+// of them, compromised, can pose as any client. Trusting every address
+// would let every client choose its own key, which is no limit at all:
+// a prefix of length 0 (0.0.0.0/0, ::/0, or ::ffff:0:0/96, which is all
+// of IPv4) is an error wrapping ErrInvalidOption, and so is a list, over
+// all TrustProxies options, whose prefixes together cover every public
+// IPv4 address (0.0.0.0/1 and 128.0.0.0/1, say, or the unicast /8s;
+// private, loopback, documentation and multicast ranges left out do not
+// count), every global IPv6 address (2000::/3) or the IPv4-mapped block.
 //
 // Trusting proxies without choosing a source (FromXForwardedFor,
 // FromXForwardedForHops, FromHeader or FromForwarded) is an error: every
@@ -373,9 +377,10 @@ func (r *IPResolver) Addr(peer string, forwarded []string) (netip.Addr, error) {
 // limit trusts. A client whose address cannot be resolved is not exempt:
 // it is limited, and its key function reports the error. IPv4-mapped
 // prefixes are converted to IPv4; a transition address is matched by the
-// IPv4 address it carries. An empty list, an invalid prefix or a prefix
-// of length 0 (which would exempt everyone) is an error wrapping
-// ErrInvalidOption.
+// IPv4 address it carries. An empty list, an invalid prefix, or a list
+// that would exempt everyone (a prefix of length 0, or prefixes that
+// together cover every client, as TrustProxies refuses them) is an error
+// wrapping ErrInvalidOption.
 func SkipClients(prefixes []netip.Prefix, opts ...IPOption) (func(*http.Request) bool, error) {
 	if len(prefixes) == 0 {
 		return nil, fmt.Errorf("%w: SkipClients needs at least one prefix", ErrInvalidOption)
@@ -391,6 +396,9 @@ func SkipClients(prefixes []netip.Prefix, opts ...IPOption) (func(*http.Request)
 			return nil, fmt.Errorf("%w: exempt prefix %v is every address: it would disable the limit", ErrInvalidOption, given)
 		}
 		exempt = append(exempt, p.Masked())
+	}
+	if space, all := everyoneIn(exempt); all {
+		return nil, fmt.Errorf("%w: the exempt prefixes together cover %s: it would disable the limit; name the clients to exempt", ErrInvalidOption, space)
 	}
 	client, err := ClientIP(opts...)
 	if err != nil {
@@ -421,6 +429,9 @@ func newIPConfig(opts []IPOption) (*ipConfig, error) {
 		if err := o(c); err != nil {
 			return nil, err
 		}
+	}
+	if space, all := everyoneIn(c.trusted); all {
+		return nil, fmt.Errorf("%w: the trusted proxy prefixes together cover %s: any client could set its own key through a forwarding header; name the proxies' addresses", ErrInvalidOption, space)
 	}
 	trusts := len(c.trusted) > 0 || c.trustUnix
 	switch {

@@ -182,6 +182,116 @@ func TestKeyByIPInvalidOptions(t *testing.T) {
 	}
 }
 
+// prefixes parses a list of prefixes.
+func prefixes(ss ...string) []netip.Prefix {
+	ps := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		ps[i] = netip.MustParsePrefix(s)
+	}
+	return ps
+}
+
+// slash8s returns the IPv4 /8s from first to last.
+func slash8s(first, last int) []netip.Prefix {
+	var ps []netip.Prefix
+	for i := first; i <= last; i++ {
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(i)}), 8))
+	}
+	return ps
+}
+
+// piecesOfEveryone are trusted-proxy lists that, together, hold every
+// address a client can connect from, though no prefix alone is /0 (issue
+// 18 item 6).
+var piecesOfEveryone = []struct {
+	name string
+	list []netip.Prefix
+}{
+	{"IPv4 halves", prefixes("0.0.0.0/1", "128.0.0.0/1")},
+	{"IPv6 halves", prefixes("::/1", "8000::/1")},
+	{"IPv4-mapped /97s", prefixes("::ffff:0:0/97", "::ffff:128.0.0.0/97")},
+	{"a mapped half and a plain half", prefixes("::ffff:0:0/97", "128.0.0.0/1")},
+	{"256 /8s", slash8s(0, 255)},
+	{"the 223 unicast /8s", slash8s(1, 223)},
+	{"the unicast /8s but the private one", append(slash8s(1, 9), slash8s(11, 223)...)},
+	{"global IPv6 unicast", prefixes("2000::/3")},
+	{"global IPv6 in quarters", prefixes("2000::/5", "2800::/5", "3000::/5", "3800::/5")},
+	{"the IPv4-mapped block as IPv6", prefixes("::/8")},
+	{"overlapping, out of order", prefixes("128.0.0.0/2", "0.0.0.0/1", "192.0.0.0/2", "64.0.0.0/3")},
+	{"everything but one private /24", allBut(netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.1.2.0/24"))},
+	{"every IPv6 address but loopback", allBut(netip.MustParsePrefix("::/0"), netip.MustParsePrefix("::1/128"))},
+}
+
+// TestTrustEveryoneInPieces: a trusted list whose prefixes together cover
+// every public IPv4 address, every global IPv6 address or the
+// IPv4-mapped block is refused at construction, as /0 is, also when given
+// over several TrustProxies options; so is such an exemption list. Before
+// the fix each was accepted and any client picked its key with one
+// X-Forwarded-For line.
+func TestTrustEveryoneInPieces(t *testing.T) {
+	for _, tc := range piecesOfEveryone {
+		t.Run(tc.name, func(t *testing.T) {
+			kf, err := KeyByIP(TrustProxies(tc.list...), FromXForwardedFor())
+			if !errors.Is(err, ErrInvalidOption) || kf != nil || !strings.Contains(err.Error(), "name the proxies") {
+				if kf != nil {
+					k, _ := kf(ipReq("198.51.100.9:1", "X-Forwarded-For", "any-key-i-like"))
+					k2, _ := kf(ipReq("198.51.100.9:1", "X-Forwarded-For", "203.0.113.99"))
+					t.Errorf("accepted: a client picks its key (%q, %q)", k, k2)
+				}
+				t.Fatalf("KeyByIP: %v; want ErrInvalidOption naming the fix", err)
+			}
+			half := len(tc.list) / 2
+			if _, err := KeyByIP(TrustProxies(tc.list[:half]...), TrustProxies(tc.list[half:]...), FromHeader("X-Real-IP")); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("split over two TrustProxies: %v; want ErrInvalidOption", err)
+			}
+			if _, err := ClientIP(TrustProxies(tc.list...), FromForwarded()); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("ClientIP: %v; want ErrInvalidOption", err)
+			}
+			if _, err := SkipClients(tc.list); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("SkipClients: %v; want ErrInvalidOption", err)
+			}
+		})
+	}
+}
+
+// allBut returns prefixes that together hold every address of within
+// but those of hole: the sibling of each prefix on the way from hole up
+// to within.
+func allBut(within, hole netip.Prefix) []netip.Prefix {
+	var ps []netip.Prefix
+	for p := hole.Masked(); p.Bits() > within.Bits(); {
+		b := p.Addr().AsSlice()
+		i := p.Bits() - 1
+		b[i/8] ^= 0x80 >> (i % 8)
+		sibling, _ := netip.AddrFromSlice(b)
+		ps = append(ps, netip.PrefixFrom(sibling, p.Bits()))
+		p = netip.PrefixFrom(p.Addr(), p.Bits()-1).Masked()
+	}
+	return ps
+}
+
+// TestTrustLargeButPartialLists: broad lists that leave some clients out
+// are accepted: the rule is "every client", not "too many" (a list that
+// leaves one public /24 out is accepted; so is 0.0.0.0/1 alone).
+func TestTrustLargeButPartialLists(t *testing.T) {
+	for name, list := range map[string][]netip.Prefix{
+		"private and loopback":            append(PrivatePrefixes(), LoopbackPrefixes()...),
+		"a CDN's ranges":                  prefixes("173.245.48.0/20", "103.21.244.0/22", "104.16.0.0/13", "172.64.0.0/13", "2400:cb00::/32", "2606:4700::/32"),
+		"one IPv4 half":                   prefixes("0.0.0.0/1"),
+		"all but one public /24":          allBut(netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("198.51.99.0/24")),
+		"all but one global IPv6 /48":     allBut(netip.MustParsePrefix("2000::/3"), netip.MustParsePrefix("2a00:1450:4001::/48")),
+		"global IPv6 but one /4":          prefixes("2000::/4"),
+		"non-global IPv6 above 2000::/3":  prefixes("4000::/2", "8000::/1"),
+		"the mapped block less one /97":   prefixes("::ffff:0:0/97"),
+		"IPv4 as NAT64, not IPv4-mapped":  prefixes("64:ff9b::/96"),
+		"everything IPv4 is not reserved": prefixes("224.0.0.0/3"),
+	} {
+		if _, err := KeyByIP(TrustProxies(list...), FromXForwardedFor()); err != nil {
+			t.Errorf("%s: %v; want accepted", name, err)
+		}
+	}
+}
+
 // TestUnixSocketPeerRefusedByDefault: a unix-socket peer has no address;
 // without TrustUnixSocket it is an error that names the option, never a
 // shared key.

@@ -58,7 +58,8 @@
 // follows an explicit policy: fail closed (503) by default, or fail open;
 // what the client caused (no key, a bad address or body) is a 400 under
 // either, a misconfiguration a 500, and a client that hangs up mid-decision
-// never reaches the handler ([ErrorStatus], [WithFailOpen]).
+// never reaches the handler ([ErrorStatus], [WithFailOpen]). A browser's
+// CORS preflight passes uncounted ([WithLimitPreflights]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the

@@ -117,7 +117,7 @@ func (s *SignupService) Register(ctx context.Context, nickname string) error {
 			return err
 		}
 		if !d.Allowed {
-			seconds := (d.RetryAfter + time.Second - 1) / time.Second // rounded up
+			seconds := floodgate.RetryAfterSeconds(d.RetryAfter) // rounded up, at least 1
 			return fmt.Errorf("%w like %q: retry in %ds", ErrTooManySignups, nickname, seconds)
 		}
 	}
@@ -206,7 +206,7 @@ func signupHandler(policies *floodgate.PolicySelector) http.HandlerFunc {
 			status := floodgate.ErrorStatus(err)
 			http.Error(w, http.StatusText(status), status)
 		case !d.Allowed:
-			w.Header().Set("Retry-After", strconv.Itoa(int((d.RetryAfter+time.Second-1)/time.Second)))
+			w.Header().Set("Retry-After", strconv.FormatInt(floodgate.RetryAfterSeconds(d.RetryAfter), 10))
 			http.Error(w, "too many sign-ups by "+policy, http.StatusTooManyRequests)
 		default:
 			w.WriteHeader(http.StatusCreated) // create the account here

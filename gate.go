@@ -88,7 +88,7 @@ func newGate(c gateConfig, policies []*policy) (*Gate, error) {
 			return nil, err
 		}
 		if _, ok := p.Limiter.(Refunder); c.settle && !ok {
-			return nil, fmt.Errorf("%w: policy %q: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", ErrInvalidOption, p.Name)
+			return nil, fmt.Errorf("policy %q: %w: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", p.Name, ErrInvalidOption)
 		}
 		if err := checkKinds(c, p); err != nil {
 			return nil, err
@@ -159,7 +159,8 @@ const (
 	// sent).
 	OutcomeDenied
 	// OutcomeClientError: the call could not be keyed for its client's
-	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody):
+	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody,
+	// ErrAmbiguousKey):
 	// refused under every error policy but dry-run. HTTP answers 400 (413
 	// for a body over a key function's bound); gRPC InvalidArgument.
 	OutcomeClientError
@@ -195,8 +196,11 @@ func (k OutcomeKind) String() string {
 // If Blocked, the handler must not run: the adapter answers a denial
 // (Kind OutcomeDenied) with the Quota values and Decision.RetryAfter, a
 // hang-up with nothing, and the other kinds with its transport's error
-// for them. Otherwise the handler runs, with the Quota values sent along
-// (none for an error let through by the error policy).
+// for them — or with its user's error handler, if it offers one (the
+// middleware's WithErrorHandler): a custom error policy is the adapter's
+// answer to a blocked error, never a way to let one through. Otherwise
+// the handler runs, with the Quota values sent along (none for an error
+// let through by the error policy).
 type Outcome struct {
 	// Call is the call as admitted: its Key and Policy, where it went,
 	// and its Cost as charged (the gate's cost applied; 0 when no
@@ -349,7 +353,8 @@ func errorKind(err error) OutcomeKind {
 	switch {
 	case errors.Is(err, ErrInvalidOption):
 		return OutcomeMisconfigured
-	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong):
+	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong),
+		errors.Is(err, ErrAmbiguousKey):
 		return OutcomeClientError
 	}
 	return OutcomeFailed

@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"net/textproto"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,163 +33,53 @@ type KeyFunc func(r *http.Request) (string, error)
 // next one; every other key error stops the request.
 var ErrNoKey = errors.New("floodgate: request carries no key")
 
+// ErrAmbiguousKey reports a request that gives its key more than one
+// value: a form field in both the URL query and the body with different
+// values, a field or query parameter repeated with different values, a
+// header given on several lines that differ. A handler could then act on
+// another value than the one the limit counts (FormValue prefers the
+// query to a multipart body, PostFormValue reads only the body, a loop
+// over Request.Form sees every value), so the request is refused:
+// ErrorStatus answers it 400 under every error policy. It does not wrap
+// ErrNoKey, so a PolicySelector never falls back to a weaker limit for
+// it.
+var ErrAmbiguousKey = errors.New("floodgate: request gives its key more than one value")
+
 // ErrInvalidBody reports a request body a key function could not use: too
 // large for its bound, not the JSON it expects, or failing to read. It does
 // not wrap ErrNoKey, so a PolicySelector does not fall back to a weaker
 // limit for a body the handler might still accept.
 var ErrInvalidBody = errors.New("floodgate: request body cannot be read for a key")
 
-// MaxFormBytes is the most of a request body KeyByForm reads: a larger
-// URL-encoded body gets ErrInvalidBody, and so does a multipart body
-// whose field does not end within it.
-const MaxFormBytes = 64 << 10
-
 // KeyByHeader returns a KeyFunc that keys a request by the value of the
-// header name: its first line, as Header.Get reads it, trimmed of white
-// space. A missing or empty header yields ErrNoKey. An empty name, or one
-// that is not an HTTP token, is an error wrapping ErrInvalidOption.
+// header name, trimmed of white space, as Header.Get reads it. A header
+// given on several lines must give the same value on each: lines that
+// differ (an empty one included) yield ErrAmbiguousKey, since a handler
+// or a proxy that reads another line than the first would act on another
+// value than the one counted. A missing or empty header yields ErrNoKey.
+// An empty name, or one that is not an HTTP token, is an error wrapping
+// ErrInvalidOption.
 func KeyByHeader(name string) (KeyFunc, error) {
 	if !validHeaderName(name) {
 		return nil, keyArgError("KeyByHeader", "header name %q is not an HTTP token: pass a header name such as \"X-API-Key\"", name)
 	}
 	key := textproto.CanonicalMIMEHeaderKey(name)
 	return func(r *http.Request) (string, error) {
-		if v := r.Header[key]; len(v) > 0 {
-			if s := trimOWS(v[0]); s != "" {
-				return s, nil
+		lines := r.Header[key]
+		if len(lines) == 0 {
+			return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, key)
+		}
+		v := trimOWS(lines[0])
+		for _, l := range lines[1:] {
+			if trimOWS(l) != v {
+				return "", fmt.Errorf("%w: header %s is given on %d lines that differ", ErrAmbiguousKey, key, len(lines))
 			}
 		}
-		return "", fmt.Errorf("%w: header %s is missing or empty", ErrNoKey, key)
+		if v == "" {
+			return "", fmt.Errorf("%w: header %s is empty", ErrNoKey, key)
+		}
+		return v, nil
 	}, nil
-}
-
-// KeyByQuery returns a KeyFunc that keys a request by the first value of
-// the URL query parameter param, decoded exactly as URL.Query().Get would
-// decode it (malformed pairs are skipped), without parsing the rest of the
-// query. A missing or empty parameter yields ErrNoKey. An empty param is
-// an error wrapping ErrInvalidOption.
-func KeyByQuery(param string) (KeyFunc, error) {
-	if param == "" {
-		return nil, keyArgError("KeyByQuery", "empty parameter name: pass the name of the query parameter to key by, such as \"userId\"")
-	}
-	return func(r *http.Request) (string, error) {
-		if r.URL != nil {
-			if v, ok := queryValue(r.URL.RawQuery, param); ok && v != "" {
-				return v, nil
-			}
-		}
-		return "", fmt.Errorf("%w: query parameter %q is missing or empty", ErrNoKey, param)
-	}, nil
-}
-
-// queryValue finds the first value of param in a raw query by the rules of
-// url.ParseQuery.
-func queryValue(q, param string) (string, bool) {
-	for q != "" {
-		var pair string
-		pair, q, _ = strings.Cut(q, "&")
-		if pair == "" || strings.Contains(pair, ";") {
-			continue
-		}
-		k, v, _ := strings.Cut(pair, "=")
-		k, err := url.QueryUnescape(k)
-		if err != nil || k != param {
-			continue
-		}
-		if v, err = url.QueryUnescape(v); err != nil {
-			continue
-		}
-		return v, true
-	}
-	return "", false
-}
-
-// KeyByForm returns a KeyFunc that keys a request by the first value of
-// the field of a form body, the value the handler's PostFormValue will
-// see (the URL query is not consulted: use KeyByQuery):
-//
-//   - application/x-www-form-urlencoded, on POST, PUT or PATCH: at most
-//     MaxFormBytes are read; a larger body gets ErrInvalidBody.
-//   - multipart/form-data, on any method, as ParseMultipartForm reads it:
-//     the first part named field that is not a file. It must end within
-//     the first MaxFormBytes of the body (a file after it may be of any
-//     size); otherwise, or for a malformed body, the error wraps
-//     ErrInvalidBody. Files are skipped in memory, never written to disk.
-//
-// Either way the body is handed on intact: the handler can still read or
-// parse all of it. A request without such a body, or whose first value of
-// the field is missing or empty, yields ErrNoKey; an unreadable body,
-// ErrInvalidBody. An empty field name is an error wrapping
-// ErrInvalidOption.
-func KeyByForm(field string) (KeyFunc, error) {
-	if field == "" {
-		return nil, keyArgError("KeyByForm", "empty field name: pass the name of the form field to key by, such as \"nickname\"")
-	}
-	return func(r *http.Request) (string, error) {
-		// The media type is parsed as net/http parses it, so that the key
-		// function and PostFormValue agree on what is a form.
-		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		switch {
-		case mt == "multipart/form-data" && err == nil:
-			return multipartValue(r, params["boundary"], field)
-		case mt != "application/x-www-form-urlencoded":
-			return "", fmt.Errorf("%w: body is not a form", ErrNoKey)
-		}
-		switch r.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch:
-		default:
-			return "", fmt.Errorf("%w: %s request has no form body", ErrNoKey, r.Method)
-		}
-		body, err := peekBody(r, MaxFormBytes)
-		if err != nil {
-			return "", err
-		}
-		// Like ParseForm, keep the pairs that decode even if others do not.
-		vals, _ := url.ParseQuery(string(body))
-		if v := vals.Get(field); v != "" {
-			return v, nil
-		}
-		return "", fmt.Errorf("%w: form field %q is missing or empty", ErrNoKey, field)
-	}, nil
-}
-
-// multipartValue returns the first non-file value of field in r's
-// multipart body, reading no more than MaxFormBytes of it. Stopping at the
-// first value is exact: PostFormValue returns the first value too.
-func multipartValue(r *http.Request, boundary, field string) (string, error) {
-	if boundary == "" {
-		return "", fmt.Errorf("%w: multipart body without a boundary", ErrInvalidBody)
-	}
-	body, whole, err := peek(r, MaxFormBytes)
-	if err != nil {
-		return "", err
-	}
-	broken := func(err error) error {
-		if !whole {
-			return fmt.Errorf("%w: multipart field %q does not end within the first %d bytes", ErrInvalidBody, field, MaxFormBytes)
-		}
-		return fmt.Errorf("%w: malformed multipart body: %v", ErrInvalidBody, err)
-	}
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	for {
-		p, err := mr.NextPart() // decodes quoted-printable, as ParseMultipartForm does
-		switch {
-		case err == io.EOF:
-			return "", fmt.Errorf("%w: form field %q is missing", ErrNoKey, field)
-		case err != nil:
-			return "", broken(err)
-		case p.FormName() != field || p.FileName() != "":
-			continue // NextPart skips the rest of this part
-		}
-		v, err := io.ReadAll(p) // bounded: body is
-		if err != nil {
-			return "", broken(err)
-		}
-		if len(v) == 0 {
-			return "", fmt.Errorf("%w: form field %q is empty", ErrNoKey, field)
-		}
-		return string(v), nil
-	}
 }
 
 // KeyByJSONField returns a KeyFunc that keys a request by the string value

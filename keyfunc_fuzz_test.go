@@ -216,38 +216,3 @@ func FuzzNormalizePattern(f *testing.F) {
 		}
 	})
 }
-
-// FuzzKeyByFormMultipart: whatever the multipart body, the handler gets it
-// intact, and the key function never reports "no key" (which would let a
-// selector fall back to a weaker policy) for a body in which the handler's
-// PostFormValue finds the field; when both find a value, it is the same.
-func FuzzKeyByFormMultipart(f *testing.F) {
-	const ct = "multipart/form-data; boundary=XX"
-	f.Add([]byte("--XX\r\nContent-Disposition: form-data; name=\"nickname\"\r\n\r\nabc1\r\n--XX--\r\n"))
-	f.Add([]byte("--XX\r\nContent-Disposition: form-data; name=\"nickname\"; filename=\"a\"\r\n\r\nf\r\n--XX\r\nContent-Disposition: form-data; name=\"nickname\"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nab=3Dc\r\n--XX--\r\n"))
-	f.Add([]byte("preamble\r\n--XX\r\nContent-Disposition: form-data; name=nickname\r\n\r\n\r\n--XX--\r\nepilogue"))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		r.Header.Set("Content-Type", ct)
-		k, err := mustKey(KeyByForm("nickname"))(r)
-		if err != nil && !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrInvalidBody) {
-			t.Fatalf("err %v wraps neither ErrNoKey nor ErrInvalidBody", err)
-		}
-		got, rerr := io.ReadAll(r.Body)
-		if rerr != nil || !bytes.Equal(got, body) {
-			t.Fatalf("handler reads %q, %v; want the body %q", got, rerr, body)
-		}
-		h := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		h.Header.Set("Content-Type", ct)
-		v := h.PostFormValue("nickname")
-		if h.MultipartForm != nil {
-			h.MultipartForm.RemoveAll()
-		}
-		switch {
-		case v != "" && errors.Is(err, ErrNoKey):
-			t.Fatalf("no key, but the handler sees nickname %q", v)
-		case v != "" && err == nil && k != v:
-			t.Fatalf("key %q, but the handler sees nickname %q", k, v)
-		}
-	})
-}

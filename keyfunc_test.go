@@ -1,10 +1,8 @@
 package floodgate
 
 import (
-	"bytes"
 	"errors"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,210 +20,31 @@ func TestKeyByHeader(t *testing.T) {
 	}{
 		{"present", []string{"X-Api-Key", "k1"}, "k1", nil},
 		{"trimmed", []string{"X-Api-Key", "  k1 "}, "k1", nil},
-		{"first line", []string{"X-Api-Key", "k1", "X-Api-Key", "k2"}, "k1", nil},
+		{"same value on two lines", []string{"X-Api-Key", "k1", "X-Api-Key", " k1"}, "k1", nil},
+		{"lines that differ", []string{"X-Api-Key", "k1", "X-Api-Key", "k2"}, "", ErrAmbiguousKey},
+		{"an empty line first", []string{"X-Api-Key", "", "X-Api-Key", "k2"}, "", ErrAmbiguousKey},
+		{"an empty line last", []string{"X-Api-Key", "k1", "X-Api-Key", " "}, "", ErrAmbiguousKey},
+		{"commas are one value", []string{"X-Api-Key", "k1, k2"}, "k1, k2", nil},
 		{"missing", nil, "", ErrNoKey},
 		{"empty", []string{"X-Api-Key", " "}, "", ErrNoKey},
+		{"empty twice", []string{"X-Api-Key", " ", "X-Api-Key", ""}, "", ErrNoKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := kf(ipReq(direct, tc.headers...))
-			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
-				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
-			}
-		})
-	}
-}
-
-func TestKeyByQuery(t *testing.T) {
-	kf := mustKey(KeyByQuery("userId"))
-	tests := []struct {
-		query string
-		want  string
-		err   error
-	}{
-		{"userId=alice", "alice", nil},
-		{"a=1&userId=bob&userId=carol", "bob", nil},
-		{"userId=a%20b+c", "a b c", nil},
-		{"user%49d=dave", "dave", nil},
-		{"userId=%zz&userId=eve", "eve", nil}, // malformed pairs skipped, as ParseQuery does
-		{"userId=x;y&userId=frank", "frank", nil},
-		{"userid=alice", "", ErrNoKey},
-		{"userId=", "", ErrNoKey},
-		{"userId", "", ErrNoKey},
-		{"", "", ErrNoKey},
-	}
-	for _, tc := range tests {
-		r := httptest.NewRequest(http.MethodGet, "/?"+tc.query, nil)
-		got, err := kf(r)
-		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
-			t.Errorf("%q: key = %q, %v; want %q, %v", tc.query, got, err, tc.want, tc.err)
-		}
-		if tc.err == nil && got != r.URL.Query().Get("userId") {
-			t.Errorf("%q: key %q differs from URL.Query().Get", tc.query, got)
-		}
-	}
-}
-
-func TestKeyByForm(t *testing.T) {
-	const form = "application/x-www-form-urlencoded"
-	kf := mustKey(KeyByForm("nickname"))
-	tests := []struct {
-		name       string
-		method, ct string
-		body       string
-		want       string
-		err        error
-	}{
-		{"post", "POST", form, "nickname=abc1&x=2", "abc1", nil},
-		{"charset parameter", "PUT", form + "; charset=utf-8", "nickname=a%2Bb", "a+b", nil},
-		{"first value", "PATCH", form, "nickname=a&nickname=b", "a", nil},
-		{"missing field", "POST", form, "x=1", "", ErrNoKey},
-		{"empty field", "POST", form, "nickname=", "", ErrNoKey},
-		{"json body", "POST", "application/json", `{"nickname":"abc1"}`, "", ErrNoKey},
-		{"get", "GET", form, "nickname=abc1", "", ErrNoKey},
-		{"too large", "POST", form, "nickname=abc1&x=" + strings.Repeat("a", MaxFormBytes), "", ErrInvalidBody},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, "/signup?nickname=query", strings.NewReader(tc.body))
-			r.Header.Set("Content-Type", tc.ct)
+			r := ipReq(direct, tc.headers...)
 			got, err := kf(r)
 			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
 			}
-			if tc.err == nil {
-				if v := r.PostFormValue("nickname"); v != got {
-					t.Fatalf("handler's PostFormValue = %q; key %q", v, got)
-				}
-				return
+			if errors.Is(err, ErrAmbiguousKey) && errors.Is(err, ErrNoKey) {
+				t.Fatalf("%v also wraps ErrNoKey: a selector would fall back", err)
 			}
-			assertBody(t, r, tc.body)
-		})
-	}
-}
-
-// assertBody checks that the handler can still read the whole body.
-// multipartBody builds a multipart/form-data body from parts given as
-// name, filename, content triples (an empty filename makes a value).
-func multipartBody(t *testing.T, parts ...string) (body, contentType string) {
-	t.Helper()
-	var b bytes.Buffer
-	w := multipart.NewWriter(&b)
-	for i := 0; i+2 < len(parts); i += 3 {
-		var pw io.Writer
-		var err error
-		if parts[i+1] == "" {
-			pw, err = w.CreateFormField(parts[i])
-		} else {
-			pw, err = w.CreateFormFile(parts[i], parts[i+1])
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(pw, parts[i+2])
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String(), w.FormDataContentType()
-}
-
-// TestKeyByFormMultipart: a multipart/form-data body is keyed by the value
-// PostFormValue gives the handler, and the handler still parses every
-// field and file of the body afterwards.
-func TestKeyByFormMultipart(t *testing.T) {
-	kf := mustKey(KeyByForm("nickname"))
-	big := strings.Repeat("x", 2*MaxFormBytes)
-	tests := []struct {
-		name   string
-		method string
-		parts  []string
-		want   string
-		err    error
-	}{
-		{"one field", "POST", []string{"nickname", "", "abc1"}, "abc1", nil},
-		{"among others", "POST", []string{"email", "", "a@example.com", "nickname", "", "abc2", "x", "", "y"}, "abc2", nil},
-		{"first value wins", "PUT", []string{"nickname", "", "abc3", "nickname", "", "other"}, "abc3", nil},
-		{"a file of that name is not a value", "POST", []string{"nickname", "n.txt", "file", "nickname", "", "abc4"}, "abc4", nil},
-		{"field before a large file", "POST", []string{"nickname", "", "abc5", "avatar", "a.png", big}, "abc5", nil},
-		{"any method, as PostFormValue", "GET", []string{"nickname", "", "abc6"}, "abc6", nil},
-		{"utf-8 value", "POST", []string{"nickname", "", "닉네임7"}, "닉네임7", nil},
-		{"missing", "POST", []string{"email", "", "a@example.com"}, "", ErrNoKey},
-		{"empty value", "POST", []string{"nickname", "", ""}, "", ErrNoKey},
-		{"only a file", "POST", []string{"nickname", "n.txt", "abc"}, "", ErrNoKey},
-		{"field beyond the limit", "POST", []string{"avatar", "a.png", big, "nickname", "", "abc8"}, "", ErrInvalidBody},
-		{"value larger than the limit", "POST", []string{"nickname", "", big}, "", ErrInvalidBody},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			body, ct := multipartBody(t, tc.parts...)
-			r := httptest.NewRequest(tc.method, "/signup?nickname=query", strings.NewReader(body))
-			r.Header.Set("Content-Type", ct)
-			got, err := kf(r)
-			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
-				t.Fatalf("key = %q, %v; want %q, %v", got, err, tc.want, tc.err)
-			}
-			// The handler parses the whole body: every field and file.
-			if err := r.ParseMultipartForm(32 << 20); err != nil {
-				t.Fatalf("handler's ParseMultipartForm: %v", err)
-			}
-			defer r.MultipartForm.RemoveAll()
-			if tc.err == nil {
-				if v := r.PostFormValue("nickname"); v != got {
-					t.Fatalf("handler's PostFormValue = %q; key %q", v, got)
-				}
-			}
-			values, files := 0, 0
-			for i := 0; i+2 < len(tc.parts); i += 3 {
-				if tc.parts[i+1] == "" {
-					values++
-				} else {
-					files++
-				}
-			}
-			gotValues, gotFiles := 0, 0
-			for _, v := range r.MultipartForm.Value {
-				gotValues += len(v)
-			}
-			for _, f := range r.MultipartForm.File {
-				for _, fh := range f {
-					gotFiles++
-					if fh.Size != int64(len(big)) && fh.Size != 4 && fh.Size != 3 {
-						t.Errorf("file %s: %d bytes", fh.Filename, fh.Size)
-					}
-				}
-			}
-			if gotValues != values || gotFiles != files {
-				t.Fatalf("handler saw %d values and %d files; want %d and %d", gotValues, gotFiles, values, files)
+			// A server trims the white space around a value as it reads
+			// the line; a request built in a test keeps it.
+			if v := strings.TrimSpace(r.Header.Get("X-Api-Key")); err == nil && v != got {
+				t.Fatalf("key %q; the handler's Header.Get is %q", got, v)
 			}
 		})
-	}
-}
-
-// TestKeyByFormMultipartMalformed: a broken multipart body is the
-// client's error (ErrInvalidBody), never a fall back to a weaker policy,
-// and the handler still gets the body as sent.
-func TestKeyByFormMultipartMalformed(t *testing.T) {
-	kf := mustKey(KeyByForm("nickname"))
-	for name, c := range map[string]struct{ ct, body string }{
-		"no closing boundary": {"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1"},
-		"no boundary":         {"multipart/form-data", "--XX\r\n"},
-		"garbage":             {"multipart/form-data; boundary=XX", "garbage"},
-	} {
-		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
-		r.Header.Set("Content-Type", c.ct)
-		if k, err := kf(r); !errors.Is(err, ErrInvalidBody) {
-			t.Errorf("%s: key = %q, %v; want ErrInvalidBody", name, k, err)
-		}
-		assertBody(t, r, c.body)
-	}
-}
-
-func assertBody(t *testing.T, r *http.Request, want string) {
-	t.Helper()
-	b, err := io.ReadAll(r.Body)
-	if err != nil || string(b) != want {
-		t.Fatalf("body after the key function: %d bytes, %v; want the original %d bytes", len(b), err, len(want))
 	}
 }
 
@@ -249,6 +68,7 @@ func TestKeyByJSONField(t *testing.T) {
 		{"empty body", "", "", ErrNoKey},
 		{"repeated", `{"nickname":"a1","nickname":"b1"}`, "", ErrInvalidBody},
 		{"repeated in another case", `{"nickname":"x1","NICKNAME":"abc7"}`, "", ErrInvalidBody},
+		{"repeated with the Kelvin sign, which encoding/json folds to k", "{\"nickname\":\"x1\",\"nic\u212aname\":\"abc7\"}", "", ErrInvalidBody},
 		{"not an object", `["nickname","abc1"]`, "", ErrInvalidBody},
 		{"invalid", `{"nickname":"abc1"`, "", ErrInvalidBody},
 		{"trailing data", `{"nickname":"abc1"} {}`, "", ErrInvalidBody},

@@ -310,7 +310,9 @@ func WithDryRun() MiddlewareOption {
 // can: a SharedLimiter inside one keeps what it took. The
 // handler sees a wrapped ResponseWriter that keeps http.Flusher,
 // http.Hijacker, io.ReaderFrom and http.ResponseController working
-// (Unwrap); a hijacked connection counts as status 101.
+// (Unwrap); a hijacked connection counts as status 101. It also
+// implements DeferredSettler, for frameworks whose status may still
+// change after the handler returns (ginlimit).
 func WithCountStatus(counts func(status int) bool) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if counts == nil {

@@ -20,7 +20,9 @@ import (
 type Policy struct {
 	// Name is shown in the quota headers, e.g. "nickname".
 	Name string
-	// Limiter decides for the key.
+	// Limiter decides for the key. It is the policy's own: a limiter
+	// shared with another policy of a selector would count both policies'
+	// keys together, and NewPolicySelector refuses it.
 	Limiter Limiter
 	// Key returns the key of a request, or an error wrapping ErrNoKey when
 	// this policy does not apply to it (the next policy is then tried).
@@ -53,8 +55,12 @@ type PolicySelector struct {
 }
 
 // NewPolicySelector returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a non-nil Key; the error wraps
-// ErrInvalidOption otherwise.
+// needs a valid, unique Name, a Limiter and a non-nil Key, and its own
+// Limiter: two policies sharing one (alone or inside a Composite made
+// with All) would count their keys together, so that a user named
+// "198.51.100.10" spends the quota of that address. Only a SharedLimiter,
+// which ignores keys, may be shared. The error wraps ErrInvalidOption
+// otherwise.
 func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
 	generic := make([]PolicyFor[*http.Request], len(policies))
 	for i, p := range policies {
@@ -117,8 +123,9 @@ type SelectorFor[C any] struct {
 	keys     []func(C) (string, error)
 }
 
-// NewSelectorFor returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a Key; the error wraps
+// NewSelectorFor returns a selector over policies, tried in order, with
+// the rules of NewPolicySelector: each needs a valid, unique Name, a Key
+// and a Limiter of its own (a SharedLimiter aside); the error wraps
 // ErrInvalidOption otherwise.
 func NewSelectorFor[C any](policies ...PolicyFor[C]) (*SelectorFor[C], error) {
 	if len(policies) == 0 {
@@ -126,15 +133,19 @@ func NewSelectorFor[C any](policies ...PolicyFor[C]) (*SelectorFor[C], error) {
 	}
 	s := &SelectorFor[C]{policies: make([]*policy, 0, len(policies)), keys: make([]func(C) (string, error), 0, len(policies))}
 	seen := make(map[string]bool, len(policies))
+	owners := limiterOwners{}
 	for _, p := range policies {
 		cp, err := newPolicy(p.Name, p.Limiter, p.Key != nil)
 		if err != nil {
 			return nil, err
 		}
 		if seen[p.Name] {
-			return nil, fmt.Errorf("%w: policy name %q used twice", ErrInvalidOption, p.Name)
+			return nil, fmt.Errorf("policy %q: %w: the name is used twice", p.Name, ErrInvalidOption)
 		}
 		seen[p.Name] = true
+		if err := owners.claim(Policy{Name: p.Name, Limiter: p.Limiter}, ""); err != nil {
+			return nil, err
+		}
 		s.policies = append(s.policies, cp)
 		s.keys = append(s.keys, p.Key)
 	}
@@ -172,7 +183,7 @@ func (s *SelectorFor[C]) pick(c C) (int, string, error) {
 	if len(s.policies) == 1 {
 		return i, "", fmt.Errorf("policy %q: %w", s.policies[i].Name, last)
 	}
-	return i, "", fmt.Errorf("no policy applies to the request; last tried policy %q: %w", s.policies[i].Name, last)
+	return i, "", fmt.Errorf("policy %q: no policy applies (the last of %d tried): %w", s.policies[i].Name, len(s.policies), last)
 }
 
 // JoinKeysFor is JoinKeys for the key functions of a transport whose
@@ -242,10 +253,10 @@ func checkPolicy(name string, l Limiter, hasKey bool) error {
 		return err
 	}
 	if l == nil {
-		return fmt.Errorf("%w: policy %q has no limiter", ErrInvalidOption, name)
+		return fmt.Errorf("policy %q: %w: no limiter", name, ErrInvalidOption)
 	}
 	if !hasKey {
-		return fmt.Errorf("%w: policy %q has no key function (a key function constructor returns nil with its error: check it)", ErrInvalidOption, name)
+		return fmt.Errorf("policy %q: %w: no key function (a key function constructor returns nil with its error: check it)", name, ErrInvalidOption)
 	}
 	return nil
 }
@@ -272,7 +283,7 @@ func validPolicyName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: policy name %q: only printable ASCII can be sent in RateLimit-Policy", ErrInvalidOption, name)
+			return fmt.Errorf("policy %q: %w: only printable ASCII can be sent in RateLimit-Policy", name, ErrInvalidOption)
 		}
 	}
 	return nil

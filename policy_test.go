@@ -42,16 +42,15 @@ func TestNewPolicySelectorRejects(t *testing.T) {
 
 func TestPolicySelectorSelect(t *testing.T) {
 	boom := errors.New("boom")
-	lim := &fakeLimiter{}
 	sel, err := NewPolicySelector(
-		Policy{Name: "user", Limiter: lim, Key: headerKey("X-User")},
-		Policy{Name: "broken", Limiter: lim, Key: func(r *http.Request) (string, error) {
+		Policy{Name: "user", Limiter: &fakeLimiter{}, Key: headerKey("X-User")},
+		Policy{Name: "broken", Limiter: &fakeLimiter{}, Key: func(r *http.Request) (string, error) {
 			if r.Header.Get("X-Break") != "" {
 				return "", boom
 			}
 			return "", ErrNoKey
 		}},
-		Policy{Name: "ip", Limiter: lim, Key: headerKey("X-Ip")},
+		Policy{Name: "ip", Limiter: &fakeLimiter{}, Key: headerKey("X-Ip")},
 	)
 	if err != nil {
 		t.Fatal(err)

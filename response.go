@@ -212,7 +212,8 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 //   - 400 Bad Request for what the client caused: no key (ErrNoKey, once
 //     no policy applies), an unusable client address (ErrNoClientIP), a
 //     key too long to store (ErrKeyTooLong), a body a key function cannot
-//     read (ErrInvalidBody). A long key gets 400 rather than 431 because
+//     read (ErrInvalidBody), a key the request gives two ways
+//     (ErrAmbiguousKey). A long key gets 400 rather than 431 because
 //     the key may come from the path, the query or the body as well as a
 //     header, and 431 would tell the client to shrink its headers.
 //   - 413 Content Too Large for a body above a key function's bound

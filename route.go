@@ -3,6 +3,7 @@ package floodgate
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -115,6 +116,12 @@ func (routeMark) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // hold together (neither more specific than the other, such as
 // "/users/{id}/posts" and "/users/me/{tab}") are errors wrapping
 // ErrInvalidOption.
+//
+// A limiter may serve the policies of several routes only if they have
+// the same name, which says they key requests the same way: one per-IP
+// budget over several routes is fine, while a limiter shared by a "user"
+// policy of one route and an "ip" policy of another would count a user
+// named like an address against that address, and is refused.
 func NewRoutes(routes ...Route) (*Routes, error) {
 	if len(routes) == 0 {
 		return nil, fmt.Errorf("%w: no routes", ErrInvalidOption)
@@ -124,16 +131,22 @@ func NewRoutes(routes ...Route) (*Routes, error) {
 		return nil, err
 	}
 	rt := &Routes{mux: mux}
+	owners := limiterOwners{}
 	for i, route := range routes {
 		if len(route.Policies) == 0 {
-			return nil, fmt.Errorf("%w: route %q has no policy", ErrInvalidOption, route.Pattern)
+			return nil, fmt.Errorf("route %q: %w: no policy", route.Pattern, ErrInvalidOption)
 		}
 		sel, err := NewPolicySelector(route.Policies...)
 		if err != nil {
 			return nil, fmt.Errorf("route %q: %w", route.Pattern, err)
 		}
+		for _, p := range route.Policies {
+			if err := owners.claim(p, route.Pattern); err != nil {
+				return nil, fmt.Errorf("route %q: %w", route.Pattern, err)
+			}
+		}
 		if err := handlePattern(mux, route.Pattern, routeMark(i)); err != nil {
-			return nil, err
+			return nil, routeConflict(rt.patterns, route.Pattern, err)
 		}
 		rt.patterns = append(rt.patterns, route.Pattern)
 		rt.selectors = append(rt.selectors, sel)
@@ -198,11 +211,42 @@ func routeOf(mux *http.ServeMux, r *http.Request) (int, bool) {
 func handlePattern(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: route pattern %q: %v", ErrInvalidOption, pattern, p)
+			err = fmt.Errorf("route %q: %w: %s", pattern, ErrInvalidOption, muxReason(p))
 		}
 	}()
 	mux.Handle(pattern, h)
 	return nil
+}
+
+// routeConflict returns the error for a pattern that ServeMux refused
+// (err) after the patterns before it: the earlier route it conflicts
+// with, by pattern, if there is one, else err. Each earlier pattern is
+// tried alone against it, on a mux of its own: only a refused table pays.
+func routeConflict(before []string, pattern string, err error) error {
+	for _, q := range before {
+		mux := http.NewServeMux()
+		mux.Handle(q, routeMark(0))
+		if cerr := handlePattern(mux, pattern, routeMark(1)); cerr != nil {
+			_, why, _ := strings.Cut(cerr.Error(), ErrInvalidOption.Error()+": ")
+			return fmt.Errorf("route %q: %w: conflicts with route %q: %s", pattern, ErrInvalidOption, q, why)
+		}
+	}
+	return err
+}
+
+// muxReason returns the text of a ServeMux registration panic without
+// the file and line of each registration, which would name floodgate's
+// own call to Handle, not the caller's route: for a conflict, ServeMux's
+// explanation only, on one line.
+func muxReason(p any) string {
+	s := fmt.Sprint(p)
+	if head, why, ok := strings.Cut(s, "\n"); ok && strings.Contains(head, "registered at") {
+		return strings.Join(strings.Fields(why), " ")
+	}
+	if strings.Contains(s, "registered at") {
+		return "it conflicts with another route"
+	}
+	return s
 }
 
 // newRouteMux returns an empty private mux, or an error if ServeMux runs

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -476,5 +477,38 @@ func BenchmarkRouteMatch(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRouteConflictNamesPatterns: two routes ServeMux cannot hold together
+// are reported by their patterns and ServeMux's reason, not by the file
+// and line of floodgate's own call to ServeMux.Handle (issue 24 item 6).
+func TestRouteConflictNamesPatterns(t *testing.T) {
+	p := []Policy{{Name: "p", Limiter: &recLimiter{}, Key: KeyByMethod()}}
+	for name, c := range map[string]struct {
+		first, second string
+		reason        string
+	}{
+		"duplicate":   {"GET /x", "GET /x", "matches the same requests"},
+		"spaced":      {"GET /x/{id}", "GET  /x/{name}", "matches the same requests"},
+		"conflicting": {"/users/{id}/posts", "/users/me/{tab}", "/users/me/posts"},
+	} {
+		_, err := NewRoutes(
+			Route{Pattern: "GET /other", Policies: p},
+			Route{Pattern: c.first, Policies: p},
+			Route{Pattern: c.second, Policies: p},
+		)
+		msg := fmt.Sprint(err)
+		if !errors.Is(err, ErrInvalidOption) || !strings.Contains(msg, fmt.Sprintf("route %q", c.second)) ||
+			!strings.Contains(msg, fmt.Sprintf("conflicts with route %q", c.first)) || !strings.Contains(msg, c.reason) {
+			t.Errorf("%s: %v; want ErrInvalidOption naming both patterns and why", name, err)
+		}
+		if strings.Contains(msg, ".go:") || strings.Contains(msg, "registered at") {
+			t.Errorf("%s: %q names a source file", name, msg)
+		}
+	}
+	_, err := NewRoutes(Route{Pattern: "GET /x/{", Policies: p})
+	if msg := fmt.Sprint(err); !strings.HasPrefix(msg, `route "GET /x/{": floodgate: invalid option: `) || strings.Contains(msg, ".go:") {
+		t.Errorf("invalid pattern: %q", msg)
 	}
 }

@@ -13,16 +13,20 @@ import (
 // denyCache remembers, per client key, a denial Redis gave and until when
 // it holds, so that a flooding client is answered in process.
 //
-// Why that is exact: RetryAfter is the earliest time at which the same
+// Why that is sound: RetryAfter is the earliest time at which the same
 // request fits if nobody else consumes meanwhile. For each algorithm here
 // the state only moves away from "fits" when others consume (a later
 // theoretical arrival time, more events in the log, a higher count) and
 // moves towards it only as time passes (tokens refill, events age out, the
 // previous window's weight falls). So before RetryAfter has passed, Redis
-// would deny the same request whatever other instances do; only Reset
-// breaks that, and Reset clears the entry in this process. The entry starts
-// at the local time read before the request was sent, so it expires no
-// later than the true RetryAfter, and a request after that goes to Redis.
+// would deny the same request whatever other instances do — except after a
+// Reset or a refund, which move the state towards "fits" at once. This
+// process clears its entry on its own Reset and refunds; another
+// instance's cannot reach it, so an entry answers for at most
+// DenyCacheMaxAge, and then the request goes to Redis again: that bounds
+// how long a reset or refunded client can be denied by a stale entry. The
+// entry starts at the local time read before the request was sent, so it
+// never outlives the true RetryAfter either.
 //
 // An entry answers only requests of the same cost: a cheaper one may fit
 // sooner. The cache is sharded, each shard a bounded LRU behind its own
@@ -41,6 +45,7 @@ type denyShard struct {
 type denyEntry struct {
 	n         int
 	until     int64 // local ns at which the request fits
+	expires   int64 // local ns after which the entry answers no more
 	resetAt   int64 // local ns at which the key is back to its full quota
 	remaining int
 }
@@ -75,7 +80,7 @@ func (c *denyCache) lookup(key string, n int, now int64, limit int) (floodgate.D
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.lru.Get(key)
-	if ok && now >= e.until {
+	if ok && now >= e.expires {
 		sh.lru.Remove(key)
 		ok = false
 	}
@@ -103,6 +108,7 @@ func (c *denyCache) store(key string, n int, now int64, d floodgate.Decision) {
 	e := denyEntry{
 		n:         n,
 		until:     now + int64(d.RetryAfter),
+		expires:   now + int64(min(d.RetryAfter, DenyCacheMaxAge)),
 		resetAt:   now + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}

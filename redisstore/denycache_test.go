@@ -33,8 +33,8 @@ func (c *countingScripter) Eval(ctx context.Context, src string, keys, args []st
 
 // TestDenyCacheAnswersLocally walks one flood on a fake timeline: the first
 // denial costs a round trip, the rest are answered in process with the
-// RetryAfter shrinking as time passes, until RetryAfter has passed and
-// Redis allows again. A cost other than the cached one, and Reset, go to
+// RetryAfter shrinking as time passes, for DenyCacheMaxAge; then Redis is
+// asked again, and allows once RetryAfter has passed. A cost other than the cached one, and Reset, go to
 // Redis.
 func TestDenyCacheAnswersLocally(t *testing.T) {
 	addr := redistest.Shared(t)
@@ -60,16 +60,20 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 				}
 			}
 			calls(3)
-			clock.t = clock.t.Add(first.RetryAfter - time.Millisecond)
-			if d := mustAllowed(t, l, "k", 1, false); d.RetryAfter != time.Millisecond {
-				t.Fatalf("cached RetryAfter %v 1ms before the retry time, want 1ms", d.RetryAfter)
+			deniedAt := clock.t
+			clock.t = clock.t.Add(redisstore.DenyCacheMaxAge - time.Microsecond)
+			if d := mustAllowed(t, l, "k", 1, false); d.RetryAfter != first.RetryAfter-redisstore.DenyCacheMaxAge+time.Microsecond {
+				t.Fatalf("cached RetryAfter %v after %v, want %v less", d.RetryAfter, redisstore.DenyCacheMaxAge-time.Microsecond, first.RetryAfter)
 			}
 			calls(3)
-			mustAllowed(t, l, "k", 2, false) // another cost: asks Redis
+			clock.t = clock.t.Add(time.Microsecond) // the entry is DenyCacheMaxAge old: Redis again
+			mustAllowed(t, l, "k", 1, false)
 			calls(4)
-			clock.t = clock.t.Add(time.Millisecond)
-			mustAllowed(t, l, "k", 1, true)
+			mustAllowed(t, l, "k", 2, false) // another cost: asks Redis
 			calls(5)
+			clock.t = deniedAt.Add(first.RetryAfter)
+			mustAllowed(t, l, "k", 1, true)
+			calls(6)
 
 			// Drain whatever else came back, then Reset a cached denial.
 			for {
@@ -196,4 +200,49 @@ func commandCalls(t *testing.T, addr string) map[string]int64 {
 		out[""] += n
 	}
 	return out
+}
+
+// TestDenyCacheStalenessIsBounded (issue 18, item 8): two instances of a
+// limiter on one server, A with a deny cache. A caches a denial whose
+// RetryAfter is 30 minutes; then B resets the key, or refunds a unit. A
+// may answer from its stale entry for at most DenyCacheMaxAge after that:
+// one DenyCacheMaxAge later, A asks Redis and allows. Before, A kept
+// denying until the cached RetryAfter had passed, 30 minutes here (15
+// measured from outside).
+func TestDenyCacheStalenessIsBounded(t *testing.T) {
+	addr := redistest.Shared(t)
+	ctx := context.Background()
+	for _, c := range []func(testing.TB, string) client{goRedis, rueidisClient} {
+		ca, cb := c(t, addr), c(t, addr) // two processes' clients
+		for _, a := range algos {
+			for _, undo := range []string{"Reset", "RefundN"} {
+				t.Run(ca.name+"/"+a.name+"/"+undo, func(t *testing.T) {
+					clock := &fakeClock{t0}
+					p := prefix(t)
+					opts := []redisstore.Option{redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(p)}
+					instA := a.mustNew(t, ca.s, floodgate.PerHour(2), append(opts, redisstore.WithDenyCache(100))...)
+					instB := a.mustNew(t, cb.s, floodgate.PerHour(2), opts...)
+					mustAllowed(t, instA, "k", 2, true)
+					d := mustAllowed(t, instA, "k", 1, false) // cached now
+					if d.RetryAfter < 29*time.Minute {
+						t.Fatalf("denial %+v, want a RetryAfter of about 30 minutes", d)
+					}
+					switch undo {
+					case "Reset":
+						if err := instB.Reset(ctx, "k"); err != nil {
+							t.Fatal(err)
+						}
+					case "RefundN":
+						if err := instB.(floodgate.Refunder).RefundN(ctx, "k", 1); err != nil {
+							t.Fatal(err)
+						}
+					}
+					clock.t = clock.t.Add(redisstore.DenyCacheMaxAge - time.Microsecond)
+					mustAllowed(t, instA, "k", 1, false) // stale, within the bound
+					clock.t = clock.t.Add(time.Microsecond)
+					mustAllowed(t, instA, "k", 1, true)
+				})
+			}
+		}
+	}
 }

@@ -6,10 +6,13 @@
 //
 // The limiters are TokenBucket, SlidingLog and SlidingCounter. They
 // implement floodgate.Limiter, floodgate.Resetter and floodgate.Refunder
-// (so floodgate.All can combine them), take a floodgate.Rate
-// and options like their in-memory counterparts, and make the same
-// decisions: the floodgatetest conformance suite runs unchanged against
-// them. Each decision is one round trip, one Lua script (embedded in the
+// (so floodgate.All can combine them), take a floodgate.Rate and the
+// options of their in-memory counterparts that mean the same thing on
+// Redis (WithBurst, WithIntervalRefill, WithCountDenied, WithClock,
+// WithMaxKeyLength; the store's WithMaxKeys, WithShards and
+// WithForgetEvicted have no counterpart, since Redis holds the keys), and
+// make the same decisions: the floodgatetest conformance suite runs
+// unchanged against them. Each decision is one round trip, one Lua script (embedded in the
 // binary, run with EVALSHA and loaded with EVAL when the server answers
 // NOSCRIPT), atomic on the server.
 //
@@ -43,17 +46,26 @@
 // # Key layout and expiry
 //
 // A client key k of a limiter with prefix p (WithPrefix, default
-// DefaultPrefix) is stored as p:{k}:tb (token bucket), p:{k}:sl and
-// p:{k}:sl:state (sliding log: one weighted entry per decision, and the
-// units they hold) or p:{k}:sc:cur and p:{k}:sc:prev (sliding counter). Only the client
-// key stands inside the braces, the Cluster hash tag, so each decision
-// touches one slot and clients spread over every node; '%', '{' and '}' in
-// k are percent-escaped so they cannot move the tag. Give each policy its
-// own prefix: limiters sharing one share their clients' state.
+// DefaultPrefix) is stored in one key: p:{k}:tb (token bucket), p:{k}:log
+// (sliding log: a sorted set of one entry per decision, named by the
+// running total of the units, and a mark of the units no longer counted)
+// or p:{k}:sc (sliding counter: both fixed windows). Only the client key
+// stands inside the braces, the Cluster hash tag, so each decision touches
+// one slot and clients spread over every node; '%', '{' and '}' in k are
+// percent-escaped so they cannot move the tag. Give each policy its own
+// prefix: limiters sharing one share their clients' state.
+//
+// One key per client means that a maxmemory eviction takes a client's
+// whole state or none of it, so a decision never meets half a state; an
+// evicted client starts afresh, as after Reset, which is why a Redis that
+// holds limits should run with maxmemory-policy noeviction (see the
+// README). It also means that a Cluster reshard moves a client's state
+// atomically: a single-key script is never refused with TRYAGAIN while its
+// slot migrates, and the adapters follow the ASK and MOVED redirections.
 //
 // Every key expires (PEXPIRE) when its state equals a fresh one: a bucket
 // when it is full again, a log when its newest event leaves the window, a
-// counter's window when it stops weighing on the estimate. Nothing idle is
+// counter when its counts stop weighing on the estimate. Nothing idle is
 // left in Redis.
 //
 // # Clock and resolution
@@ -106,9 +118,12 @@
 // bounded by the replication lag (usually below a millisecond, more under
 // load). goredisstore.WithWaitReplicas and rueidisstore.WithWaitReplicas
 // send WAIT after each batch, so that a decision returns only once n
-// replicas hold it (or fails with ErrNotReplicated): what a failover can
-// then lose is limited to decisions still in flight. The README gives the
-// cost.
+// replicas hold it: what a failover can then lose is limited to decisions
+// still in flight. When the replicas do not acknowledge in time, a denial
+// is still returned as a denial, with no error, and only an allowed
+// decision fails with ErrNotReplicated (it was charged on the master), so
+// that no error policy or fallback can turn a denial into a pass. The
+// README gives the cost.
 //
 // # Retries
 //
@@ -125,17 +140,19 @@
 //
 // # Deny cache
 //
-// WithDenyCache keeps, in process, keys that Redis denied until their
-// RetryAfter has passed and answers them without a round trip: a flood from
-// one client costs one Redis call per RetryAfter instead of one per
-// request (measured in the README: 3 commands per denied request without
-// the cache, about 0.01 with it). The answer is exact for these
-// algorithms: until RetryAfter the request cannot fit whatever other
-// instances do, since others can only consume more, and time only moves
-// the state towards "fits". Only Reset breaks that; it clears this
-// process's entry, not other instances'. The cached RetryAfter, Remaining
-// and ResetAfter are those of the denial, aged; when other instances
-// consume meanwhile, the true RetryAfter may be later. WithCountDenied
-// cannot be combined with it: denials answered in process would not be
-// recorded.
+// WithDenyCache keeps, in process, keys that Redis denied, until their
+// RetryAfter has passed or for DenyCacheMaxAge (1 s), whichever is first,
+// and answers them without a round trip: a flood from one client costs
+// one Redis call per second instead of one per request (measured in the
+// README: 3 commands per denied request without the cache, about 0.01
+// with it). The answer is Redis's: until RetryAfter the request cannot fit
+// whatever other instances do, since others can only consume more, and
+// time only moves the state towards "fits". Only a Reset or a refund
+// breaks that. This process clears its own entry on both; another
+// instance's Reset or refund reaches it within DenyCacheMaxAge, which is
+// how long a client can be denied by a stale entry. The cached RetryAfter,
+// Remaining and ResetAfter are those of the denial, aged; when other
+// instances consume meanwhile, the true RetryAfter may be later.
+// WithCountDenied cannot be combined with it: denials answered in process
+// would not be recorded.
 package redisstore

@@ -12,20 +12,27 @@ import (
 // each policy its own (e.g. "fg:signup", "fg:probe").
 const DefaultPrefix = "floodgate"
 
-// Key layout. A client key k of a limiter with prefix p is stored as
+// Key layout. A client key k of a limiter with prefix p is stored in one
+// key:
 //
-//	p:{k}:tb                      token bucket (a string "tat frac")
-//	p:{k}:sl, p:{k}:sl:state      sliding log (a sorted set, one weighted
-//	                              entry per decision, and "used seq")
-//	p:{k}:sc:cur, p:{k}:sc:prev   sliding counter (two strings)
+//	p:{k}:tb     token bucket (a string "tat frac")
+//	p:{k}:log    sliding log (a sorted set: one member per recorded
+//	             decision, named by the running total of the units and
+//	             scored by its time, and the member "low")
+//	p:{k}:sc     sliding counter (a string "w prev cur")
+//
+// One key per client, so that a maxmemory eviction takes a client's whole
+// state or none of it (never a log without its totals), and a Cluster
+// reshard moves it atomically: a script over one key is never refused with
+// TRYAGAIN while its slot migrates, it runs on the node that holds the
+// key, or is redirected (ASK) to it.
 //
 // Only the client part stands inside the braces, the Redis Cluster hash
-// tag: every key of one client hashes to one slot, so each decision is a
-// single-slot script, while different clients spread over all slots (a
-// constant inside the braces would put every client on one node). Braces
-// in k would move the tag, so '%', '{' and '}' are percent-escaped, which
-// keeps the mapping one-to-one; the empty key is written as a lone '%',
-// which no escaped key can be.
+// tag: each decision is a single-slot script, while different clients
+// spread over all slots (a constant inside the braces would put every
+// client on one node). Braces in k would move the tag, so '%', '{' and '}'
+// are percent-escaped, which keeps the mapping one-to-one; the empty key
+// is written as a lone '%', which no escaped key can be.
 
 // clientTag returns "p:{escaped k}:", the part every key of k starts with.
 func clientTag(prefix, key string) string {

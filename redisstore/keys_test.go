@@ -46,7 +46,7 @@ func TestClientTagHashesClientOnly(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range keys {
 		tag := clientTag("p", k)
-		for _, suffix := range []string{"tb", "sl", "sc:cur", "sc:prev"} {
+		for _, suffix := range []string{"tb", "log", "sc"} {
 			if h := hashTag(tag + suffix); h != hashTag(tag+"tb") {
 				t.Errorf("key %q: %q hashes %q, %q hashes %q", k, tag+suffix, h, tag+"tb", hashTag(tag+"tb"))
 			}

@@ -177,23 +177,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 		cancel()
 	}
 	if err != nil {
-		l.counts.countError(err)
-		if errors.Is(ctx.Err(), context.Canceled) {
-			// The caller hung up: not an outage, so neither the breaker nor
-			// the fallback hears of it.
-			return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
-		}
-		if l.fallback != nil && ctx.Err() == nil {
-			l.breaker.fail(real)
-			l.counts.fallbackDecisions.Add(1)
-			return l.fallback.AllowN(ctx, key, n)
-		}
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			// Say whose deadline it was: a slow or stalled server, not a
-			// refused connection (which keeps its own cause).
-			err = fmt.Errorf("no reply within the %v decision timeout: %w", l.timeout, err)
-		}
-		return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
+		return l.failed(ctx, key, n, real, err)
 	}
 	if l.fallback != nil {
 		l.breaker.succeed()
@@ -211,6 +195,68 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 		}
 	}
 	return d, nil
+}
+
+// failed answers a decision whose round trip failed with err: the
+// caller's hang-up is not an outage, an allowed decision the replicas did
+// not acknowledge is Redis's answer all the same, and anything else goes
+// to the fallback if there is one. real is the local time the breaker
+// reads (see decide).
+func (l *base) failed(ctx context.Context, key string, n int, real int64, err error) (floodgate.Decision, error) {
+	l.counts.countError(err)
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller hung up: not an outage, so neither the breaker nor
+		// the fallback hears of it.
+		return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
+	case errors.Is(err, ErrNotReplicated):
+		// Redis allowed the decision and the master charged it (eval
+		// reports a denial as a denial): the fallback would decide a
+		// second time, and Redis is not down.
+		if l.fallback != nil {
+			l.breaker.succeed()
+		}
+		if l.deny != nil {
+			l.deny.remove(key)
+		}
+	case l.fallback != nil && ctx.Err() == nil:
+		l.breaker.fail(real)
+		l.counts.fallbackDecisions.Add(1)
+		return l.fallback.AllowN(ctx, key, n)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// Say whose deadline it was: a slow or stalled server, not a
+		// refused connection (which keeps its own cause).
+		err = fmt.Errorf("no reply within the %v decision timeout: %w", l.timeout, err)
+	}
+	return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
+}
+
+// reply runs a decision script and checks that it replied want integers.
+// A reply that came with ErrNotReplicated (WithWaitReplicas: the master
+// ran the script, too few replicas acknowledged it in time) is returned
+// with that error as unrepl and err nil, so that the caller reads the
+// decision; see replicated.
+func (l *base) reply(ctx context.Context, s *script, keys, args []string, want int) (r []int64, unrepl, err error) {
+	r, err = s.run(ctx, l.client, keys, args)
+	if err != nil && errors.Is(err, ErrNotReplicated) && r != nil {
+		unrepl, err = err, nil
+	}
+	if err == nil {
+		err = expectInts(r, want)
+	}
+	return r, unrepl, err
+}
+
+// replicated returns the error of a decision d of cost n whose writes
+// were not acknowledged (unrepl, from reply): only an allowed decision
+// that consumed keeps it. A denial is a denial whatever the replication —
+// reporting it as an error would let a fail-open policy or a fallback
+// through — and a report (n == 0) consumed nothing a failover could lose.
+func replicated(d floodgate.Decision, n int, unrepl error) error {
+	if d.Allowed && n > 0 {
+		return unrepl
+	}
+	return nil
 }
 
 // bound returns ctx bounded by the per-decision timeout, and the cancel

@@ -22,7 +22,8 @@ var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 // TestTokenBucketMatchesMemory walks random traffic through a Redis bucket
 // and floodgate.TokenBucket on one fake timeline and requires the same
 // Decision at every step, for rates whose period does not divide by the
-// limit and bursts other than the limit.
+// limit and bursts other than the limit, greedy and with
+// WithIntervalRefill on both.
 func TestTokenBucketMatchesMemory(t *testing.T) {
 	addr := redistest.Shared(t)
 	cases := []struct {
@@ -36,20 +37,29 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 		{floodgate.Rate{Limit: 1000000, Period: time.Hour}, 1000},
 	}
 	for _, c := range clients(t, addr) {
-		for _, tc := range cases {
-			t.Run(c.name+"/"+tc.rate.String(), func(t *testing.T) {
-				clock := &fakeClock{t0}
-				mem, err := floodgate.NewTokenBucket(tc.rate, floodgate.WithBurst(tc.burst), floodgate.WithClock(clock.Now))
-				if err != nil {
-					t.Fatal(err)
+		for _, interval := range []bool{false, true} {
+			for _, tc := range cases {
+				name := c.name + "/" + tc.rate.String()
+				mopts := []floodgate.Option{floodgate.WithBurst(tc.burst)}
+				ropts := []redisstore.Option{redisstore.WithBurst(tc.burst), patient}
+				if interval {
+					name += "/interval"
+					mopts = append(mopts, floodgate.WithIntervalRefill())
+					ropts = append(ropts, redisstore.WithIntervalRefill())
 				}
-				rl, err := redisstore.NewTokenBucket(c.s, tc.rate, redisstore.WithBurst(tc.burst),
-					redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				compare(t, clock, mem, rl, tc.burst, tc.rate.Period)
-			})
+				t.Run(name, func(t *testing.T) {
+					clock := &fakeClock{t0}
+					mem, err := floodgate.NewTokenBucket(tc.rate, append(mopts, floodgate.WithClock(clock.Now))...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rl, err := redisstore.NewTokenBucket(c.s, tc.rate, append(ropts, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix(t)))...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					compareSteps(t, clock, mem, rl, tc.burst, tc.rate.Period, 600)
+				})
+			}
 		}
 	}
 }
@@ -58,11 +68,17 @@ func TestTokenBucketMatchesMemory(t *testing.T) {
 // on two keys and fails on the first Decision that differs.
 func compare(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity int, period time.Duration) {
 	t.Helper()
+	compareSteps(t, clock, mem, rl, capacity, period, 300)
+}
+
+// compareSteps is compare for a number of steps.
+func compareSteps(t *testing.T, clock *fakeClock, mem, rl floodgate.Limiter, capacity int, period time.Duration, steps int) {
+	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, uint64(capacity)))
 	keys := []string{"a", "b{x}"}
 	step := max(period/time.Duration(4*capacity), time.Millisecond).Truncate(time.Millisecond)
-	for i := 0; i < 300; i++ {
+	for i := 0; i < steps; i++ {
 		key := keys[rng.IntN(len(keys))]
 		n := rng.IntN(min(capacity, 4) + 1)
 		if rng.IntN(10) == 0 {

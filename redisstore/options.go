@@ -24,6 +24,13 @@ const (
 	// locally after a failed round trip before it tries Redis again,
 	// unless WithProbeInterval says otherwise.
 	DefaultProbeInterval = time.Second
+	// DenyCacheMaxAge is the longest a denial cached by WithDenyCache
+	// answers for a key, whatever its RetryAfter. It bounds how long a
+	// client that another instance has reset or refunded can still be
+	// denied from this instance's cache; a flood from one client then
+	// costs one round trip per DenyCacheMaxAge at most, instead of one
+	// per request.
+	DenyCacheMaxAge = time.Second
 )
 
 type config struct {
@@ -37,6 +44,7 @@ type config struct {
 	probeSet      bool
 	denyCache     int
 	countDenied   bool
+	interval      bool
 	maxKeyLen     int
 	given         map[string]bool // options seen, each allowed once
 }
@@ -77,6 +85,8 @@ func newConfig(kind string, opts []Option) (config, error) {
 	switch {
 	case c.burstSet && kind != kindTokenBucket:
 		return c, fmt.Errorf("%w: WithBurst applies to a token bucket, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.interval && kind != kindTokenBucket:
+		return c, fmt.Errorf("%w: WithIntervalRefill applies to a token bucket, not a %s", floodgate.ErrInvalidOption, kind)
 	case c.countDenied && kind != kindSlidingLog:
 		return c, fmt.Errorf("%w: WithCountDenied applies to a sliding log, not a %s", floodgate.ErrInvalidOption, kind)
 	case c.countDenied && c.denyCache > 0:
@@ -112,6 +122,22 @@ func WithBurst(n int) Option {
 		}
 		c.burst, c.burstSet = n, true
 		return c.once("WithBurst")
+	}
+}
+
+// WithIntervalRefill makes a token bucket refill intervally, as
+// floodgate.WithIntervalRefill does in memory, with the same decisions:
+// instead of a token every Period/Limit, the whole Rate.Limit comes back
+// at once when a Period has passed, periods counted per key from its
+// first event after its bucket was last full. The trade-off is the
+// boundary double burst: up to burst + Rate.Limit events within a moment,
+// across a period's end; prefer the greedy default or a SlidingLog where
+// that matters. Its state has a key of its own (p:{k}:tbi), so a bucket
+// never reads the other mode's state. It applies only to NewTokenBucket.
+func WithIntervalRefill() Option {
+	return func(c *config) error {
+		c.interval = true
+		return c.once("WithIntervalRefill")
 	}
 }
 
@@ -183,15 +209,18 @@ func WithProbeInterval(d time.Duration) Option {
 }
 
 // WithDenyCache keeps, in process, up to maxKeys keys that Redis denied,
-// each until its RetryAfter has passed, and answers them without a round
-// trip meanwhile. Under a flood from one client this turns thousands of
-// Redis calls into one per RetryAfter. The allow/deny answer is the one
-// Redis would give (see the package documentation for why); Remaining and
-// ResetAfter are those of the cached denial, aged by the time passed.
+// each until its RetryAfter has passed or for DenyCacheMaxAge, whichever
+// comes first, and answers them without a round trip meanwhile. Under a
+// flood from one client this turns thousands of Redis calls into one per
+// DenyCacheMaxAge. The allow/deny answer is the one Redis would give (see
+// the package documentation for why), except after a Reset or a refund on
+// another instance, which this one cannot see: it may deny such a client
+// for up to DenyCacheMaxAge after. Its own Reset and refunds clear its
+// entry at once. Remaining and ResetAfter are those of the cached denial,
+// aged by the time passed.
 //
-// Reset clears this process's entry only: other instances keep answering a
-// reset key as denied until their cached RetryAfter passes. It cannot be
-// combined with WithCountDenied, which must see every denied attempt.
+// It cannot be combined with WithCountDenied, which must see every denied
+// attempt.
 func WithDenyCache(maxKeys int) Option {
 	return func(c *config) error {
 		if maxKeys <= 0 {

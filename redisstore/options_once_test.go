@@ -32,6 +32,7 @@ func TestOptionGivenTwice(t *testing.T) {
 		{"WithDenyCache", "token bucket", func(i int) redisstore.Option { return redisstore.WithDenyCache(10 + i) }},
 		{"WithMaxKeyLength", "token bucket", func(i int) redisstore.Option { return redisstore.WithMaxKeyLength(100 + i) }},
 		{"WithCountDenied", "sliding log", func(int) redisstore.Option { return redisstore.WithCountDenied() }},
+		{"WithIntervalRefill", "token bucket", func(int) redisstore.Option { return redisstore.WithIntervalRefill() }},
 	} {
 		build := func(opts ...redisstore.Option) error {
 			if tt.kind == "sliding log" {

@@ -54,6 +54,9 @@ func TestConstructorErrors(t *testing.T) {
 		{"count denied with deny cache", sl(ok, redisstore.WithCountDenied(), redisstore.WithDenyCache(10)), floodgate.ErrInvalidOption},
 		{"burst on a counter", sc(ok, redisstore.WithBurst(3)), floodgate.ErrInvalidOption},
 		{"count denied on a counter", sc(ok, redisstore.WithCountDenied()), floodgate.ErrInvalidOption},
+		{"interval refill on a log", sl(ok, redisstore.WithIntervalRefill()), floodgate.ErrInvalidOption},
+		{"interval refill on a counter", sc(ok, redisstore.WithIntervalRefill()), floodgate.ErrInvalidOption},
+		{"interval burst horizon too long", tb(floodgate.Rate{Limit: 1, Period: 24 * time.Hour}, redisstore.WithBurst(1<<20), redisstore.WithIntervalRefill()), floodgate.ErrInvalidRate},
 		{"nil scripter", func() error { _, err := redisstore.NewTokenBucket(nil, ok); return err }, floodgate.ErrInvalidOption},
 	}
 	for _, tc := range cases {

@@ -17,6 +17,10 @@ import (
 // Keys are passed separately from arguments so that a cluster-aware client
 // routes the call to the node that owns their slot (every call of this
 // package passes keys of a single slot).
+//
+// An error wrapping ErrNotReplicated comes with the script's reply: the
+// limiter reads the decision, and keeps the error only for an allowed one.
+// Without the reply the error stands for the decision, whatever it was.
 type Scripter interface {
 	// EvalSha runs the cached script with the given SHA1 (EVALSHA). When
 	// the server does not hold the script it must return an error that
@@ -42,6 +46,15 @@ var ErrRedis = errors.New("redisstore: redis")
 // told to wait for (goredisstore.WithWaitReplicas,
 // rueidisstore.WithWaitReplicas). The script ran on the master; a failover
 // before the replicas catch up could lose what it recorded.
+//
+// A limiter returns it (wrapped in ErrRedis, with a Decision that does not
+// allow) only for a decision that Redis allowed and the master charged: a
+// denial is returned as the denial it is, with no error, whatever the
+// replication, so that no error policy and no fallback can turn it into a
+// pass. The fallback (WithFallback) is not asked either: Redis answered.
+// floodgate's middleware applies its error policy: fail-closed answers
+// 503, fail-open runs the handler, which is sound here, since the request
+// was counted on the master like any allowed one.
 var ErrNotReplicated = errors.New("redisstore: writes not acknowledged by enough replicas")
 
 // The scripts: one decision per algorithm, one refund per algorithm, and
@@ -58,6 +71,12 @@ var (
 	preludeLog string
 	//go:embed scripts/tokenbucket.lua
 	tokenBucketSrc string
+	//go:embed scripts/prelude_interval.lua
+	preludeInterval string
+	//go:embed scripts/tokenbucket_interval.lua
+	intervalSrc string
+	//go:embed scripts/tokenbucket_interval_refund.lua
+	intervalRefundSrc string
 	//go:embed scripts/slidinglog.lua
 	slidingLogSrc string
 	//go:embed scripts/slidingcounter.lua
@@ -72,11 +91,13 @@ var (
 	slidingCounterRefundSrc string
 
 	tokenBucketScript    = newScript(prelude + tokenBucketSrc)
+	intervalScript       = newScript(prelude + preludeInterval + intervalSrc)
 	slidingLogScript     = newScript(prelude + preludeLog + slidingLogSrc)
 	slidingCounterScript = newScript(prelude + preludeCounter + slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
 	tokenBucketRefundScript    = newScript(prelude + tokenBucketRefundSrc)
+	intervalRefundScript       = newScript(prelude + preludeInterval + intervalRefundSrc)
 	slidingLogRefundScript     = newScript(prelude + preludeLog + slidingLogRefundSrc)
 	slidingCounterRefundScript = newScript(prelude + preludeCounter + slidingCounterRefundSrc)
 )

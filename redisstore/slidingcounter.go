@@ -17,9 +17,9 @@ import (
 // sliding window, a denied request counts nothing, a cost above Rate.Limit
 // is floodgate.ErrCostExceedsLimit.
 //
-// Each client has two keys in one slot (see the key layout in the package
-// documentation): the current window's count and the previous one's, each
-// tagged with its window number and expiring when it stops weighing on the
+// Each client has one key (see the key layout in the package
+// documentation) holding the current window's number and count and the
+// previous window's count, expiring when they stop weighing on the
 // estimate. Windows are aligned on the Unix epoch, so every instance cuts
 // time the same way; with WithClock they are aligned on the limiter's
 // creation instead, as in memory. The script checks and counts in one
@@ -114,17 +114,14 @@ func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error 
 	})
 }
 
+// keys returns the counter's one key.
 func (sc *SlidingCounter) keys(key string) []string {
-	tag := clientTag(sc.prefix, key)
-	return []string{tag + "sc:cur", tag + "sc:prev"}
+	return []string{clientTag(sc.prefix, key) + "sc"}
 }
 
 func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	args := []string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL}
-	r, err := slidingCounterScript.run(ctx, sc.client, sc.keys(key), args)
-	if err == nil {
-		err = expectInts(r, 4)
-	}
+	r, unrepl, err := sc.reply(ctx, slidingCounterScript, sc.keys(key), args, 4)
 	if err != nil {
 		return floodgate.Decision{Limit: sc.rate.Limit}, err
 	}
@@ -149,7 +146,7 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 	if !d.Allowed {
 		d.RetryAfter = ceilMicros(sc.est.RetryAt(start, prev, cur, uint32(n)) - now64)
 	}
-	return d, nil
+	return d, replicated(d, n, unrepl)
 }
 
 // ceilMicros rounds a non-negative wait in nanoseconds up to the

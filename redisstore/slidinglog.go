@@ -16,17 +16,24 @@ import (
 // recorded unless WithCountDenied says so; a cost above Rate.Limit is
 // floodgate.ErrCostExceedsLimit.
 //
-// Each client's log is a sorted set with one entry per recorded decision,
-// scored by its time in integer microseconds and carrying the decision's
-// cost as its weight, plus a small string holding the units the entries
-// weigh in all. So AllowN(n) costs the same for every n: the script reads
-// the entries that left the window (each one once in its life) and, when
-// it denies, the oldest entries up to the units the request needs. Entries
+// Each client's log is one sorted set with one entry per recorded
+// decision, scored by its time in integer microseconds and named by the
+// running total of the units recorded up to it, plus a mark of the total
+// below which units no longer count. The units the log counts are then
+// one subtraction, where the aged entries end is one ZCOUNT, and the entry
+// at which a denied request fits is a binary search over ranks, as in
+// memory. So every decision, allowed or denied, whatever its cost n and
+// however full the log, does O(log² N) work in Redis for the N entries of
+// its key, plus the removal of at most 16 dead entries (a log whose
+// entries are all dead is unlinked, freed off the server's main thread).
+// A refund removes the entries it empties, each once in its life. Entries
 // weigh at least one unit and a log holds at most Rate.Limit units, so at
-// most Rate.Limit entries: about 80 bytes each in Redis, 5 MiB for one key
-// at the largest limit (floodgate.MaxSlidingLogLimit) in the worst case, a key that spends
-// its quota one unit per microsecond. Both keys expire when the newest
-// entry leaves the window. Each decision is one EVALSHA.
+// most Rate.Limit live entries: about 13 bytes each in Redis up to 128
+// entries (a listpack), 95 beyond (MEMORY USAGE, Redis 7.0), 6 MiB for one
+// key at the largest limit (floodgate.MaxSlidingLogLimit) in the worst
+// case, a key that spends its quota one unit per microsecond. The key
+// expires when the newest entry leaves the window. Each decision is one
+// EVALSHA.
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -111,23 +118,19 @@ func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
 	}
 	return l.refund(ctx, key, func(ctx context.Context, now string) error {
 		_, err := slidingLogRefundScript.run(ctx, l.client, l.keys(key),
-			[]string{now, strconv.Itoa(n), l.periodArg, l.minTTL})
+			[]string{now, strconv.Itoa(n), l.limitArg, l.periodArg, l.minTTL})
 		return err
 	})
 }
 
-// keys returns the log's keys: the entries and the state.
+// keys returns the log's one key.
 func (l *SlidingLog) keys(key string) []string {
-	tag := clientTag(l.prefix, key)
-	return []string{tag + "sl", tag + "sl:state"}
+	return []string{clientTag(l.prefix, key) + "log"}
 }
 
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, l.countDenied, l.minTTL}
-	r, err := slidingLogScript.run(ctx, l.client, l.keys(key), args)
-	if err == nil {
-		err = expectInts(r, 4)
-	}
+	r, unrepl, err := l.reply(ctx, slidingLogScript, l.keys(key), args, 4)
 	if err != nil {
 		return floodgate.Decision{Limit: l.rate.Limit}, err
 	}
@@ -143,7 +146,7 @@ func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (f
 	if !d.Allowed {
 		d.RetryAfter = micros(r[2])
 	}
-	return d, nil
+	return d, replicated(d, n, unrepl)
 }
 
 // micros converts a non-negative count of microseconds from a script to a

@@ -42,8 +42,9 @@ type Stats struct {
 	// returns an error wrapping context.Canceled, not ErrRedis.
 	CanceledErrors uint64
 	// OtherErrors counts the round trips that failed otherwise: Redis
-	// refused the connection or answered with an error, or a script's
-	// reply made no sense.
+	// refused the connection or answered with an error, a script's reply
+	// made no sense, or too few replicas acknowledged an allowed decision
+	// (ErrNotReplicated).
 	OtherErrors uint64
 }
 

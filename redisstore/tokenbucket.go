@@ -15,34 +15,40 @@ import (
 // floodgate.TokenBucket makes in memory (greedy refill; see its
 // documentation): capacity burst (WithBurst, default Rate.Limit), Rate.Limit
 // tokens back per Rate.Period, denied requests take nothing, a cost above
-// the burst is floodgate.ErrCostExceedsLimit.
+// the burst is floodgate.ErrCostExceedsLimit. WithIntervalRefill makes the
+// whole Rate.Limit come back at once each period instead, as
+// floodgate.WithIntervalRefill does.
 //
 // The state is GCRA's theoretical arrival time in one string key per client
 // (see the key layout in the package documentation), kept exactly as
 // integer microseconds plus a fraction of Rate.Limit: no rounding
 // accumulates however the period divides. At microsecond-aligned times a
 // decision equals the in-memory bucket's, with RetryAfter and ResetAfter
-// rounded up to the microsecond. Each decision is one EVALSHA; the key
-// expires when the bucket is full again.
+// rounded up to the microsecond. An intervally refilled bucket keeps the
+// start of its current period and the tokens used in it instead, in a key
+// of its own. Each decision is one EVALSHA; the key expires when the
+// bucket is full again.
 //
 // A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
 	base
-	rate   floodgate.Rate
-	burst  int
-	limit  uint64 // Rate.Limit
-	period uint64 // Rate.Period in microseconds
+	rate     floodgate.Rate
+	burst    int
+	interval bool   // WithIntervalRefill
+	limit    uint64 // Rate.Limit
+	period   uint64 // Rate.Period in microseconds
 	// Script arguments that do not change: tau = burst·Period/Limit as
-	// whole microseconds and remainder, and Limit.
-	tauQ, tauR, limitArg string
+	// whole microseconds and remainder, Limit, the burst and the period.
+	tauQ, tauR, limitArg, burstArg, periodArg string
 }
 
 // NewTokenBucket returns a token bucket on Redis refilling r.Limit tokens
 // per r.Period, running its script through c. It accepts WithBurst,
-// WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
-// WithDenyCache and WithMaxKeyLength. The period must be a whole number of
-// microseconds, the resolution of the Redis state, and burst·Period/Limit
-// at most 2^50 µs (35 years).
+// WithIntervalRefill, WithPrefix, WithClock, WithTimeout, WithFallback,
+// WithProbeInterval, WithDenyCache and WithMaxKeyLength. The period must
+// be a whole number of microseconds, the resolution of the Redis state,
+// and burst·Period/Limit at most 2^50 µs (35 years), which also keeps the
+// ceil(burst/Limit) periods an interval bucket may wait below 2^51 µs.
 func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket, error) {
 	if err := checkRate(r); err != nil {
 		return nil, err
@@ -56,10 +62,11 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 		burst = cfg.burst
 	}
 	b := &TokenBucket{
-		rate:   r,
-		burst:  burst,
-		limit:  uint64(r.Limit),
-		period: uint64(r.Period / time.Microsecond),
+		rate:     r,
+		burst:    burst,
+		interval: cfg.interval,
+		limit:    uint64(r.Limit),
+		period:   uint64(r.Period / time.Microsecond),
 	}
 	hi, lo := bits.Mul64(uint64(burst), b.period)
 	if hi >= b.limit {
@@ -72,6 +79,8 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	b.tauQ = strconv.FormatUint(q, 10)
 	b.tauR = strconv.FormatUint(rem, 10)
 	b.limitArg = strconv.FormatUint(b.limit, 10)
+	b.burstArg = strconv.Itoa(burst)
+	b.periodArg = strconv.FormatUint(b.period, 10)
 	if err = b.init(c, burst, cfg); err != nil {
 		return nil, err
 	}
@@ -134,6 +143,13 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
+	if b.interval {
+		return b.refund(ctx, key, func(ctx context.Context, now string) error {
+			_, err := intervalRefundScript.run(ctx, b.client, []string{b.key(key)},
+				[]string{now, strconv.Itoa(n), b.limitArg, b.periodArg, b.minTTL})
+			return err
+		})
+	}
 	// More than the burst fills the bucket all the same.
 	hi, lo := bits.Mul64(uint64(min(n, b.burst)), b.period)
 	decQ, decR := bits.Div64(hi, lo, b.limit)
@@ -144,9 +160,19 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	})
 }
 
-func (b *TokenBucket) key(key string) string { return clientTag(b.prefix, key) + "tb" }
+// key returns the bucket's one key: p:{k}:tb, or p:{k}:tbi when refilled
+// intervally, so that neither mode reads the other's state.
+func (b *TokenBucket) key(key string) string {
+	if b.interval {
+		return clientTag(b.prefix, key) + "tbi"
+	}
+	return clientTag(b.prefix, key) + "tb"
+}
 
 func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	if b.interval {
+		return b.evalInterval(ctx, key, n, now)
+	}
 	// n·Period/Limit: n <= burst, so the quotient is at most tau and the
 	// division cannot overflow (checked in NewTokenBucket).
 	hi, lo := bits.Mul64(uint64(n), b.period)
@@ -154,10 +180,7 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 	args := []string{now, strconv.Itoa(n),
 		strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
 		b.tauQ, b.tauR, b.limitArg, b.minTTL}
-	r, err := tokenBucketScript.run(ctx, b.client, []string{b.key(key)}, args)
-	if err == nil {
-		err = expectInts(r, 5)
-	}
+	r, unrepl, err := b.reply(ctx, tokenBucketScript, []string{b.key(key)}, args, 5)
 	if err != nil {
 		return floodgate.Decision{Limit: b.burst}, err
 	}
@@ -175,7 +198,33 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 		}
 		d.RetryAfter = ceilDuration(wait, wfrac)
 	}
-	return d, nil
+	return d, replicated(d, n, unrepl)
+}
+
+// evalInterval decides for an intervally refilled bucket. The script
+// rolls the period over and counts; Remaining, RetryAfter and ResetAfter
+// are derived here as floodgate.TokenBucket derives them in memory: the
+// request fits once enough whole periods have each given Limit back.
+func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	args := []string{now, strconv.Itoa(n), b.burstArg, b.limitArg, b.periodArg, b.minTTL}
+	r, unrepl, err := b.reply(ctx, intervalScript, []string{b.key(key)}, args, 4)
+	if err != nil {
+		return floodgate.Decision{Limit: b.burst}, err
+	}
+	start, used, at := r[1], r[2], r[3]
+	if used < 0 || used > int64(b.burst) || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
+		return floodgate.Decision{Limit: b.burst}, errBadReply(r)
+	}
+	limit, period := int64(b.limit), int64(b.period)
+	d := floodgate.Decision{Allowed: r[0] == 1, Limit: b.burst, Remaining: b.burst - int(used)}
+	if used > 0 {
+		d.ResetAfter = micros(start + (used+limit-1)/limit*period - at)
+	}
+	if !d.Allowed {
+		k := (used + int64(n) - int64(b.burst) + limit - 1) / limit
+		d.RetryAfter = micros(start + k*period - at)
+	}
+	return d, replicated(d, n, unrepl)
 }
 
 // tokensCeil returns ceil((us + frac/Limit)·Limit/Period): the whole tokens

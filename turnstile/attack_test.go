@@ -52,7 +52,7 @@ func TestVerifyBelievesOnlyAStrictSuccess(t *testing.T) {
 		// What must keep working: siteverify's real answers, with fields it
 		// may add (metadata), with whitespace, and a "no" under any status.
 		{"real success", 0, `{"success":true,"challenge_ts":"2026-12-01T08:00:00.123Z","hostname":"example.com","error-codes":[],"action":"signup","cdata":""}`, nil, nil},
-		{"success with metadata and spacing", 0, "{ \"success\" : true ,\n \"metadata\": {\"ephemeral_id\": \"x:1\", \"Success\": false} }", nil, nil},
+		{"success with metadata and spacing", 0, "{ \"success\" : true , \"hostname\":\"example.com\",\n \"metadata\": {\"ephemeral_id\": \"x:1\", \"Success\": false} }", nil, nil},
 		{"a no under HTTP 400 is believed", http.StatusBadRequest, `{"success":false,"error-codes":["invalid-input-secret"]}`, nil, turnstile.ErrMisconfigured},
 		{"a plain no", 0, `{"success":false,"error-codes":["invalid-input-response"]}`, nil, turnstile.ErrRejected},
 	}
@@ -82,7 +82,7 @@ func TestVerifyBelievesOnlyAStrictSuccess(t *testing.T) {
 // is not an answer, and the rest is not read.
 func TestVerifyAnswerSizeBound(t *testing.T) {
 	answer := func(size int) string {
-		const head, tail = `{"success":true,"cdata":"`, `"}`
+		const head, tail = `{"success":true,"hostname":"example.com","cdata":"`, `"}`
 		return head + strings.Repeat("x", size-len(head)-len(tail)) + tail
 	}
 	for _, tt := range []struct {
@@ -297,5 +297,35 @@ func TestMiddlewareClientHungUp(t *testing.T) {
 	h.ServeHTTP(rec, formRequest(url.Values{turnstile.FormField: {"tok"}}))
 	if !got.called || rec.Code != http.StatusOK || got.hasRes {
 		t.Errorf("outage under fail-open: handler called %v, status %d, Result %v; want called, 200, no Result", got.called, rec.Code, got.hasRes)
+	}
+}
+
+// TestAnotherSitesSuccessNeedsADeliberateChoice is issue 18 item 9: a
+// verifier built with the secret alone accepted a success siteverify
+// issued for evil.example. New now refuses to build one without a
+// hostname choice, WithHostnames (which rejects that success) or
+// WithAnyHostname (which accepts it, on purpose); the two together are a
+// contradiction.
+func TestAnotherSitesSuccessNeedsADeliberateChoice(t *testing.T) {
+	f := newFake(t)
+	f.set(func(f *fakeSiteverify) { f.hostname = "evil.example" })
+	v, err := turnstile.New(secretPass, turnstile.WithEndpoint(f.url))
+	if err == nil {
+		res, verr := v.Verify(context.Background(), "token-1", "")
+		t.Fatalf("built without a hostname choice; another site's token: %+v, %v", res, verr)
+	}
+	if !errors.Is(err, turnstile.ErrInvalidOption) || !strings.Contains(err.Error(), "WithHostnames") || !strings.Contains(err.Error(), "WithAnyHostname") {
+		t.Fatalf("New: %v; want ErrInvalidOption naming WithHostnames and WithAnyHostname", err)
+	}
+	strict := newVerifier(t, f, secretPass, turnstile.WithHostnames("example.com"))
+	if _, err := strict.Verify(context.Background(), "token-2", ""); !errors.Is(err, turnstile.ErrRejected) {
+		t.Fatalf("WithHostnames(example.com), token of evil.example: %v; want ErrRejected", err)
+	}
+	lax := newVerifierFor(t, f, secretPass, turnstile.WithAnyHostname())
+	if res, err := lax.Verify(context.Background(), "token-3", ""); err != nil || res.Hostname != "evil.example" {
+		t.Fatalf("WithAnyHostname: %+v, %v; want the success, deliberately", res, err)
+	}
+	if _, err := turnstile.New(secretPass, turnstile.WithHostnames("example.com"), turnstile.WithAnyHostname()); !errors.Is(err, turnstile.ErrInvalidOption) {
+		t.Fatalf("WithHostnames and WithAnyHostname together: %v; want ErrInvalidOption", err)
 	}
 }

@@ -41,7 +41,10 @@
 // once with that context's error, not ErrUnavailable: a visitor hanging up
 // is not an outage. WithHostnames and WithAction add the checks Cloudflare
 // leaves to the site: that the token was solved on your page, for this
-// form.
+// form. New requires a hostname choice: WithHostnames, or WithAnyHostname
+// to accept a token solved on any site that embeds the sitekey, so that
+// accepting another site's success is never a silent default. Cloudflare's
+// dummy secrets answer for the hostname example.com.
 //
 // # What the middleware does
 //

@@ -68,7 +68,11 @@ func ExampleMiddleware() {
 	siteverify := httptest.NewServer(http.HandlerFunc(dummySiteverify))
 	defer siteverify.Close()
 
-	v, err := turnstile.New("1x0000000000000000000000000000000AA", turnstile.WithEndpoint(siteverify.URL))
+	v, err := turnstile.New("1x0000000000000000000000000000000AA",
+		turnstile.WithEndpoint(siteverify.URL), // omit in production
+		turnstile.WithHostnames("example.com"),
+		turnstile.WithAction("signup"),
+	)
 	if err != nil {
 		fmt.Println(err)
 		return

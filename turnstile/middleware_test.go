@@ -179,7 +179,7 @@ func TestMiddlewareAnswers(t *testing.T) {
 			var v *turnstile.Verifier
 			if tt.unreach {
 				var err error
-				v, err = turnstile.New(tt.secret, turnstile.WithEndpoint(unreachableURL(t)), turnstile.WithRetry(1, time.Millisecond))
+				v, err = turnstile.New(tt.secret, turnstile.WithEndpoint(unreachableURL(t)), turnstile.WithRetry(1, time.Millisecond), turnstile.WithHostnames("example.com"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -79,15 +79,23 @@ type Verifier struct {
 	retries   int
 	backoff   time.Duration
 	hostnames []string
-	action    string
+	// anyHostname records WithAnyHostname: hostnames is empty on purpose.
+	anyHostname bool
+	action      string
 }
 
 // Option configures a Verifier.
 type Option func(*Verifier) error
 
-// New returns a Verifier for the site whose secret key is secret. An empty
-// secret is an error wrapping ErrInvalidOption: a verifier without a secret
-// could only reject everyone, which is better reported at start-up.
+// New returns a Verifier for the site whose secret key is secret, and the
+// hostnames its tokens must be solved on: WithHostnames, the recommended
+// shape (with WithAction where the page's widget sets an action), or
+// WithAnyHostname, to accept a token solved on any page that embeds the
+// sitekey, deliberately. Without either, Cloudflare's success for a token
+// solved on someone else's site would pass; New refuses that silent
+// default with an error wrapping ErrInvalidOption, as it refuses both
+// together, an empty secret (a verifier without one could only reject
+// everyone) and an invalid option.
 func New(secret string, opts ...Option) (*Verifier, error) {
 	if secret == "" {
 		return nil, fmt.Errorf("%w: empty secret", ErrInvalidOption)
@@ -107,6 +115,12 @@ func New(secret string, opts ...Option) (*Verifier, error) {
 		if err := o(v); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case len(v.hostnames) == 0 && !v.anyHostname:
+		return nil, fmt.Errorf("%w: no hostname choice: pass WithHostnames with the hostnames of the pages that show the widget, so that a token solved on another site is rejected, or WithAnyHostname to accept it deliberately", ErrInvalidOption)
+	case len(v.hostnames) > 0 && v.anyHostname:
+		return nil, fmt.Errorf("%w: WithHostnames and WithAnyHostname contradict each other; choose one", ErrInvalidOption)
 	}
 	return v, nil
 }
@@ -184,8 +198,11 @@ func WithRetry(retries int, backoff time.Duration) Option {
 
 // WithHostnames makes the verifier reject a token, even one Cloudflare
 // accepts, unless it was issued on one of hosts (compared without regard
-// to case). Without it any hostname is accepted, which lets a token solved
-// on someone else's page that embeds your sitekey pass.
+// to case): the hostnames of the pages that show the widget. It is
+// Cloudflare's server-side advice, and New requires it or
+// WithAnyHostname: without a check, a token solved on someone else's page
+// that embeds your sitekey would pass. Given twice, the second list
+// replaces the first.
 func WithHostnames(hosts ...string) Option {
 	return func(v *Verifier) error {
 		if len(hosts) == 0 {
@@ -197,6 +214,18 @@ func WithHostnames(hosts ...string) Option {
 			}
 		}
 		v.hostnames = append([]string(nil), hosts...)
+		return nil
+	}
+}
+
+// WithAnyHostname makes the verifier accept a token whatever hostname it
+// was solved on, leaving the matter to the hostnames the widget is
+// restricted to in Cloudflare's dashboard. It is the deliberate form of
+// what was once the default; prefer WithHostnames. It cannot be combined
+// with WithHostnames.
+func WithAnyHostname() Option {
+	return func(v *Verifier) error {
+		v.anyHostname = true
 		return nil
 	}
 }

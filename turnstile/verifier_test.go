@@ -14,11 +14,18 @@ import (
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
-// newVerifier returns a verifier for secret that talks to f, with retries
-// that wait a millisecond so that retry tests run fast.
+// newVerifier returns a verifier for secret that talks to f and expects
+// the hostname example.com (opts may name others), with retries that wait
+// a millisecond so that retry tests run fast.
 func newVerifier(t *testing.T, f *fakeSiteverify, secret string, opts ...turnstile.Option) *turnstile.Verifier {
 	t.Helper()
-	opts = append([]turnstile.Option{turnstile.WithEndpoint(f.url), turnstile.WithRetry(2, time.Millisecond)}, opts...)
+	return newVerifierFor(t, f, secret, turnstile.WithHostnames("example.com"), opts...)
+}
+
+// newVerifierFor is newVerifier with the hostname choice hosts.
+func newVerifierFor(t *testing.T, f *fakeSiteverify, secret string, hosts turnstile.Option, opts ...turnstile.Option) *turnstile.Verifier {
+	t.Helper()
+	opts = append([]turnstile.Option{turnstile.WithEndpoint(f.url), turnstile.WithRetry(2, time.Millisecond), hosts}, opts...)
 	v, err := turnstile.New(secret, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -113,7 +120,7 @@ func TestVerifyExpectations(t *testing.T) {
 		opts     []turnstile.Option
 		wantCode string // "" for success
 	}{
-		{"no expectations", "evil.example", "other", nil, ""},
+		{"any hostname, deliberately", "evil.example", "other", nil, ""},
 		{"hostname matches", "example.com", "", []turnstile.Option{turnstile.WithHostnames("www.example.com", "example.com")}, ""},
 		{"hostname matches without regard to case", "Example.COM", "", []turnstile.Option{turnstile.WithHostnames("example.com")}, ""},
 		{"wrong hostname", "evil.example", "", []turnstile.Option{turnstile.WithHostnames("example.com")}, turnstile.CodeHostnameMismatch},
@@ -128,6 +135,9 @@ func TestVerifyExpectations(t *testing.T) {
 			f := newFake(t)
 			f.set(func(f *fakeSiteverify) { f.hostname, f.action = tt.hostname, tt.action })
 			v := newVerifier(t, f, secretPass, tt.opts...)
+			if tt.opts == nil {
+				v = newVerifierFor(t, f, secretPass, turnstile.WithAnyHostname())
+			}
 			res, err := v.Verify(context.Background(), "token", "")
 			if tt.wantCode == "" {
 				if err != nil || res.Hostname != tt.hostname || res.Action != tt.action {
@@ -272,7 +282,7 @@ func TestVerifyBackoffStopsAtDeadline(t *testing.T) {
 }
 
 func TestVerifyUnreachable(t *testing.T) {
-	v, err := turnstile.New(secretPass, turnstile.WithEndpoint(unreachableURL(t)), turnstile.WithRetry(2, time.Millisecond))
+	v, err := turnstile.New(secretPass, turnstile.WithEndpoint(unreachableURL(t)), turnstile.WithRetry(2, time.Millisecond), turnstile.WithHostnames("example.com"))
 	if err != nil {
 		t.Fatal(err)
 	}

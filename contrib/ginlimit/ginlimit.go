@@ -157,8 +157,12 @@ func (w *writer) returned(ctx context.Context) {
 	if !s.committed {
 		s.status = w.ResponseWriter.Status()
 	}
+	committed := s.committed
 	s.mu.Unlock()
-	s.settleIf(false)
+	if committed {
+		s.settleIf(false)
+		return
+	}
 	context.AfterFunc(ctx, func() { s.settleIf(true) })
 }
 

@@ -15,19 +15,38 @@ import (
 // the token into this header.
 const signupTokenHeader = "CF-Turnstile-Response"
 
+// botCheckConfig is what the sign-up bot check verifies tokens with.
+type botCheckConfig struct {
+	Secret string // the widget's secret key (TURNSTILE_SECRET)
+	// Hostnames are those of the pages that show the widget
+	// (-turnstile-hostname): a token solved elsewhere is rejected. Required.
+	Hostnames []string
+	// Action, if set, is the widget's data-action on the sign-up page
+	// (-turnstile-action): a token solved for another form is rejected.
+	Action string
+}
+
 // newBotCheck returns the sign-up bot check: a Cloudflare Turnstile
-// verification with secret, for config.BotCheck, which puts it before the
+// verification as bc says, for config.BotCheck, which puts it before the
 // sign-up limits (the per-IP ceiling, then the nickname pattern) so that a
 // request without a good token is refused (400, 403) before it uses up
-// anyone's quota. While siteverify
-// cannot be reached sign-ups fail closed (503). A secret Cloudflare
-// refuses is logged, since every sign-up then fails.
+// anyone's quota. A token solved on another hostname, or for another
+// action when one is set, is rejected (403). While siteverify cannot be
+// reached sign-ups fail closed (503). A secret Cloudflare refuses is
+// logged, since every sign-up then fails.
 //
 // The visitor's IP sent to Cloudflare is resolved like the rate limits'
 // client IP, through the same trusted proxies, but as a full address:
 // the limits group IPv6 clients by /64, siteverify wants the address.
-func newBotCheck(secret string, proxies []netip.Prefix, logger *slog.Logger, opts ...turnstile.Option) (func(http.Handler) http.Handler, error) {
-	v, err := turnstile.New(secret, opts...)
+func newBotCheck(bc botCheckConfig, proxies []netip.Prefix, logger *slog.Logger, opts ...turnstile.Option) (func(http.Handler) http.Handler, error) {
+	if len(bc.Hostnames) == 0 {
+		return nil, errors.New("TURNSTILE_SECRET is set without -turnstile-hostname: name the hostnames of the sign-up page, or another site's tokens pass (example.com for Cloudflare's dummy keys)")
+	}
+	vopts := []turnstile.Option{turnstile.WithHostnames(bc.Hostnames...)}
+	if bc.Action != "" {
+		vopts = append(vopts, turnstile.WithAction(bc.Action))
+	}
+	v, err := turnstile.New(bc.Secret, append(vopts, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate/turnstile"
 )
@@ -34,10 +36,16 @@ func (d *dummySiteverify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"success":true,"challenge_ts":"2026-03-01T12:00:00Z","hostname":"example.com","error-codes":[]}`)
 	case "2x0000000000000000000000000000000AA":
 		_, _ = io.WriteString(w, `{"success":false,"error-codes":["invalid-input-response"]}`)
+	case secretOfAnotherSite: // a widget that also serves evil.example
+		_, _ = io.WriteString(w, `{"success":true,"challenge_ts":"2026-03-01T12:00:00Z","hostname":"evil.example","error-codes":[]}`)
 	default:
 		_, _ = io.WriteString(w, `{"success":false,"error-codes":["invalid-input-secret"]}`)
 	}
 }
+
+// secretOfAnotherSite is a secret whose siteverify answers are successes
+// for tokens solved on evil.example.
+const secretOfAnotherSite = "0x4AAAAAAAsharedWithEvilExample"
 
 func (d *dummySiteverify) seen() []string {
 	d.mu.Lock()
@@ -45,9 +53,9 @@ func (d *dummySiteverify) seen() []string {
 	return append([]string(nil), d.remoteIPs...)
 }
 
-// newBotCheckServer is newTestServer with the bot check on, verifying with
-// secret against a local dummy siteverify.
-func newBotCheckServer(t *testing.T, secret string, trusted ...string) (*testServer, *dummySiteverify) {
+// startDummySiteverify starts a dummy siteverify on loopback, closed when
+// t ends, and returns it with its URL.
+func startDummySiteverify(t *testing.T) (*dummySiteverify, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,9 +70,23 @@ func newBotCheckServer(t *testing.T, secret string, trusted ...string) (*testSer
 	sv.Listener = l
 	sv.Start()
 	t.Cleanup(sv.Close)
+	return dummy, sv.URL
+}
 
+// dummyURL starts a dummy siteverify and returns its URL.
+func dummyURL(t *testing.T) string {
+	_, u := startDummySiteverify(t)
+	return u
+}
+
+// newBotCheckServer is newTestServer with the bot check on, verifying with
+// secret against a local dummy siteverify, for pages on example.com.
+func newBotCheckServer(t *testing.T, secret string, trusted ...string) (*testServer, *dummySiteverify) {
+	t.Helper()
+	dummy, u := startDummySiteverify(t)
 	s := buildTestServer(t, trusted, func(prefixes []netip.Prefix, logger *slog.Logger) func(http.Handler) http.Handler {
-		bot, err := newBotCheck(secret, prefixes, logger, turnstile.WithEndpoint(sv.URL))
+		bc := botCheckConfig{Secret: secret, Hostnames: []string{"example.com"}}
+		bot, err := newBotCheck(bc, prefixes, logger, turnstile.WithEndpoint(u))
 		if err != nil {
 			t.Fatalf("newBotCheck: %v", err)
 		}
@@ -92,6 +114,7 @@ func TestSignupBotCheck(t *testing.T) {
 		{"no token", "1x0000000000000000000000000000000AA", "", http.StatusBadRequest},
 		{"rejected token", "2x0000000000000000000000000000000AA", "XXXX.DUMMY.TOKEN.XXXX", http.StatusForbidden},
 		{"secret Cloudflare refuses", "0x4AAAAAAAnotARealSecret", "XXXX.DUMMY.TOKEN.XXXX", http.StatusInternalServerError},
+		{"another site's success", secretOfAnotherSite, "XXXX.DUMMY.TOKEN.XXXX", http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,5 +200,35 @@ func TestBotCheckRemoteIP(t *testing.T) {
 				t.Fatalf("remoteip sent %q, want [%q]", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBotCheckNeedsHostnames: with TURNSTILE_SECRET set, the server does
+// not start without the hostnames of the sign-up page, which would accept
+// another site's success (issue 18 item 9); an action, when given, is
+// checked too.
+func TestBotCheckNeedsHostnames(t *testing.T) {
+	t.Setenv("TURNSTILE_SECRET", "1x0000000000000000000000000000000AA")
+	// Bounded, should a regression start the server.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"-addr", "127.0.0.1:0"}, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "-turnstile-hostname") {
+		t.Fatalf("run without -turnstile-hostname: %v; want an error naming the flag", err)
+	}
+	if _, err := newBotCheck(botCheckConfig{Secret: "1x0000000000000000000000000000000AA"}, nil, slog.Default()); err == nil {
+		t.Fatal("newBotCheck without hostnames: built")
+	}
+	s := buildTestServer(t, nil, func(prefixes []netip.Prefix, logger *slog.Logger) func(http.Handler) http.Handler {
+		bc := botCheckConfig{Secret: "1x0000000000000000000000000000000AA", Hostnames: []string{"example.com"}, Action: "signup"}
+		bot, err := newBotCheck(bc, prefixes, logger, turnstile.WithEndpoint(dummyURL(t)))
+		if err != nil {
+			t.Fatalf("newBotCheck: %v", err)
+		}
+		return bot
+	})
+	// The dummy answer names no action: a check for "signup" refuses it.
+	if w := s.signupWithToken("203.0.113.1:5000", "abc1", "XXXX.DUMMY.TOKEN.XXXX"); w.Code != http.StatusForbidden {
+		t.Fatalf("token without the sign-up action: status %d, want 403", w.Code)
 	}
 }

@@ -20,7 +20,22 @@
 // (see the redisstore README). Each call keeps its own context: a caller
 // whose deadline passes, or who hangs up, returns at once with its
 // context's error, and a call withdrawn before its batch was sent never
-// reaches the server. No goroutine is started.
+// reaches the server. No goroutine is started, except on a ClusterClient
+// (below), for the round trip of a batch that spans several masters; none
+// outlives its batch.
+//
+// # Cluster
+//
+// On a ClusterClient a batch goes out as one pipeline per master, on the
+// master's own client, rather than through go-redis's cluster pipeline:
+// that one waits its retry backoff (MinRetryBackoff, 8 to 24 ms by
+// default) before it follows a MOVED or ASK redirection, holding up the
+// whole batch and every caller queued behind it, which while slots move
+// cut decisions 80-fold and pushed some past the 100 ms decision timeout.
+// A call answered MOVED or ASK did not run on that master: it alone is
+// sent again through the ClusterClient, which follows the redirection at
+// once, within its caller's deadline. No other call of the batch is sent
+// twice, and nothing is sent again after any other error.
 //
 // # Retries
 //
@@ -33,7 +48,8 @@
 // MaxRetries says: a failed decision is reported as an error, and the
 // limiter's error policy or fallback answers it. The client's other
 // commands keep their retries. Cluster redirections (MOVED, ASK) are still
-// followed: the script did not run on the node that redirected. A NOSCRIPT
+// followed (see Cluster): the script did not run on the node that
+// redirected. A NOSCRIPT
 // reply in a batch is returned to its caller only, which sends EVAL; the
 // other scripts of the batch ran once.
 //
@@ -56,6 +72,7 @@ package goredisstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -79,6 +96,8 @@ type Scripter struct {
 // the command's own.
 type scriptCmd struct {
 	cmd     noRetry
+	args    []any  // cmd's arguments, to send it again after a redirection
+	key     string // its first key, which routes it on a Cluster
 	payload string // the script or its SHA1, passed by pointer
 	err     error  // replicas that did not acknowledge in time
 }
@@ -115,10 +134,11 @@ func (s *Scripter) Err() error { return s.err }
 // at least n replicas have acknowledged its writes or timeout has passed
 // (Redis's WAIT, sent in the same pipeline as the script; a script itself
 // may not call WAIT). A call whose writes were not acknowledged by n
-// replicas in time returns an error wrapping redisstore.ErrNotReplicated
-// (and so ErrRedis, through the limiter): the decision was made on the
-// master, but a failover now could lose it, and the caller's error policy
-// decides. It bounds what a Sentinel failover can lose to the decisions
+// replicas in time returns its reply with an error wrapping
+// redisstore.ErrNotReplicated. The limiter then reports a denial as a
+// denial, and an allowed decision (made and charged on the master, but a
+// failover now could lose it) as ErrNotReplicated wrapped in ErrRedis, for
+// the caller's error policy. It bounds what a Sentinel failover can lose to the decisions
 // still waiting for their acknowledgement; see the redisstore README for
 // its cost. With group commit, one WAIT covers a whole batch.
 //
@@ -205,24 +225,37 @@ func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args
 	for i := range args {
 		a = append(a, &args[i])
 	}
-	cmd := redis.NewIntSliceCmd(ctx, a...)
+	c.V.args = a
 	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3) // route by the first key's slot
+		c.V.key = keys[0]
 	}
-	c.V.cmd = noRetry{cmd}
+	c.V.cmd = c.V.newCmd(ctx)
 	if err := s.batch.Do(c); err != nil {
 		return nil, err
 	}
-	if err := cmd.Err(); err != nil {
+	if err := c.V.cmd.Err(); err != nil {
 		return nil, err
 	}
-	return cmd.Val(), c.V.err
+	return c.V.cmd.Val(), c.V.err
+}
+
+// newCmd returns a command of the call's arguments.
+func (v *scriptCmd) newCmd(ctx context.Context) noRetry {
+	cmd := redis.NewIntSliceCmd(ctx, v.args...)
+	if v.key != "" {
+		cmd.SetFirstKeyPos(3) // route by the first key's slot
+	}
+	return noRetry{cmd}
 }
 
 // send runs one batch (see the package documentation: group commit).
 func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
 	if len(batch) == 1 && s.wait == nil {
 		_ = s.client.Process(lead.Ctx, lead.V.cmd)
+		return
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		sendCluster(cc, lead, batch)
 		return
 	}
 	p := s.client.Pipeline()
@@ -248,4 +281,64 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 			}
 		}
 	}
+}
+
+// sendCluster runs a batch on a Cluster: one pipeline per master, on that
+// master's own client, so that a redirection holds up no other call.
+// (go-redis's cluster pipeline waits its retry backoff, 8 to 24 ms by
+// default, before it follows a MOVED or ASK, and the whole batch and the
+// callers queued behind it wait with it: while slots move, decisions
+// slowed down 80-fold and some passed the 100 ms decision timeout.) A
+// call answered MOVED or ASK did not run on that master: it alone is sent
+// again, through the cluster client, which follows the redirection at
+// once, under its caller's own context. No other call of the batch is
+// sent twice, and nothing is re-sent after any other error.
+func sendCluster(cc *redis.ClusterClient, lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
+	ctx := groupcommit.DeadlineOnly{Parent: lead.Ctx}
+	pipes := make(map[*redis.Client]redis.Pipeliner, 3)
+	for _, c := range batch {
+		node, err := cc.MasterForKey(ctx, c.V.key)
+		if err != nil {
+			c.V.cmd.SetErr(err)
+			continue
+		}
+		p := pipes[node]
+		if p == nil {
+			p = node.Pipeline()
+			pipes[node] = p
+		}
+		_ = p.Process(c.Ctx, c.V.cmd)
+	}
+	// One master's pipeline runs here, the others' in goroutines of their
+	// own, all at once.
+	var wg sync.WaitGroup
+	var here redis.Pipeliner
+	for _, p := range pipes {
+		if here == nil {
+			here = p
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = p.Exec(ctx)
+		}()
+	}
+	if here != nil {
+		_, _ = here.Exec(ctx)
+	}
+	wg.Wait()
+	for _, c := range batch {
+		if err := c.V.cmd.Err(); redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+			// All at once: after a slot moved, a whole batch may come back
+			// MOVED, and one round trip after another would add up.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.V.cmd = c.V.newCmd(c.Ctx)
+				_ = cc.Process(c.Ctx, c.V.cmd)
+			}()
+		}
+	}
+	wg.Wait()
 }

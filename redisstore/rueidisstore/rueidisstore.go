@@ -184,10 +184,11 @@ func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 // at least n replicas have acknowledged its writes or timeout has passed
 // (Redis's WAIT, sent with the script in one DoMulti, on the same
 // connection; a script itself may not call WAIT). A call whose writes were
-// not acknowledged by n replicas in time returns an error wrapping
-// redisstore.ErrNotReplicated (and so ErrRedis, through the limiter): the
-// decision was made on the master, but a failover now could lose it, and
-// the caller's error policy decides. One WAIT covers a whole batch. It
+// not acknowledged by n replicas in time returns its reply with an error
+// wrapping redisstore.ErrNotReplicated. The limiter then reports a denial
+// as a denial, and an allowed decision (made and charged on the master,
+// but a failover now could lose it) as ErrNotReplicated wrapped in
+// ErrRedis, for the caller's error policy. One WAIT covers a whole batch. It
 // needs a client with one master (standalone or Sentinel); on a cluster
 // client the option is an error.
 func WithWaitReplicas(n int, timeout time.Duration) Option {

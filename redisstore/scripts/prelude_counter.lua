@@ -1,39 +1,48 @@
 -- The sliding counter's helpers, prepended after prelude.lua.
+--
+-- A client's counter is one string, KEYS[1], "w prev cur": the counts of
+-- the fixed windows w - 1 and w. One key, so that it is evicted, migrated
+-- between Cluster nodes and expired as a whole.
 
--- counter_read returns a sliding counter key's "w count" state, or nil, 0.
-local function counter_read(key)
-  local s = redis.call('GET', key)
-  if not s then
-    return nil, 0
-  end
-  local w, c = string.match(s, '^(%d+) (%d+)$')
-  if not w then
-    error('floodgate: malformed sliding counter state in ' .. key)
-  end
-  return tonumber(w), tonumber(c)
-end
-
--- counter_windows reads a sliding counter (KEYS[1] the current fixed
--- window, KEYS[2] the one before) at now and returns the window index, now
--- (held back if the clock went back past the window last counted in, so
--- its events are not forgotten), the window's start, and the previous and
--- current counts.
+-- counter_windows reads the counter at now and returns the window index,
+-- now (held back if the clock went back past the window last counted in,
+-- so its events are not forgotten), the window's start, and the previous
+-- and current counts.
 local function counter_windows(now, period)
   local w = floordiv(now, period)
-  local w1, c1 = counter_read(KEYS[1])
-  if w1 and w1 > w then
-    w = w1
-    now = w * period
-  end
   local prev, cur = 0, 0
-  if w1 == w then
-    cur = c1
-    local w0, c0 = counter_read(KEYS[2])
-    if w0 == w - 1 then
-      prev = c0
+  local s = redis.call('GET', KEYS[1])
+  if s then
+    local sw, sp, sc = string.match(s, '^(%d+) (%d+) (%d+)$')
+    if not sw then
+      error('floodgate: malformed sliding counter state in ' .. KEYS[1])
     end
-  elseif w1 == w - 1 then
-    prev = c1
+    sw, sp, sc = tonumber(sw), tonumber(sp), tonumber(sc)
+    if sw > w then
+      w = sw
+      now = w * period
+    end
+    if sw == w then
+      prev, cur = sp, sc
+    elseif sw == w - 1 then
+      prev = sc
+    end
   end
   return w, now, w * period, prev, cur
+end
+
+-- counter_save writes the counts back, to vanish when they stop weighing
+-- on the estimate: the current window's at the end of the next window, the
+-- previous one's at the end of this one.
+local function counter_save(w, now, start, period, prev, cur, floor)
+  local ttl
+  if cur > 0 then
+    ttl = start + 2 * period - now
+  elseif prev > 0 then
+    ttl = start + period - now
+  else
+    redis.call('DEL', KEYS[1])
+    return
+  end
+  redis.call('SET', KEYS[1], string.format('%d %d %d', w, prev, cur), 'PX', expiry_ms(ttl, floor))
 end

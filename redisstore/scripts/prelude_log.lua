@@ -1,82 +1,143 @@
 -- The weighted sliding log's helpers, prepended after prelude.lua.
+--
+-- A client's log is one sorted set, KEYS[1], so that it is evicted,
+-- migrated between Cluster nodes and expired as a whole:
+--
+--   one member per recorded decision, scored by its time in integer
+--   microseconds and named by the running total of the units recorded up
+--   to and including it (modulo 2^48, in decimal). Times strictly increase
+--   with totals: a decision at the time of the newest entry is merged into
+--   it, and a clock that steps back is held at the newest entry's time.
+--
+--   the member 'low', scored -1 - low: low is the running total just
+--   before the oldest unit the log still counts. Its negative score keeps
+--   it out of every time range and first by rank.
+--
+-- An entry counts the units between its predecessor's total (or low) and
+-- its own. It is dead once its total is at or below low: low moves up to
+-- the total of the newest entry that aged out (time <= now - period), and
+-- by the units WithCountDenied drops. The log counts top - low units, top
+-- being the newest total, so no decision sums entries: finding where the
+-- aged entries end is one ZCOUNT, and the entry at which a denied request
+-- fits a binary search over ranks. Dead entries are removed at most
+-- LOG_SWEEP at a time, by the calls that record, and a log whose entries
+-- are all dead is unlinked (freed off the main thread). Every call thus
+-- runs O(log^2 N + LOG_SWEEP) work for the N <= limit + 1 entries of its
+-- key, whatever the cost n.
 
--- log_entry splits a weighted sliding log member "seq:w".
-local function log_entry(m)
-  local s, w = string.match(m, '^(%d+):(%d+)$')
-  if not s then
+local LOG_MOD = 281474976710656 -- 2^48
+local LOG_SWEEP = 16
+
+-- log_diff returns a - b modulo 2^48 as a signed number: totals a log
+-- holds at once span far less than 2^47.
+local function log_diff(a, b)
+  local d = (a - b) % LOG_MOD
+  if d > LOG_MOD / 2 then
+    d = d - LOG_MOD
+  end
+  return d
+end
+
+-- log_at returns the total and the time of the entry at rank r.
+local function log_at(r)
+  local e = redis.call('ZRANGE', KEYS[1], r, r, 'WITHSCORES')
+  local total = tonumber(e[1])
+  if not total then
     error('floodgate: malformed sliding log entry in ' .. KEYS[1])
   end
-  return s, tonumber(w)
+  return total, tonumber(e[2])
 end
 
--- log_state drops the entries of the log KEYS[1] at or before cutoff and
--- returns the units the rest hold and the next entry's seq, from the state
--- KEYS[2]. A state lost while the log was kept (an eviction under
--- maxmemory) is rebuilt from the log, so the total never undercounts.
-local function log_state(cutoff)
-  local used, seq = 0, 0
-  local s = redis.call('GET', KEYS[2])
-  if s then
-    local u, q = string.match(s, '^(%d+) (%d+)$')
-    if not u then
-      error('floodgate: malformed sliding log state in ' .. KEYS[2])
+-- log_open reads the log at now and returns its state: off (1 if 'low' is
+-- there, the rank of the oldest entry), count (entries, dead or not), low,
+-- top and last (the newest entry's total and time), aged (the entries aged
+-- out), used (units counted) and now (held at last if the clock stepped
+-- back). A log without its 'low' member (nothing but a hand edit removes
+-- it alone) counts as full: an upper bound of what it held.
+local function log_open(now, period, limit)
+  local L = {off = 0, count = 0, low = 0, top = 0, last = 0, aged = 0, used = 0, now = now}
+  local m = redis.call('ZSCORE', KEYS[1], 'low')
+  if m then
+    L.off, L.low = 1, -1 - tonumber(m)
+  end
+  L.count = redis.call('ZCARD', KEYS[1]) - L.off
+  if L.count <= 0 then
+    L.count, L.top = 0, L.low
+    return L
+  end
+  L.top, L.last = log_at(-1)
+  if not m then
+    L.low = (L.top - limit) % LOG_MOD
+  end
+  L.now = math.max(now, L.last)
+  L.aged = redis.call('ZCOUNT', KEYS[1], 0, L.now - period)
+  if L.aged > 0 then
+    local t = log_at(L.off + L.aged - 1)
+    if log_diff(t, L.low) > 0 then
+      L.low = t
     end
-    used, seq = tonumber(u), tonumber(q)
+  end
+  L.used = math.min(math.max(log_diff(L.top, L.low), 0), limit)
+  return L
+end
+
+-- log_clear empties a log whose entries are all dead, before a record:
+-- UNLINK frees a large set off the main thread.
+local function log_clear(L)
+  if L.count > 0 and L.used == 0 then
+    redis.call('UNLINK', KEYS[1])
+    L.off, L.count, L.low, L.top, L.aged = 0, 0, 0, 0, 0
+  end
+end
+
+-- log_record records w units at L.now, merged into the newest entry if it
+-- has that time.
+local function log_record(L, w)
+  local total = (L.top + w) % LOG_MOD
+  if L.count > 0 and L.last == L.now then
+    redis.call('ZREM', KEYS[1], string.format('%d', L.top))
   else
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-      local q, w = log_entry(m)
-      used, seq = used + w, math.max(seq, tonumber(q) + 1)
-    end
+    L.count = L.count + 1
   end
-  if used > 0 then
-    local old = redis.call('ZRANGE', KEYS[1], '-inf', cutoff, 'BYSCORE')
-    if #old > 0 then
-      for _, m in ipairs(old) do
-        local _, w = log_entry(m)
-        used = used - w
-      end
-      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
-    end
-  end
-  return used, seq
+  redis.call('ZADD', KEYS[1], L.now, string.format('%d', total))
+  L.top, L.last, L.used = total, L.now, L.used + w
 end
 
--- log_take_oldest stops counting the k oldest units of the log, dropping
--- the entries they empty and lightening the one they end in.
-local function log_take_oldest(k)
-  while k > 0 do
-    local es = redis.call('ZRANGE', KEYS[1], 0, 63, 'WITHSCORES')
-    if #es == 0 then
-      break
-    end
-    for i = 1, #es, 2 do
-      local s, w = log_entry(es[i])
-      redis.call('ZREM', KEYS[1], es[i])
-      if w > k then
-        redis.call('ZADD', KEYS[1], es[i + 1], s .. ':' .. (w - k))
-        k = 0
-        break
-      end
-      k = k - w
-      if k == 0 then
-        break
-      end
+-- log_reaching returns the rank of the oldest entry with which the log
+-- counts at least need units (need <= used), by binary search over the
+-- entries that have not aged out.
+local function log_reaching(L, need)
+  local lo, hi = L.off + L.aged, L.off + L.count - 1
+  while lo < hi do
+    local mid = floordiv(lo + hi, 2)
+    if log_diff(log_at(mid), L.low) >= need then
+      hi = mid
+    else
+      lo = mid + 1
     end
   end
+  return lo
 end
 
--- log_save writes the state back, and sets both keys to vanish when the
--- newest entry leaves the window. It returns that wait in microseconds (0
--- for an empty log, whose keys it deletes).
-local function log_save(used, seq, now, period, floor)
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if #newest == 0 then
-    redis.call('DEL', KEYS[1], KEYS[2])
+-- log_save writes the log back after a call that recorded or refunded:
+-- it removes up to LOG_SWEEP dead entries from the front, stores low, and
+-- sets the key to vanish when the newest entry leaves the window. It
+-- returns that wait in microseconds (0 for an empty log, unlinked).
+local function log_save(L, period, floor)
+  if L.used <= 0 then
+    redis.call('UNLINK', KEYS[1])
     return 0
   end
-  local reset = tonumber(newest[2]) + period - now
-  local ms = expiry_ms(reset, floor)
-  redis.call('SET', KEYS[2], string.format('%d %d', used, seq), 'PX', ms)
-  redis.call('PEXPIRE', KEYS[1], ms)
+  local es = redis.call('ZRANGE', KEYS[1], L.off, L.off + LOG_SWEEP - 1)
+  local dead = 0
+  while dead < #es and log_diff(tonumber(es[dead + 1]), L.low) <= 0 do
+    dead = dead + 1
+  end
+  if dead > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], L.off, L.off + dead - 1)
+  end
+  redis.call('ZADD', KEYS[1], -1 - L.low, 'low')
+  local reset = L.last + period - L.now
+  redis.call('PEXPIRE', KEYS[1], expiry_ms(reset, floor))
   return reset
 end

@@ -1,7 +1,6 @@
 -- Sliding-window counter: check and count in one script.
 --
--- KEYS[1]  the current fixed window: "w count"
--- KEYS[2]  the window before it: "w count" (consulted only if it is w - 1)
+-- KEYS[1]  the counter: "w prev cur" (prelude_counter.lua)
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
 -- ARGV[2]  n, the cost (0 reports without counting)
 -- ARGV[3]  limit
@@ -45,14 +44,6 @@ end
 
 if allowed == 1 and n > 0 then
   cur = cur + n
-  -- Each key vanishes when its count stops weighing on the estimate: the
-  -- current window's at the end of the next window, the previous one's at
-  -- the end of this one.
-  redis.call('SET', KEYS[1], string.format('%d %d', w, cur), 'PX', expiry_ms(start + 2 * period - now, ARGV[6]))
-  if prev > 0 then
-    redis.call('SET', KEYS[2], string.format('%d %d', w - 1, prev), 'PX', expiry_ms(start + period - now, ARGV[6]))
-  else
-    redis.call('DEL', KEYS[2])
-  end
+  counter_save(w, now, start, period, prev, cur, ARGV[6])
 end
 return {allowed, prev, cur, now}

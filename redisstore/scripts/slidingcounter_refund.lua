@@ -14,18 +14,5 @@ end
 local take = math.min(cur, n)
 cur = cur - take
 prev = prev - math.min(prev, n - take)
--- The current key is what dates the previous one: while the previous
--- window still counts, keep it, at zero if need be.
-if cur > 0 then
-  redis.call('SET', KEYS[1], string.format('%d %d', w, cur), 'PX', expiry_ms(start + 2 * period - now, ARGV[6]))
-elseif prev > 0 then
-  redis.call('SET', KEYS[1], string.format('%d 0', w), 'PX', expiry_ms(start + period - now, ARGV[6]))
-else
-  redis.call('DEL', KEYS[1])
-end
-if prev > 0 then
-  redis.call('SET', KEYS[2], string.format('%d %d', w - 1, prev), 'PX', expiry_ms(start + period - now, ARGV[6]))
-else
-  redis.call('DEL', KEYS[2])
-end
+counter_save(w, now, start, period, prev, cur, ARGV[6])
 return {1}

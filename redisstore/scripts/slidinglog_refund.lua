@@ -1,38 +1,32 @@
 -- Gives back units an allowed decision recorded: takes the n newest units
--- off the log (it cannot tell whose they are; see SlidingLog.RefundN),
--- dropping the entries they empty, and moves the expiry to the new newest
--- entry.
+-- off the log (it cannot tell whose they are; see SlidingLog.RefundN). The
+-- entry holding the newest unit kept is lightened, the entries after it
+-- removed (each removed once in its life, as it was added once), and the
+-- expiry moves to the new newest entry.
 --
--- KEYS[1], KEYS[2]  the log and its state, as in slidinglog.lua
+-- KEYS[1]  the log, as in slidinglog.lua
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
 -- ARGV[2]  n
--- ARGV[3]  period in microseconds
--- ARGV[4]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[3]  limit
+-- ARGV[4]  period in microseconds
+-- ARGV[5]  the shortest expiry in milliseconds (see WithClock)
 
-local now = clock_us(ARGV[1])
-local period = tonumber(ARGV[3])
-local used, seq = log_state(now - period)
-local k = math.min(tonumber(ARGV[2]), used)
-used = used - k
-while k > 0 do
-  local es = redis.call('ZRANGE', KEYS[1], 0, 63, 'REV', 'WITHSCORES')
-  if #es == 0 then
-    break
-  end
-  for i = 1, #es, 2 do
-    local s, w = log_entry(es[i])
-    if w > k then
-      redis.call('ZADD', KEYS[1], es[i + 1], s .. ':' .. (w - k))
-      redis.call('ZREM', KEYS[1], es[i])
-      k = 0
-      break
-    end
-    redis.call('ZREM', KEYS[1], es[i])
-    k = k - w
-    if k == 0 then
-      break
-    end
-  end
+local period = tonumber(ARGV[4])
+local L = log_open(clock_us(ARGV[1]), period, tonumber(ARGV[3]))
+if L.used == 0 then
+  return {0}
 end
-log_save(used, seq, now, period, ARGV[4])
-return {used}
+L.used = L.used - math.min(tonumber(ARGV[2]), L.used)
+if L.used > 0 then
+  local r = log_reaching(L, L.used)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], r + 1, -1)
+  local total, at = log_at(r)
+  local top = (L.low + L.used) % LOG_MOD
+  if total ~= top then
+    redis.call('ZREM', KEYS[1], string.format('%d', total))
+    redis.call('ZADD', KEYS[1], at, string.format('%d', top))
+  end
+  L.top, L.last, L.count = top, at, r - L.off + 1
+end
+log_save(L, period, ARGV[5])
+return {L.used}

@@ -105,8 +105,8 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 // codes.Unavailable: the limiter is a security control, and failing open
 // hands an attacker who can make it fail an unlimited method. Errors the
 // caller caused (floodgate.ErrNoKey, ErrNoClientIP, ErrKeyTooLong,
-// ErrInvalidBody) are codes.InvalidArgument even so, and a call whose
-// context is done never runs.
+// ErrInvalidBody, ErrAmbiguousKey) are codes.InvalidArgument even so, and
+// a call whose context is done never runs.
 func WithFailOpen() Option {
 	return func(c *config) error {
 		c.failOpen = true
@@ -371,7 +371,7 @@ func (i *Interceptors) failed(w http.ResponseWriter, r *http.Request, err error)
 // them is up to the caller, and letting them through under fail-open would
 // let any caller switch the limit off.
 func clientCaused(err error) bool {
-	for _, target := range []error{floodgate.ErrNoKey, floodgate.ErrNoClientIP, floodgate.ErrKeyTooLong, floodgate.ErrInvalidBody} {
+	for _, target := range []error{floodgate.ErrNoKey, floodgate.ErrNoClientIP, floodgate.ErrKeyTooLong, floodgate.ErrInvalidBody, floodgate.ErrAmbiguousKey} {
 		if errors.Is(err, target) {
 			return true
 		}

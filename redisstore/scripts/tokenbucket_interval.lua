@@ -1,0 +1,34 @@
+-- Token bucket refilled intervally (WithIntervalRefill): the whole limit
+-- comes back at once each period, counted from the key's first event
+-- after its bucket was last full, as floodgate.TokenBucket does in memory.
+--
+-- KEYS[1]  the bucket: "start used", the start of the current period and
+--          the tokens used in it, in integer microseconds and tokens
+-- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[2]  n, the cost (0 reports without consuming)
+-- ARGV[3]  burst
+-- ARGV[4]  limit
+-- ARGV[5]  period in microseconds
+-- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+--
+-- Every number stays an integer below 2^53: the caller bounds
+-- ceil(burst/limit) periods below 2^51 us.
+--
+-- Reply: {allowed, start, used, now} after the decision; the caller
+-- derives Remaining, RetryAfter and ResetAfter from them.
+
+local now = clock_us(ARGV[1])
+local n = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
+local start, used = interval_at(now, limit, period)
+
+local allowed = 0
+if used + n <= burst then
+  allowed = 1
+  if n > 0 then
+    used = used + n
+    interval_save(start, used, now, limit, period, ARGV[6])
+  end
+end
+return {allowed, start, used, now}
