@@ -40,7 +40,9 @@ func (c *Composite) ChargeN(ctx context.Context, key string, n int) error {
 	var errs []error
 	for _, l := range c.limiters {
 		if ch, ok := l.(Charger); ok {
-			errs = append(errs, ch.ChargeN(ctx, key, n))
+			if err := ch.ChargeN(ctx, key, n); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -52,7 +54,9 @@ func (c *Composite) ReleaseN(ctx context.Context, key string, n int, held time.D
 	var errs []error
 	for _, l := range c.limiters {
 		if r, ok := l.(Releaser); ok && holdsSlots(l) {
-			errs = append(errs, r.ReleaseN(ctx, key, n, held))
+			if err := r.ReleaseN(ctx, key, n, held); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -97,14 +101,14 @@ var errNotReserver = fmt.Errorf("%w: a limiter of this Composite cannot book ahe
 // undoTake gives back n units that AllowN took from l: released if l
 // holds slots, refunded if it refunds (a Composite may do both).
 func undoTake(ctx context.Context, l Limiter, key string, n int) error {
-	var errs []error
+	var released, refunded error
 	if r, ok := l.(Releaser); ok && holdsSlots(l) {
-		errs = append(errs, r.ReleaseN(ctx, key, n, 0))
+		released = r.ReleaseN(ctx, key, n, 0)
 	}
 	if r, ok := l.(Refunder); ok {
-		errs = append(errs, r.RefundN(ctx, key, n))
+		refunded = r.RefundN(ctx, key, n)
 	}
-	return errors.Join(errs...)
+	return errors.Join(released, refunded)
 }
 
 var (
