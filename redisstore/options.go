@@ -46,6 +46,7 @@ type config struct {
 	countDenied   bool
 	interval      bool
 	maxKeyLen     int
+	lease         time.Duration   // in-flight limits: WithLease
 	given         map[string]bool // options seen, each allowed once
 }
 
@@ -64,6 +65,7 @@ const (
 	kindTokenBucket = "token bucket"
 	kindSlidingLog  = "sliding log"
 	kindCounter     = "sliding counter"
+	kindInFlight    = "in-flight limit"
 )
 
 func newConfig(kind string, opts []Option) (config, error) {
@@ -72,6 +74,7 @@ func newConfig(kind string, opts []Option) (config, error) {
 		timeout:       DefaultTimeout,
 		probeInterval: DefaultProbeInterval,
 		maxKeyLen:     floodgate.DefaultMaxKeyLength,
+		lease:         DefaultLease,
 		given:         make(map[string]bool),
 	}
 	for _, o := range opts {
@@ -95,6 +98,8 @@ func newConfig(kind string, opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: WithDenyCache cannot be combined with WithCountDenied", floodgate.ErrInvalidOption)
 	case c.probeSet && c.fallback == nil:
 		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
+	case c.given["WithLease"] && kind != kindInFlight:
+		return c, fmt.Errorf("%w: WithLease applies to an in-flight limit, not a %s", floodgate.ErrInvalidOption, kind)
 	}
 	return c, nil
 }

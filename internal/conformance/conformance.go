@@ -119,19 +119,46 @@ type Case struct {
 	Event func(events []floodgate.DecisionEvent) error
 }
 
-// t0 is the frozen time of the cases' limiters: no quota comes back
+// T0 is the frozen time of the cases' token buckets: no quota comes back
 // during a case.
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+var T0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func frozen() floodgate.Option { return floodgate.WithClock(func() time.Time { return t0 }) }
+// Store builds the limiters of the cases: in memory (Memory), or on
+// another store whose limiters must decide as the in-memory ones do (a
+// Redis store in redisstore's tests). Each call returns a fresh limiter,
+// with no state shared with any other.
+type Store struct {
+	// Name names the store in test names.
+	Name string
+	// Bucket returns a token bucket of limit per hour, on a clock frozen
+	// at T0: no quota comes back during a case.
+	Bucket func(limit int) floodgate.Limiter
+	// InFlight returns an in-flight limit of n per key, or for the whole
+	// service.
+	InFlight func(n int, serviceWide bool) floodgate.Limiter
+}
 
-// bucket returns a token bucket of limit per hour on the frozen clock.
-func bucket(limit int) floodgate.Limiter {
-	b, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: limit, Period: time.Hour}, frozen())
-	if err != nil {
-		panic(err) // constant arguments
-	}
-	return b
+// Memory is the store of floodgate's in-memory limiters.
+var Memory = Store{
+	Name: "memory",
+	Bucket: func(limit int) floodgate.Limiter {
+		b, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: limit, Period: time.Hour}, floodgate.WithClock(func() time.Time { return T0 }))
+		if err != nil {
+			panic(err) // constant arguments
+		}
+		return b
+	},
+	InFlight: func(n int, serviceWide bool) floodgate.Limiter {
+		build := floodgate.NewInFlight
+		if serviceWide {
+			build = floodgate.NewServiceInFlight
+		}
+		l, err := build(n)
+		if err != nil {
+			panic(err) // constant arguments
+		}
+		return l
+	},
 }
 
 // Failing is a limiter whose store is down.
@@ -164,8 +191,9 @@ func (h *Hanging) AllowN(ctx context.Context, _ string, _ int) (floodgate.Decisi
 	}
 }
 
-// Cases is the table.
-func Cases() []Case {
+// Cases is the table, with the limiters of store s.
+func Cases(s Store) []Case {
+	bucket := s.Bucket
 	return append([]Case{
 		{
 			Name:  "allowed",
@@ -228,7 +256,7 @@ func Cases() []Case {
 			},
 			Runs: 4,
 		},
-	}, kindCases()...)
+	}, kindCases(s)...)
 }
 
 // allBlocked checks that every decision event has Blocked == blocked.
@@ -259,9 +287,13 @@ func allErr(want error, blocked bool) func([]floodgate.DecisionEvent) error {
 	}
 }
 
-// Run runs every case of the table through d.
-func Run(t *testing.T, d Driver) {
-	for _, c := range Cases() {
+// Run runs every case of the table through d, with in-memory limiters.
+func Run(t *testing.T, d Driver) { RunStore(t, d, Memory) }
+
+// RunStore runs every case of the table through d, with the limiters of
+// store s.
+func RunStore(t *testing.T, d Driver, s Store) {
+	for _, c := range Cases(s) {
 		t.Run(c.Name, func(t *testing.T) { runCase(t, d, c) })
 	}
 }

@@ -11,21 +11,10 @@ import (
 // The cases of the admission kinds beyond a rate: in-flight slots, the
 // cost known after the response, and waiting for a turn.
 
-// inFlight returns an in-flight limit of n per key (service-wide if
-// serviceWide) with one slot of holder already taken, if holder is set.
-func inFlight(n int, serviceWide bool, holder string) floodgate.Limiter {
-	build := floodgate.NewInFlight
-	if serviceWide {
-		build = floodgate.NewServiceInFlight
-	}
-	l, err := build(n)
-	if err != nil {
-		panic(err) // constant arguments
-	}
-	if holder != "" {
-		if d, _ := l.AllowN(context.Background(), holder, 1); !d.Allowed {
-			panic("conformance: could not take the holder's slot")
-		}
+// held returns l with one slot of holder taken.
+func held(l floodgate.Limiter, holder string) floodgate.Limiter {
+	if d, _ := l.AllowN(context.Background(), holder, 1); !d.Allowed {
+		panic("conformance: could not take the holder's slot")
 	}
 	return l
 }
@@ -34,7 +23,7 @@ func inFlight(n int, serviceWide bool, holder string) floodgate.Limiter {
 // in the decision events (Waited) without sleeping it.
 func instantTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	c := make(chan time.Time, 1)
-	c <- t0.Add(d)
+	c <- T0.Add(d)
 	return c, func() bool { return false }
 }
 
@@ -52,12 +41,13 @@ func holdFirst(deciding chan struct{}) func(time.Duration) (<-chan time.Time, fu
 	}
 }
 
-func kindCases() []Case {
+func kindCases(s Store) []Case {
+	bucket := s.Bucket
 	waitAnHour := &floodgate.WaitLimits{MaxWait: time.Hour, PerKey: 1, Total: 1}
 	return []Case{
 		{
 			Name:  "in-flight: a call's slot comes back when it ends, also after a failure and a panic",
-			Setup: func() Setup { return Setup{Limiter: inFlight(1, false, "")} },
+			Setup: func() Setup { return Setup{Limiter: s.InFlight(1, false)} },
 			Steps: []Step{
 				{Client: "ann", Action: Succeed, Want: OK},
 				{Client: "ann", Action: Panic, Want: Panicked},
@@ -70,7 +60,7 @@ func kindCases() []Case {
 		},
 		{
 			Name:  "in-flight: a key holding all its slots is denied, with an estimate to retry after",
-			Setup: func() Setup { return Setup{Limiter: inFlight(1, false, "ann")} },
+			Setup: func() Setup { return Setup{Limiter: held(s.InFlight(1, false), "ann")} },
 			Steps: []Step{
 				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: time.Second},
 				{Client: "bob", Action: Succeed, Want: OK},
@@ -79,7 +69,7 @@ func kindCases() []Case {
 		},
 		{
 			Name:  "in-flight: a service-wide cap refuses as a busy service, not as the client's limit",
-			Setup: func() Setup { return Setup{Limiter: inFlight(1, true, "someone")} },
+			Setup: func() Setup { return Setup{Limiter: held(s.InFlight(1, true), "someone")} },
 			Steps: []Step{
 				{Client: "ann", Action: Succeed, Want: Overloaded, RetryAfter: time.Second},
 				{Client: "bob", Action: Succeed, Want: Overloaded, RetryAfter: time.Second},
