@@ -247,6 +247,49 @@ func BenchmarkTokenBucketBytesPerKey(b *testing.B) {
 	}
 }
 
+// BenchmarkDebtMemory reports the debt memory apart from the store: a
+// 100,000-key store takes twice as many keys, each taking the only token
+// of its hour, so that every shard remembers debts; the debt memory is
+// the heap freed by dropping it, per key of MaxKeys, for the default
+// memory and a smaller one.
+//
+//	go test -run '^$' -bench DebtMemory -benchtime 3x .
+func BenchmarkDebtMemory(b *testing.B) {
+	heap := func() int64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	for _, perKey := range []int{DefaultDebtsPerKey, 2} {
+		b.Run(fmt.Sprintf("debts-per-key=%d", perKey), func(b *testing.B) {
+			keys := makeKeys(2 * benchKeys)
+			var total float64
+			for i := 0; i < b.N; i++ {
+				clk := newTBClock()
+				tb, err := NewTokenBucket(PerHour(1), WithClock(clk.Now), WithMaxKeys(benchKeys), WithDebtMemory(perKey))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				for _, k := range keys {
+					_, _ = tb.Allow(ctx, k)
+				}
+				if st := tb.Stats(); st.EvictedLive < benchKeys {
+					b.Fatalf("the spray evicted %d live keys, want %d or more", st.EvictedLive, benchKeys)
+				}
+				with := heap()
+				for i := range tb.store.shards {
+					tb.store.shards[i].debts = nil
+				}
+				total += float64(with-heap()) / benchKeys
+				runtime.KeepAlive(tb)
+			}
+			b.ReportMetric(total/float64(b.N), "B/maxkey")
+		})
+	}
+}
+
 // BenchmarkCompositeHotKey: two token buckets on one key (a peek and a
 // take each).
 func BenchmarkCompositeHotKey(b *testing.B) {

@@ -1,124 +1,356 @@
 package floodgate
 
+import "math"
+
+// debt is what a key's state owes, in the few numbers the debt memory
+// keeps: at is a time (ns since the limiter's epoch) and amt a small
+// count, both meaning what the key's algorithm makes of them (see each
+// algorithm's debt and restore). Two rules hold for every algorithm: a
+// state owes nothing once at has passed (see owes), and the state
+// restored from a debt allows no more, at any time, than the state
+// restored from a debt at least as large in both numbers, so that the
+// elementwise maximum of several debts bounds each of them.
+type debt struct {
+	at  int64
+	amt uint32
+	// shared marks a bound merged from several keys' debts (see debts):
+	// an algorithm whose exact restore would let tokens taken later come
+	// back sooner than for some of those keys restores it more strictly.
+	shared bool
+}
+
+// owes reports whether the debt still limits the key at now: at is the
+// first time at which the key's state equals a fresh one.
+func (v debt) owes(now int64) bool { return v.at > now }
+
+// max returns the elementwise maximum of two debts: an upper bound of
+// both (see debt).
+func (v debt) max(w debt) debt {
+	return debt{at: max(v.at, w.at), amt: max(v.amt, w.amt), shared: v.shared || w.shared}
+}
+
 // debts is a shard's fixed-size memory of the keys it had to drop while
 // they still held state (live evictions), so that an attacker cannot buy
-// a reset by spraying keys until the key it wants freed is pushed out.
+// a reset by spraying keys until the key it wants freed is pushed out,
+// and so that an honest key pushed out by a spray comes back owing what
+// it spent, not more.
 //
-// It keeps, for each such key, only the time at which its state would
-// have become fresh (its freshAt), tagged with a 16-bit fingerprint of the
-// key's hash, in buckets of debtWays entries. A key that is not in the
-// store looks at its bucket: the latest time among the entries carrying
-// its fingerprint and the bucket's overflow bound is an upper bound of
-// what it owed, and the key starts from the state of a client that is
-// fully limited until then (each algorithm's restore), never from fresh.
+// It is a cuckoo table: each key has two buckets of debtWays entries,
+// and an entry holds the key's debt exactly (a 64-bit time and a 26-bit
+// amount) under a 38-bit fingerprint of the key's hash. A key's own entry
+// is the whole truth about it. When both buckets are full, entries are
+// moved to their other bucket to make room (at most maxKicks moves);
+// only when that fails does a debt lose its own entry: by default it is
+// merged into its bucket's shared bound (the entry with fingerprint 0,
+// the elementwise maximum of the debts merged there), which from then on
+// also binds the keys of that bucket that have no entry of their own —
+// a stranger may wait, but no debt is forgotten. With WithForgetOverflow
+// the debt that ends soonest is forgotten instead.
 //
-// When a bucket's entries all hold debts still running, the smallest of
-// them (or the newcomer, if smaller) is merged into the overflow bound,
-// which from then on applies to every key of the bucket: memory stays
-// fixed, and the cost of remembering more debts than there is room for is
-// paid by the keys that hash to that bucket and had no debt of their own
-// (false positives), never by letting a debt go. Entries whose time has
-// passed are free again, so the memory heals as the debts run out.
+// Entries whose debt has run out are free again, so the memory heals as
+// the debts end. An entry with the marker amount shields a key from the
+// shared bounds of its buckets while they last: it is written when the
+// key is reset, or comes back owing nothing of its own, while a shared
+// bound binds its buckets.
 type debts struct {
 	buckets []debtBucket
-	// until is the latest time recorded: from then on every entry has run
-	// out, and a lookup can be skipped. It keeps the miss path of a store
-	// that never evicted live free of the bucket's cache line.
+	// until is the latest time written: from then on every entry has run
+	// out and a lookup can be skipped, which keeps the miss path of a
+	// store that rarely evicts live free of the bucket's cache lines.
 	until int64
-	// merged counts debts that lost their own entry to the overflow bound.
-	merged uint64
+	// forget drops a debt that finds no room (WithForgetOverflow)
+	// instead of merging it into a shared bound.
+	forget bool
+	// rng picks the entry a full bucket moves out (xorshift).
+	rng uint64
+	// failed counts insertions in a row that found no room, up to 4:
+	// each one halves the moves of the next (see maxKicks), since in a
+	// table that is full every move is in vain.
+	failed int
+	// merged and forgotten count debts that lost their own entry.
+	merged, forgotten uint64
 }
 
-// debtWays is the number of entries in a bucket: four times and a
-// fingerprint fill one 48-byte bucket, and four candidates keep the
-// overflow rare until the memory is nearly full (with as many entries as
-// debts, a bucket overflows with a probability of about 37 %, with twice
-// as many about 5 %).
+// debtWays entries of 16 bytes fill one 64-byte bucket, a cache line.
 const debtWays = 4
 
-// debtEntriesPerKey sizes the memory: entries per key the store can track.
-// Two keep a 2 × MaxKeys spray of live keys mostly within their own
-// entries (see debtWays) for 24 bytes per key of MaxKeys.
-const debtEntriesPerKey = 2
+type debtBucket [debtWays]debtEntry
 
-type debtBucket struct {
-	at   [debtWays]int64 // freshAt of the debt; <= now: free
-	fp   [debtWays]uint16
-	over int64 // the bound of the debts merged out of their entries
+// debtEntry is one key's debt: word holds the key's fingerprint above
+// the amount (amtBits). A zero fingerprint marks the bucket's shared
+// bound; a zero entry owes nothing.
+type debtEntry struct {
+	at   int64
+	word uint64
 }
 
-func newDebts(keys int) *debts {
-	n := (keys*debtEntriesPerKey + debtWays - 1) / debtWays
-	return &debts{buckets: make([]debtBucket, n)}
+const (
+	amtBits = 26
+	amtMask = 1<<amtBits - 1
+	// markerAmt is the amount of a shield (see debts); no algorithm's
+	// amount reaches it (at most twice maxLimit).
+	markerAmt = amtMask
+	// maxKicks bounds the entries one insertion moves, halved for each
+	// insertion before it that failed (see debts.failed).
+	maxKicks = 64
+)
+
+// DefaultDebtsPerKey is the room of the debt memory, in debts per key of
+// WithMaxKeys, unless WithDebtMemory says otherwise: after a spray of up
+// to about eight times WithMaxKeys distinct keys that each spent their
+// quota, every debt still has an entry of its own, so no stranger waits
+// (see WithDebtMemory for the figures). Each debt costs 16 bytes.
+const DefaultDebtsPerKey = 8
+
+// maxDebtsPerKey bounds WithDebtMemory.
+const maxDebtsPerKey = 64
+
+func (e *debtEntry) fp() uint64          { return e.word >> amtBits }
+func (e *debtEntry) debt() debt          { return debt{at: e.at, amt: uint32(e.word & amtMask)} }
+func (e *debtEntry) live(now int64) bool { return e.debt().owes(now) }
+
+// marker reports whether e is a shield (see debts).
+func (e *debtEntry) marker() bool { return e.word&amtMask == markerAmt && e.fp() != 0 }
+
+// newDebts returns a memory of n buckets; seed starts its random moves.
+func newDebts(n int, forget bool, seed uint64) *debts {
+	return &debts{buckets: make([]debtBucket, n), until: math.MinInt64, forget: forget, rng: seed | 1}
 }
 
-// bucket returns h's bucket and fingerprint. The bits used are disjoint
-// from the low bits that pick the shard.
-func (d *debts) bucket(h uint64) (*debtBucket, uint16) {
-	i := (h >> 16 & 0xffffffff) * uint64(len(d.buckets)) >> 32
-	return &d.buckets[i], uint16(h >> 48)
-}
-
-// lookup returns an upper bound of the freshAt of h's debt: a time at or
-// before now means h owes nothing.
-func (d *debts) lookup(h uint64, now int64) int64 {
-	if now >= d.until {
-		return now
+// place returns h's two buckets and its fingerprint (never 0). The
+// fingerprint mixes every bit of h, so keys that share a bucket differ in
+// it; the second bucket is derived from the first and the fingerprint
+// alone, so that an entry can be moved without its key.
+func (d *debts) place(h uint64) (b1, b2 uint32, fp uint64) {
+	n := uint64(len(d.buckets))
+	b1 = uint32((h >> 16 & 0xffffffff) * n >> 32)
+	fp = (h * 0x9e3779b97f4a7c15) >> amtBits
+	if fp == 0 {
+		fp = 1
 	}
-	b, fp := d.bucket(h)
-	at := b.over
-	for i := range b.at {
-		if b.fp[i] == fp && b.at[i] > at {
-			at = b.at[i]
-		}
-	}
-	return at
+	return b1, d.other(b1, fp), fp
 }
 
-// record remembers that h owes until at (> now).
-func (d *debts) record(h uint64, at, now int64) {
-	d.until = max(d.until, at)
-	b, fp := d.bucket(h)
-	free, low := -1, -1
-	for i := range b.at {
-		switch {
-		case b.at[i] <= now:
-			if free < 0 {
-				free = i
-			}
-		case b.fp[i] == fp:
-			// The same key, or one sharing its fingerprint: one bound
-			// serves both.
-			b.at[i] = max(b.at[i], at)
-			return
-		case low < 0 || b.at[i] < b.at[low]:
-			low = i
-		}
+// other returns the bucket of an entry with fingerprint fp that is not b
+// (b itself when both are the same): other(other(b)) == b.
+func (d *debts) other(b uint32, fp uint64) uint32 {
+	n := uint32(len(d.buckets))
+	x := uint32((fp * 0xc2b2ae3d27d4eb4f >> 32) * uint64(n) >> 32)
+	if x >= b {
+		return x - b
 	}
+	return x + n - b
+}
+
+// found is what the memory knows of a key.
+type found struct {
+	own   *debtEntry // the key's own entry, running or not; nil if none
+	bound debt       // the shared bounds of its buckets still running
+}
+
+// owed returns the debt the key starts from at now: its own when it has
+// an entry (a shield, or a debt that has run out, owes nothing), else the
+// shared bounds of its buckets. A key's debt is never both in its own
+// entry and in a bound: it joins a bound only by losing its entry, and
+// an entry is written only for a key whose state started from everything
+// the memory held about it.
+func (f found) owed(now int64) debt {
 	switch {
-	case free >= 0:
-		b.at[free], b.fp[free] = at, fp
-		return
-	case at <= b.at[low]:
-		b.over = max(b.over, at)
+	case f.own == nil:
+		return f.bound
+	case f.own.marker() || !f.own.live(now):
+		return debt{}
+	}
+	return f.own.debt()
+}
+
+// find looks h up at now.
+func (d *debts) find(h uint64, now int64) found {
+	if now > d.until {
+		return found{} // every entry has run out
+	}
+	return d.lookup(h, now)
+}
+
+func (d *debts) lookup(h uint64, now int64) found {
+	var f found
+	b1, b2, fp := d.place(h)
+	d.scan(&d.buckets[b1], fp, now, &f)
+	if b2 != b1 {
+		d.scan(&d.buckets[b2], fp, now, &f)
+	}
+	return f
+}
+
+func (d *debts) scan(b *debtBucket, fp uint64, now int64, f *found) {
+	for i := range b {
+		e := &b[i]
+		switch e.fp() {
+		case fp:
+			f.own = e
+		case 0:
+			if e.live(now) {
+				v := e.debt()
+				v.shared = true
+				f.bound = f.bound.max(v)
+			}
+		}
+	}
+}
+
+// put makes v h's debt at now: h's own entry when v owes; otherwise no
+// entry, or a shield while a shared bound binds h.
+func (d *debts) put(h uint64, v debt, now int64) {
+	f := d.lookup(h, now)
+	if !v.owes(now) {
+		if !f.bound.owes(now) {
+			if f.own != nil {
+				*f.own = debtEntry{}
+			}
+			return
+		}
+		v = debt{at: f.bound.at, amt: markerAmt} // shield h while the bound lasts
+	}
+	d.until = max(d.until, v.at)
+	b1, b2, fp := d.place(h)
+	e := debtEntry{v.at, fp<<amtBits | uint64(v.amt)}
+	switch {
+	case f.own != nil:
+		*f.own = e
+	case d.take(&d.buckets[b1], e, now), d.take(&d.buckets[b2], e, now):
 	default:
-		b.over = max(b.over, b.at[low])
-		b.at[low], b.fp[low] = at, fp
+		d.insert(b1, e, now)
+	}
+}
+
+// take puts e into a free entry of b, if there is one.
+func (d *debts) take(b *debtBucket, e debtEntry, now int64) bool {
+	for i := range b {
+		if !b[i].live(now) {
+			b[i] = e
+			return true
+		}
+	}
+	return false
+}
+
+// insert places e in a bucket of its, starting at b, whose entries are
+// all running. At each step it looks for an entry of b whose other bucket
+// has room, and moves it there to make room for e; if none has, it moves
+// a random one out for e and goes on with that entry from its other
+// bucket, up to maxKicks steps, then lets the debt that ends soonest lose
+// its entry (see overflow).
+func (d *debts) insert(b uint32, e debtEntry, now int64) {
+	for range maxKicks >> d.failed {
+		if d.shift(b, e, now) {
+			d.failed = 0
+			return
+		}
+		i := d.victim(&d.buckets[b])
+		if i < 0 {
+			break
+		}
+		e, d.buckets[b][i] = d.buckets[b][i], e
+		b = d.other(b, e.fp())
+		if d.take(&d.buckets[b], e, now) {
+			d.failed = 0
+			return
+		}
+	}
+	d.failed = min(d.failed+1, 4)
+	d.overflow(&d.buckets[b], e)
+}
+
+// shift makes room for e in b, a full bucket, by moving one of its
+// entries (not its shared bound) to a free entry of that entry's other
+// bucket, and reports whether it could.
+func (d *debts) shift(b uint32, e debtEntry, now int64) bool {
+	bk := &d.buckets[b]
+	for i := range bk {
+		if fp := bk[i].fp(); fp != 0 && d.take(&d.buckets[d.other(b, fp)], bk[i], now) {
+			bk[i] = e
+			return true
+		}
+	}
+	return false
+}
+
+// victim returns a random entry of b that may move (not its shared
+// bound), or -1.
+func (d *debts) victim(b *debtBucket) int {
+	d.rng ^= d.rng << 13
+	d.rng ^= d.rng >> 7
+	d.rng ^= d.rng << 17
+	start := int(d.rng>>32) % debtWays
+	for j := range debtWays {
+		if i := (start + j) % debtWays; b[i].fp() != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// overflow disposes of e, an entry for which no room was found in b, a
+// full bucket of its: the debt that ends soonest among e and b's own
+// debts loses its entry, merged into b's shared bound or, with
+// WithForgetOverflow, forgotten. A bucket without a bound first turns its
+// soonest debt into one. A shield is never merged (it owes nothing): it
+// is dropped if no debt can make room for it.
+func (d *debts) overflow(b *debtBucket, e debtEntry) {
+	if !d.forget && b.bound() < 0 {
+		s := b.soonest()
+		if s < 0 { // only shields: nothing can make room
+			if !e.marker() {
+				d.forgotten++
+			}
+			return
+		}
+		b[s].word &= amtMask // the soonest debt becomes the bound
+		d.merged++
+	}
+	s := b.soonest()
+	switch {
+	case s >= 0 && (e.marker() || e.at > b[s].at):
+		lost := b[s].debt()
+		b[s] = e
+		d.lose(b, lost)
+	case !e.marker():
+		d.lose(b, e.debt())
+	}
+}
+
+// lose merges v, a debt that lost its entry in b, into b's shared bound,
+// or forgets it.
+func (d *debts) lose(b *debtBucket, v debt) {
+	if d.forget {
+		d.forgotten++
+		return
 	}
 	d.merged++
+	i := b.bound()
+	m := v.max(b[i].debt())
+	b[i] = debtEntry{m.at, uint64(m.amt)}
 }
 
-// forget clears h's own entries, for Reset. It reports whether h still
-// owes through the overflow bound, which it cannot clear.
-func (d *debts) forget(h uint64, now int64) (owes bool) {
-	if now >= d.until {
-		return false
-	}
-	b, fp := d.bucket(h)
-	for i := range b.at {
-		if b.fp[i] == fp {
-			b.at[i] = 0
+// bound returns the index of b's shared bound, or -1. It is called on
+// full buckets only, whose entries all run.
+func (b *debtBucket) bound() int {
+	for i := range b {
+		if b[i].fp() == 0 {
+			return i
 		}
 	}
-	return b.over > now
+	return -1
+}
+
+// soonest returns the index of b's own debt that ends first (not a
+// shield, not the bound), or -1.
+func (b *debtBucket) soonest() int {
+	s := -1
+	for i := range b {
+		if b[i].fp() != 0 && !b[i].marker() && (s < 0 || b[i].at < b[s].at) {
+			s = i
+		}
+	}
+	return s
 }

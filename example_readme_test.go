@@ -22,17 +22,19 @@ import (
 // clock, no test plumbing.
 
 // limitProbe wraps a service's handler: the username-availability probe
-// gets 10 requests per 10 minutes per client IP, answered in the service's
-// own error envelope; every other route passes untouched.
+// gets 10 requests per 10 minutes per client IP, and 100 per network (an
+// IPv6 /48 holds 65,536 client /64s), answered in the service's own error
+// envelope; every other route passes untouched.
 func limitProbe(mux http.Handler, logger *slog.Logger) (http.Handler, error) {
-	byIP, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: 10, Period: 10 * time.Minute})
+	ipOpts := []floodgate.IPOption{
+		floodgate.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), // your load balancers
+		floodgate.FromXForwardedFor(),
+	}
+	clientIP, err := floodgate.KeyByIP(ipOpts...)
 	if err != nil {
 		return nil, err
 	}
-	clientIP, err := floodgate.KeyByIP(
-		floodgate.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), // your load balancers
-		floodgate.FromXForwardedFor(),
-	)
+	clientNet, err := floodgate.KeyByIP(append(ipOpts, floodgate.WithIPv6Prefix(48))...)
 	if err != nil {
 		return nil, err
 	}
@@ -40,16 +42,30 @@ func limitProbe(mux http.Handler, logger *slog.Logger) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit, err := floodgate.NewMiddleware(byIP,
-		floodgate.WithKeyFunc(clientIP),
-		floodgate.WithOnly(floodgate.MatchRoute(http.MethodGet, "/auth/available/user_id")),
-		floodgate.WithDeniedHandler(envelope),
-		floodgate.WithLogger(logger), // denials at WARN, one line per client per period
-	)
+	limit := func(r floodgate.Rate, opts ...floodgate.MiddlewareOption) (func(http.Handler) http.Handler, error) {
+		l, err := floodgate.NewTokenBucket(r)
+		if err != nil {
+			return nil, err
+		}
+		return floodgate.NewMiddleware(l, append(opts,
+			floodgate.WithOnly(floodgate.MatchRoute(http.MethodGet, "/auth/available/user_id")),
+			floodgate.WithDeniedHandler(envelope),
+			floodgate.WithLogger(logger), // denials at WARN, one line per client per period
+		)...)
+	}
+	byIP, err := limit(floodgate.Rate{Limit: 10, Period: 10 * time.Minute}, floodgate.WithKeyFunc(clientIP))
 	if err != nil {
 		return nil, err
 	}
-	return limit(mux), nil // before authentication (inside a CORS handler, if any): a refused probe costs nothing
+	byNet, err := limit(floodgate.Rate{Limit: 100, Period: 10 * time.Minute},
+		floodgate.WithPolicyName("network"), floodgate.WithKeyFunc(clientNet))
+	if err != nil {
+		return nil, err
+	}
+	// Outermost, before authentication (inside a CORS handler, if any): a
+	// refused probe costs nothing. The client's own limit comes first, so
+	// that it cannot spend its network's.
+	return byIP(byNet(mux)), nil
 }
 
 // Wrap a handler: the eleventh probe from one client (behind the load

@@ -18,14 +18,14 @@ type Option func(*config) error
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
 	// WithMaxKeys says otherwise. A token bucket or a sliding counter
-	// costs about 128 bytes per tracked key (measured by
-	// BenchmarkTokenBucketBytesPerKey: 80 for simplelru's list entry, 24
-	// for the state and its recently-used mark, about 22 for the map
-	// slot), so the default bounds it to roughly 32 MiB. A sliding log
-	// costs about 180 bytes with one decision held and 8 more per entry
+	// costs about 50 bytes per tracked key (measured by
+	// BenchmarkTokenBucketBytesPerKey: a 24-byte slot of hash and state,
+	// and a share of its group's slice header, simplelru entry and map
+	// slot), so the default bounds it to roughly 13 MiB. A sliding log
+	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
-	// to drop live keys adds 24 bytes per key of the bound for their debts
-	// (see WithForgetEvicted).
+	// to drop live keys adds its debt memory, about 130 bytes per key of
+	// the bound by default (see WithDebtMemory).
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.
@@ -50,6 +50,10 @@ type config struct {
 	countDenied bool // sliding log: record denied attempts too
 	// forgetEvicted: no debt memory; a live eviction resets the key.
 	forgetEvicted bool
+	// debtsPerKey sizes the debt memory (WithDebtMemory).
+	debtsPerKey int
+	// forgetOverflow: a full debt memory forgets rather than merges.
+	forgetOverflow bool
 	// storeOpt names the first store option given (WithMaxKeys,
 	// WithMaxKeyLength, WithShards), so that a limiter without a key store
 	// can refuse it.
@@ -68,7 +72,7 @@ const (
 )
 
 func newConfig(kind string, opts []Option) (config, error) {
-	c := config{maxKeys: DefaultMaxKeys, maxKeyLen: DefaultMaxKeyLength}
+	c := config{maxKeys: DefaultMaxKeys, maxKeyLen: DefaultMaxKeyLength, debtsPerKey: DefaultDebtsPerKey}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalidOption)
@@ -85,6 +89,9 @@ func newConfig(kind string, opts []Option) (config, error) {
 	}
 	if c.countDenied && kind != kindSlidingLog {
 		return c, fmt.Errorf("%w: WithCountDenied applies to a sliding log, not a %s", ErrInvalidOption, kind)
+	}
+	if c.forgetEvicted && (c.given["WithDebtMemory"] || c.forgetOverflow) {
+		return c, fmt.Errorf("%w: WithForgetEvicted keeps no debt memory, so WithDebtMemory and WithForgetOverflow do not apply", ErrInvalidOption)
 	}
 	if c.storeOpt != "" && kind == kindShared {
 		return c, fmt.Errorf("%w: %s applies to a limiter with a key store, not a %s", ErrInvalidOption, c.storeOpt, kind)
@@ -164,32 +171,77 @@ func WithShards(n int) Option {
 
 // WithForgetEvicted makes the store forget the state of a key it drops
 // while that state still limits the client (a live eviction, counted in
-// Stats().EvictedLive), as limiters with a bounded LRU usually do.
+// Stats().EvictedLive and Stats().Forgotten), as limiters with a bounded
+// LRU usually do. It keeps no debt memory, so WithDebtMemory and
+// WithForgetOverflow do not apply.
 //
-// By default the store remembers such debts in a fixed-size memory (24
-// bytes per key of WithMaxKeys, allocated by each shard at its first live
-// eviction, so a store sized for its traffic never pays for it), and a
-// key that comes back starts from
-// an upper bound of what it owed: no one can buy a reset of a live limit
-// by spraying keys until theirs is pushed out. The price falls on new
-// keys when more debts must be remembered than the memory has room for
-// (Stats().Merged): some of them then start limited, until the debts they
-// share a place with run out. Measured with every sprayed key spending its
-// whole quota, 1,000 new keys right after the spray were denied at a rate
-// of about 5 % after 2 × MaxKeys sprayed keys and nearly 100 % after
-// 20 × MaxKeys (see the README's Reliability section).
-//
-// Forgetting instead keeps new keys unaffected and saves that memory, at
-// the cost that anyone able to send MaxKeys fresh keys that spend quota
-// (many IPv6 addresses, account-like keys) frees every limited client.
-// Prefer the default, sized with WithMaxKeys so that Stats().EvictedLive
-// stays at zero; choose forgetting only where a reset limit costs less
-// than a wrongly limited newcomer.
+// By default the store remembers each such debt (see WithDebtMemory), and
+// a key that comes back starts from what it owed: no one can buy a reset
+// of a live limit by spraying keys until theirs is pushed out, and an
+// honest key pushed out by a spray comes back charged what it spent.
+// Forgetting saves that memory, at the cost that anyone able to send
+// MaxKeys fresh keys that spend quota (many IPv6 addresses, account-like
+// keys) frees every limited client. Prefer the default; choose forgetting
+// only where a reset limit costs nothing.
 func WithForgetEvicted() Option {
 	return func(c *config) error {
 		c.forgetEvicted = true
 		c.markStore("WithForgetEvicted")
 		return c.once("WithForgetEvicted")
+	}
+}
+
+// WithDebtMemory sizes the debt memory: room for perKey debts per key of
+// WithMaxKeys (default DefaultDebtsPerKey, 8), at 16 bytes a debt, and a
+// few per cent more for the shards a spray gives more than their share
+// (131 bytes per key of MaxKeys by default in a 100,000-key store,
+// BenchmarkDebtMemory), allocated by each shard at its first live
+// eviction, so that a store sized for its traffic never pays for it.
+// perKey must be in 1..64.
+//
+// A key the store drops while it still holds state (a live eviction)
+// leaves its debt there, in an entry of its own, and comes back from it
+// exactly: a token bucket with its exact tokens, a window with the units
+// it counted. While every debt has an entry of its own, no key is charged
+// for another's. Measured with every sprayed key spending its whole quota
+// right before 100,000 fresh keys arrive, the default denies no fresh key
+// up to a spray of 8 × MaxKeys keys (the README's Reliability section has
+// the figures, `go test -run TestSprayPrice -v`).
+//
+// Past that size (Stats().DebtCapacity, reached when Stats().Merged or,
+// with WithForgetOverflow, Stats().Forgotten starts to grow), a fixed
+// memory must either forget a debt or let it bind keys it does not belong
+// to. By default it keeps the limit: the debt that ends soonest is merged
+// into a bound shared by the keys of its place in the memory, and a new
+// key that hashes there waits until it runs out. WithForgetOverflow
+// chooses the other way. A larger perKey moves that point further, for
+// 16 bytes per key of MaxKeys each.
+func WithDebtMemory(perKey int) Option {
+	return func(c *config) error {
+		if perKey <= 0 || perKey > maxDebtsPerKey {
+			return fmt.Errorf("%w: debt memory of %d debts per key must be in 1..%d (WithForgetEvicted keeps none)",
+				ErrInvalidOption, perKey, maxDebtsPerKey)
+		}
+		c.debtsPerKey = perKey
+		c.markStore("WithDebtMemory")
+		return c.once("WithDebtMemory")
+	}
+}
+
+// WithForgetOverflow makes a full debt memory forget the debt that ends
+// soonest, counted in Stats().Forgotten, instead of merging it into a
+// bound shared with other keys (see WithDebtMemory). New keys are then
+// never charged for others' debts whatever the spray, but a client whose
+// debt was forgotten starts again with a fresh limit: past the memory's
+// size, a spray frees limited clients, the soonest-free first. Prefer the
+// default where a limit that holds matters more than a stranger's wait
+// (sign-up, rewards, login); choose this where a wrongly limited newcomer
+// costs more than a client freed early.
+func WithForgetOverflow() Option {
+	return func(c *config) error {
+		c.forgetOverflow = true
+		c.markStore("WithForgetOverflow")
+		return c.once("WithForgetOverflow")
 	}
 }
 

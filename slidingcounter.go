@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"context"
-	"math"
 
 	"github.com/floodgate-go/floodgate/internal/estimate"
 )
@@ -23,9 +22,9 @@ import (
 // counts n events if estimate + n ≤ Rate.Limit; a denied request counts
 // nothing. The state of a key is a window index and two 32-bit counts, 16
 // bytes whatever the limit and n, so the worst case per key is its only
-// case: about 128 to 140 bytes per tracked key with the store's entry and
-// map slot (137 B at 10,000 keys: BenchmarkBytesPerKey). A decision costs
-// O(1) time whatever n.
+// case: about 50 to 60 bytes per tracked key with the store's slot and
+// its share of a group (57 B at 10,000 keys: BenchmarkBytesPerKey). A
+// decision costs O(1) time whatever n.
 //
 // # Error bound
 //
@@ -45,9 +44,10 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a key whose
 // estimate has fallen to zero equals a fresh one and is dropped first, at
-// no cost. A key dropped while its estimate is not zero comes back as if
-// it had spent its whole limit in its last window: limited no less, and
-// no longer, than that window weighs (unless WithForgetEvicted).
+// no cost. A key dropped while its estimate is not zero comes back with
+// its events counted as if they had all come in its last window: charged
+// what it spent, no less, and no longer than that window weighs (unless
+// WithForgetEvicted).
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {
@@ -82,7 +82,7 @@ func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
 	}
 	sc := &SlidingCounter{rate: r, limit: r.Limit, period: int64(r.Period),
 		est: estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)}}
-	if sc.store, err = newStore(c, sc.freshAt, sc.restore); err != nil {
+	if sc.store, err = newStore[scState](c, sc); err != nil {
 		return nil, err
 	}
 	return sc, nil
@@ -113,23 +113,11 @@ func (sc *SlidingCounter) allowN(d *Decision, key string, n int) error {
 		*d = Decision{Limit: sc.limit}
 		return err
 	}
-	k, err := sc.store.acquire(key, n > 0)
+	err := sc.store.run(key, n > 0, func(st *scState, now int64) { sc.decide(d, st, now, n) })
 	if err != nil {
 		*d = Decision{Limit: sc.limit}
-		return err
 	}
-	switch {
-	case k.st != nil:
-		sc.decide(d, k.st, k.now, n)
-	case k.owed > k.now: // n == 0 on an untracked key that owes
-		var st scState
-		sc.restore(&st, k.owed)
-		sc.decide(d, &st, k.now, n)
-	default: // n == 0 on an untracked key: nothing counted
-		*d = Decision{Allowed: true, Limit: sc.limit, Remaining: sc.limit}
-	}
-	k.sh.mu.Unlock()
-	return nil
+	return err
 }
 
 // RefundN uncounts n events of key, giving back the units of an AllowN
@@ -152,20 +140,17 @@ func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	k, err := sc.store.acquire(key, false)
-	if err != nil {
-		return err
-	}
-	if st, now := k.st, k.now; st != nil {
-		w := now / sc.period
-		prev, cur := st.counts(w)
-		take := min(cur, uint32(n))
-		cur -= take
-		prev -= min(prev, uint32(n)-take)
-		st.window, st.prev, st.cur = w, prev, cur
-	}
-	k.sh.mu.Unlock()
-	return nil
+	return sc.store.refund(key, func(st *scState, now int64) { sc.refund(st, now, uint32(n)) })
+}
+
+// refund takes n events off st, from the current window first.
+func (sc *SlidingCounter) refund(st *scState, now int64, n uint32) {
+	w := now / sc.period
+	prev, cur := st.counts(w)
+	take := min(cur, n)
+	cur -= take
+	prev -= min(prev, n-take)
+	st.window, st.prev, st.cur = w, prev, cur
 }
 
 // Wait is WaitN(ctx, key, 1).
@@ -182,9 +167,11 @@ func (sc *SlidingCounter) WaitN(ctx context.Context, key string, n int) error {
 	return WaitN(ctx, sc, key, n)
 }
 
-// Reset forgets key's counts, giving it its full quota back.
+// Reset forgets key's counts, giving it its full quota back, also when
+// the key was evicted and its debt remembered, and for good: it stays
+// free until it spends again.
 func (sc *SlidingCounter) Reset(_ context.Context, key string) error {
-	return sc.store.remove(key)
+	return sc.store.reset(key)
 }
 
 // Stats reports the size of the key store and its evictions.
@@ -232,25 +219,32 @@ func (sc *SlidingCounter) decide(d *Decision, st *scState, now int64, n int) {
 	}
 }
 
-// freshAt is when the estimate falls to zero and the counts equal fresh
-// ones.
-func (sc *SlidingCounter) freshAt(st *scState) int64 {
+// debt returns what st owes at now (see debt): the end of the window in
+// which its last events stop weighing, and those events. Events of the
+// current window are owed with the previous window's, all as if they had
+// come in the current one; events of the previous window alone are owed
+// exactly.
+func (sc *SlidingCounter) debt(st *scState, now int64) debt {
+	w := now / sc.period
+	prev, cur := st.counts(w)
 	switch {
-	case st.cur > 0:
-		return (st.window + 2) * sc.period
-	case st.prev > 0:
-		return (st.window + 1) * sc.period
+	case cur > 0:
+		return debt{at: (w + 2) * sc.period, amt: prev + cur}
+	case prev > 0:
+		return debt{at: (w + 1) * sc.period, amt: prev}
 	}
-	return math.MinInt64
+	return debt{}
 }
 
-// restore sets the counts of a key that spent the whole limit in the
-// fixed window that stops weighing at at. The estimate never exceeds the
-// limit, and only falls with time, so these counts weigh at least as much
-// as those of any key fresh by at, at every time.
-func (sc *SlidingCounter) restore(st *scState, at int64) {
-	st.window = (at+sc.period-1)/sc.period - 2
-	st.prev, st.cur = 0, uint32(sc.limit)
+// restore sets st to counts that owe v at now: v.amt events in the fixed
+// window whose events stop weighing at v.at. They weigh at least as much
+// as the counts v was taken from, at every time; the larger either number
+// of v, the more they weigh, for longer.
+func (sc *SlidingCounter) restore(st *scState, v debt, now int64) {
+	*st = scState{}
+	if v.owes(now) {
+		st.window, st.cur = v.at/sc.period-2, v.amt
+	}
 }
 
 // Compile-time checks that the sliding counter is a Limiter that can

@@ -45,18 +45,14 @@ func TestSlidingCounterTimeline(t *testing.T) {
 // (an integer), and the previous window's count and elapsed time it used.
 func scEstimate(t testing.TB, sc *SlidingCounter, key string) (estimateP, prev, elapsed int64) {
 	t.Helper()
-	k, err := sc.store.acquire(key, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.sh.mu.Unlock()
-	st, now := k.st, k.now
-	if st == nil {
-		return 0, 0, now % sc.period
-	}
-	p, c := st.counts(now / sc.period)
-	elapsed = now % sc.period
-	return int64(p)*(sc.period-elapsed) + int64(c)*sc.period, int64(p), elapsed
+	sc.store.inspect(t, key, func(st *scState, now int64) {
+		elapsed = now % sc.period
+		if st != nil {
+			p, c := st.counts(now / sc.period)
+			estimateP, prev = int64(p)*(sc.period-elapsed)+int64(c)*sc.period, int64(p)
+		}
+	})
+	return estimateP, prev, elapsed
 }
 
 // TestSlidingCounterErrorBound drives a counter with random traffic and

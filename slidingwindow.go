@@ -28,20 +28,20 @@ import (
 // total of the weights), held in a ring that grows by doubling only as far
 // as the key's traffic needs. A key's live entries weigh at least one unit
 // each and at most Rate.Limit together, so the ring never holds more than
-// Rate.Limit of them. A key costs about 180 bytes with one decision held
-// (the store's entry, map slot and 40-byte state, and a ring of two); the
-// worst case, a key that spends its quota one unit at a time at distinct
-// instants, adds 8·Rate.Limit bytes rounded up to the allocator's size
-// class (at most an eighth more): 1,057 B per key at Limit 100, 8,371 B
-// at Limit 1,000 (BenchmarkBytesPerKey), 512 KiB at MaxSlidingLogLimit,
+// Rate.Limit of them. A key costs about 100 bytes with one decision held
+// (the store's 48-byte slot and its share of a group, and a ring of two);
+// the worst case, a key that spends its quota one unit at a time at
+// distinct instants, adds 8·Rate.Limit bytes rounded up to the
+// allocator's size class (at most an eighth more): 982 B per key at Limit
+// 100, 8,301 B at Limit 1,000 (BenchmarkBytesPerKey), 512 KiB at MaxSlidingLogLimit,
 // the largest limit accepted. Where that times the keys tracked is too
 // much, use a SlidingCounter (constant memory) or a TokenBucket.
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
-// cost. A key dropped while its log still counts comes back as if it had
-// spent its whole limit at its newest entry: limited until that entry
-// would have aged out (unless WithForgetEvicted).
+// cost. A key dropped while its log still counts comes back as if the
+// units it counted had all been spent at its newest entry: charged what it
+// spent, until that entry would have aged out (unless WithForgetEvicted).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -133,7 +133,7 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 		unit:        logUnit(int64(r.Period)),
 		countDenied: c.countDenied,
 	}
-	if l.store, err = newStore(c, l.freshAt, l.restore); err != nil {
+	if l.store, err = newStore[slState](c, l); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -209,23 +209,11 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 		*d = Decision{Limit: l.limit}
 		return err
 	}
-	k, err := l.store.acquire(key, n > 0)
+	err := l.store.run(key, n > 0, func(st *slState, now int64) { l.decide(d, st, now, n) })
 	if err != nil {
 		*d = Decision{Limit: l.limit}
-		return err
 	}
-	switch {
-	case k.st != nil:
-		l.decide(d, k.st, k.now, n)
-	case k.owed > k.now: // n == 0 on an untracked key that owes
-		var st slState
-		l.restore(&st, k.owed)
-		l.decide(d, &st, k.now, n)
-	default: // n == 0 on an untracked key: an empty log
-		*d = Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
-	}
-	k.sh.mu.Unlock()
-	return nil
+	return err
 }
 
 // RefundN takes the n newest units off key's log, giving back the units of
@@ -249,15 +237,7 @@ func (l *SlidingLog) RefundN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	k, err := l.store.acquire(key, false)
-	if err != nil {
-		return err
-	}
-	if k.st != nil {
-		k.st.takeNewest(uint32(n))
-	}
-	k.sh.mu.Unlock()
-	return nil
+	return l.store.refund(key, func(st *slState, _ int64) { st.takeNewest(uint32(n)) })
 }
 
 // Wait is WaitN(ctx, key, 1).
@@ -274,9 +254,11 @@ func (l *SlidingLog) WaitN(ctx context.Context, key string, n int) error {
 	return WaitN(ctx, l, key, n)
 }
 
-// Reset forgets key's log, giving it its full quota back.
+// Reset forgets key's log, giving it its full quota back, also when the
+// key was evicted and its debt remembered, and for good: it stays free
+// until it spends again.
 func (l *SlidingLog) Reset(_ context.Context, key string) error {
-	return l.store.remove(key)
+	return l.store.reset(key)
 }
 
 // Stats reports the size of the key store and its evictions.
@@ -481,26 +463,33 @@ func (l *SlidingLog) rebase(st *slState, now int64) {
 	st.era = era
 }
 
-// freshAt is when the newest entry ages out and the log equals an empty
-// one.
-func (l *SlidingLog) freshAt(st *slState) int64 {
+// debt returns what st owes at now (see debt): when its newest entry
+// ages out, and the units it counts.
+func (l *SlidingLog) debt(st *slState, now int64) debt {
+	l.expire(st, now)
 	if st.count == 0 {
-		return math.MinInt64
+		return debt{}
 	}
-	return l.at(st, int(st.count)-1) + l.period
+	return debt{at: l.at(st, int(st.count)-1) + l.period, amt: st.used()}
 }
 
-// restore sets the log of a key that spent its whole limit in one entry
-// that ages out at at: no log that is empty by then counts more, at any
-// time.
-func (l *SlidingLog) restore(st *slState, at int64) {
-	u := (max(at-l.period, 0) + l.unit - 1) / l.unit
-	st.head, st.count, st.low, st.era = 0, 0, 0, uint32(u>>eraShift)
+// restore sets st, keeping its ring, to a log that owes v at now: v.amt
+// units in one entry at the time of the newest entry of the log v was
+// taken from, which ages out at v.at. That log counted those units at
+// that time or earlier, so it never counts more than this one. The
+// larger either number of v, the more this log counts, for longer.
+func (l *SlidingLog) restore(st *slState, v debt, now int64) {
+	st.head, st.count, st.low = 0, 0, 0
+	if !v.owes(now) {
+		return
+	}
+	u := (v.at - l.period) / l.unit // an entry's time: a whole number of units
+	st.era = uint32(u >> eraShift)
 	if len(st.ring) == 0 {
 		st.ring = make([]slEntry, 1)
 	}
 	st.count = 1
-	st.ring[0] = slEntry{off: uint32(u - st.base()), total: uint32(l.limit)}
+	st.ring[0] = slEntry{off: uint32(u - st.base()), total: v.amt}
 }
 
 // Compile-time checks that the sliding log is a Limiter that can be reset and

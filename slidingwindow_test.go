@@ -156,14 +156,11 @@ func (r *refLog) allowN(now int64, n int) Decision {
 // slStored returns the number of entries and the capacity of key's ring.
 func slStored(t testing.TB, l *SlidingLog, key string) (n, capacity int) {
 	t.Helper()
-	k, err := l.store.acquire(key, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := k.st; st != nil {
-		n, capacity = int(st.count), len(st.ring)
-	}
-	k.sh.mu.Unlock()
+	l.store.inspect(t, key, func(st *slState, _ int64) {
+		if st != nil {
+			n, capacity = int(st.count), len(st.ring)
+		}
+	})
 	return n, capacity
 }
 
@@ -301,9 +298,8 @@ func TestSlidingLogRebases(t *testing.T) {
 			t.Fatalf("step %d at %d ns, n=%d:\n got %+v\nwant %+v", i, now, n, got, want)
 		}
 	}
-	k, _ := l.store.acquire("k", false)
-	base := k.st.base()
-	k.sh.mu.Unlock()
+	var base int64
+	l.store.inspect(t, "k", func(st *slState, _ int64) { base = st.base() })
 	if base < 50*period {
 		t.Fatalf("base %d ns after 60 s of traffic: the log did not rebase", base)
 	}

@@ -23,6 +23,7 @@ func TestStoreIsBounded(t *testing.T) {
 	}
 	st := b.Stats()
 	assert.Equal(t, 64, st.Keys)
+	assert.Equal(t, debtCapacity(64, 4), st.DebtCapacity)
 	assert.Equal(t, 64, st.MaxKeys)
 	assert.Equal(t, uint64(1000-64), st.EvictedIdle+st.EvictedLive)
 }
@@ -52,12 +53,12 @@ func TestStoreDropsFreshEntriesFirst(t *testing.T) {
 		// Full again; touching them makes them more recent than victim.
 		require.Equal(t, 1, allow(fmt.Sprintf("idle-%d", i), 0).Remaining)
 	}
-	require.Equal(t, Stats{Keys: 8, MaxKeys: 8}, b.Stats())
+	require.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1)}, b.Stats())
 
 	for i := 0; i < 7; i++ {
 		require.True(t, allow(fmt.Sprintf("spray-%d", i), 1).Allowed)
 	}
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7}, b.Stats())
 	d := allow("victim", 1)
 	assert.False(t, d.Allowed, "the limited client must survive while idle entries exist")
 	assert.Equal(t, 59*time.Second, d.RetryAfter)
@@ -65,19 +66,19 @@ func TestStoreDropsFreshEntriesFirst(t *testing.T) {
 	// Only live entries now, all equally costly to drop: the least
 	// recently used one goes (victim was just used).
 	require.True(t, allow("spray-7", 1).Allowed)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 1}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7, EvictedLive: 1}, b.Stats())
 	// spray-0 was dropped, but its debt was remembered: it comes back as
 	// limited as it left.
 	d = allow("spray-0", 1)
 	assert.False(t, d.Allowed, "a live eviction must not reset the limit")
 	assert.Equal(t, time.Minute, d.RetryAfter)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 2, Restored: 1}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7, EvictedLive: 2, Restored: 1}, b.Stats())
 	// The second live eviction probed victim (fresh at +1m59s) among the
 	// sprays (fresh at +2m): the smallest loss went, and came back.
 	d = allow("victim", 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 59*time.Second, d.RetryAfter)
-	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, EvictedIdle: 7, EvictedLive: 3, Restored: 2}, b.Stats())
+	assert.Equal(t, Stats{Keys: 8, MaxKeys: 8, DebtCapacity: debtCapacity(8, 1), EvictedIdle: 7, EvictedLive: 3, Restored: 2}, b.Stats())
 }
 
 // TestStoreDropsSmallestLoss: when every probed entry is live, the one that
@@ -101,18 +102,20 @@ func TestStoreDropsSmallestLoss(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
-			assert.Equal(t, Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1}, b.Stats())
+			want := Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1, DebtCapacity: debtCapacity(4, 1)}
 			wantB := 3 // b spent 1 of 4
 			if forget {
+				want.DebtCapacity, want.Forgotten = 0, 1
 				wantB = 4
 			}
+			assert.Equal(t, want, b.Stats())
 			for key, want := range map[string]int{"a": 0, "b": wantB, "c": 1, "d": 2, "e": 3} {
 				d, err := b.AllowN(ctx, key, 0)
 				require.NoError(t, err)
 				assert.Equal(t, want, d.Remaining, "key %s", key)
 			}
 			// Peeks insert nothing, so nothing was restored.
-			assert.Equal(t, Stats{Keys: 4, MaxKeys: 4, EvictedLive: 1}, b.Stats())
+			assert.Equal(t, want, b.Stats())
 		})
 	}
 }
@@ -130,7 +133,7 @@ func TestStoreIntervalFreshness(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.AllowN(ctx, "c", 1)
 	require.NoError(t, err)
-	assert.Equal(t, Stats{Keys: 2, MaxKeys: 2, EvictedIdle: 1}, b.Stats())
+	assert.Equal(t, Stats{Keys: 2, MaxKeys: 2, EvictedIdle: 1, DebtCapacity: debtCapacity(2, 1)}, b.Stats())
 }
 
 func TestStoreKeyTooLong(t *testing.T) {
@@ -196,13 +199,13 @@ func TestStoreShardsDistribute(t *testing.T) {
 	require.Len(t, b.store.shards, 16)
 	total := 0
 	for i := range b.store.shards {
-		n := b.store.shards[i].lru.Len()
+		n := b.store.shards[i].keys
 		total += n
 		// 300 expected per shard; the bounds are > 7 standard deviations.
 		assert.InDelta(t, keys/16, n, 130, "shard %d", i)
 	}
 	assert.Equal(t, keys, total)
-	assert.Equal(t, Stats{Keys: keys, MaxKeys: 1 << 14}, b.Stats())
+	assert.Equal(t, Stats{Keys: keys, MaxKeys: 1 << 14, DebtCapacity: debtCapacity(1<<14, 16)}, b.Stats())
 }
 
 func TestDefaultShards(t *testing.T) {
@@ -266,84 +269,162 @@ func TestStoreEvictionAllocations(t *testing.T) {
 	}
 }
 
-// TestDebtsBucket walks one bucket through its cases: own entries, a
-// shared overflow bound that only grows, entries freed when their debt
-// has run out, and forget.
-func TestDebtsBucket(t *testing.T) {
-	d := newDebts(2) // one bucket
-	require.Len(t, d.buckets, 1)
-	h := func(fp uint64) uint64 { return fp << 48 }
-	for fp := uint64(1); fp <= 4; fp++ {
-		d.record(h(fp), int64(fp*100), 0)
-	}
-	assert.Equal(t, int64(100), d.lookup(h(1), 0))
-	assert.Equal(t, int64(400), d.lookup(h(4), 0))
-	assert.Equal(t, int64(0), d.lookup(h(5), 0), "an unknown key owes nothing while nothing overflowed")
-	d.record(h(2), 250, 0) // the same key again: one entry, the later bound
-	assert.Equal(t, int64(250), d.lookup(h(2), 0))
-	assert.Zero(t, d.merged)
-
-	d.record(h(5), 50, 0) // full, and the smallest: into the overflow bound
-	assert.Equal(t, uint64(1), d.merged)
-	assert.Equal(t, int64(50), d.lookup(h(9), 0), "every key of the bucket now owes the shared bound")
-	assert.Equal(t, int64(50), d.lookup(h(5), 0))
-	d.record(h(6), 500, 0) // displaces the smallest entry (fp 1 at 100)
-	assert.Equal(t, uint64(2), d.merged)
-	assert.Equal(t, int64(100), d.lookup(h(1), 0), "a displaced debt is kept by the bound")
-	assert.Equal(t, int64(500), d.lookup(h(6), 0))
-
-	// At 260 the entries of fp 2 (250) and the bound (100) have run out.
-	assert.LessOrEqual(t, d.lookup(h(9), 260), int64(260))
-	d.record(h(7), 600, 260) // takes a free entry
-	assert.Equal(t, uint64(2), d.merged)
-	assert.Equal(t, int64(600), d.lookup(h(7), 260))
-	assert.Equal(t, int64(400), d.lookup(h(4), 260))
-
-	assert.False(t, d.forget(h(4), 260))
-	assert.LessOrEqual(t, d.lookup(h(4), 260), int64(260))
-	d.record(h(8), 700, 260)
-	d.record(h(10), 800, 260)
-	d.record(h(11), 900, 260) // overflows: the bound is now 500 or more
-	assert.True(t, d.forget(h(6), 260), "a key still bound by the overflow cannot be forgotten")
-
-	// Past the latest debt, lookups are skipped.
-	assert.Equal(t, int64(1000), d.lookup(h(11), 1000))
+// debtCapacity is Stats().DebtCapacity by default for maxKeys keys in
+// shards shards of equal size.
+func debtCapacity(maxKeys, shards int) int {
+	return shards * debtBuckets(maxKeys/shards, DefaultDebtsPerKey) * debtWays
 }
 
-// TestStoreResetForgetsEvictedDebt: Reset gives an evicted key its quota
-// back even though its debt was remembered.
-func TestStoreResetForgetsEvictedDebt(t *testing.T) {
-	clk := newTBClock()
-	b := newTestBucket(t, PerMinute(1), clk, WithMaxKeys(1), WithShards(1))
-	ctx := context.Background()
-	for _, k := range []string{"a", "b"} {
-		d, err := b.Allow(ctx, k)
-		require.NoError(t, err)
-		require.True(t, d.Allowed)
+// inspect calls f with key's tracked state (nil if the key is not
+// tracked) and the store's time, under the shard's lock.
+func (s *store[S]) inspect(t testing.TB, key string, f func(st *S, now int64)) {
+	t.Helper()
+	h, err := s.hash(key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	d, err := b.AllowN(ctx, "a", 0)
-	require.NoError(t, err)
-	assert.Equal(t, 0, d.Remaining, "a peek at the evicted key reports its debt")
-	require.NoError(t, b.Reset(ctx, "a"))
-	d, err = b.Allow(ctx, "a")
-	require.NoError(t, err)
-	assert.True(t, d.Allowed, "Reset must clear a remembered debt")
-	assert.Equal(t, Stats{Keys: 1, MaxKeys: 1, EvictedLive: 2}, b.Stats())
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	var st *S
+	if g, i, ok := sh.locate(h); ok {
+		st = &sh.pages[g][i].st
+	}
+	f(st, now)
+}
+
+// TestDebtsTable walks the debt memory through its cases on a table of
+// two buckets (eight entries): own entries kept exactly and replaced, not
+// merged; entries moved between buckets to make room; a full table
+// merging the debt that ends soonest into a shared bound that binds
+// strangers but not keys with entries of their own; a shield that keeps a
+// key free of that bound; entries freed when they run out; and the
+// forgetting variant.
+func TestDebtsTable(t *testing.T) {
+	keys := func(n int) []uint64 { // distinct hashes
+		hs := make([]uint64, n)
+		for i := range hs {
+			hs[i] = uint64(i+1)*0x9e3779b97f4a7c15 | 3
+		}
+		return hs
+	}
+	owed := func(d *debts, h uint64, now int64) debt { return d.find(h, now).owed(now) }
+
+	t.Run("exact and replaced", func(t *testing.T) {
+		d := newDebts(2, false, 1)
+		hs := keys(8)
+		for i, h := range hs {
+			d.put(h, debt{at: int64(100 + i), amt: uint32(i + 1)}, 0)
+		}
+		for i, h := range hs {
+			assert.Equal(t, debt{at: int64(100 + i), amt: uint32(i + 1)}, owed(d, h, 0), "key %d", i)
+		}
+		assert.Zero(t, d.merged, "eight debts fit eight entries: they move to make room")
+		d.put(hs[3], debt{at: 50, amt: 1}, 0) // a later, smaller state of the same key replaces its entry
+		assert.Equal(t, debt{at: 50, amt: 1}, owed(d, hs[3], 0))
+		d.put(hs[3], debt{}, 0) // owes nothing: the entry is freed
+		assert.Equal(t, debt{}, owed(d, hs[3], 0))
+		assert.Equal(t, debt{}, owed(d, keys(9)[8], 0), "a stranger owes nothing while nothing overflowed")
+	})
+
+	t.Run("overflow merges the soonest", func(t *testing.T) {
+		d := newDebts(2, false, 1)
+		hs := keys(12)
+		for i, h := range hs[:8] {
+			d.put(h, debt{at: int64(1000 + 100*i), amt: 5}, 0)
+		}
+		d.put(hs[8], debt{at: 5000, amt: 7}, 0) // no room anywhere: the soonest debts merge
+		require.Positive(t, d.merged)
+		assert.Equal(t, debt{at: 5000, amt: 7}, owed(d, hs[8], 0), "the newcomer ends last: it keeps an entry")
+		stranger := hs[11]
+		got := owed(d, stranger, 0)
+		assert.True(t, got.owes(0), "a stranger of a bucket with a bound starts from it")
+		assert.LessOrEqual(t, got.at, int64(1700), "the bound is the soonest debts' maximum")
+		kept := 0
+		for i, h := range hs[:8] {
+			v := owed(d, h, 0)
+			require.GreaterOrEqual(t, v.at, int64(1000+100*i), "key %d: a debt is never lowered", i)
+			require.GreaterOrEqual(t, v.amt, uint32(5), "key %d", i)
+			if v == (debt{at: int64(1000 + 100*i), amt: 5}) {
+				kept++
+			}
+		}
+		assert.GreaterOrEqual(t, kept, 5, "keys with entries of their own owe exactly their debt")
+
+		// A shield frees a key from the bound, until the bound ends.
+		d.put(stranger, debt{}, 0)
+		assert.Equal(t, debt{}, owed(d, stranger, 0))
+		// Everything ends by 5000: entries and bounds are free again.
+		assert.Equal(t, debt{}, owed(d, hs[11], 5000))
+		d.put(hs[9], debt{at: 9000, amt: 1}, 5000)
+		assert.Equal(t, debt{at: 9000, amt: 1}, owed(d, hs[9], 5000))
+	})
+
+	t.Run("forget", func(t *testing.T) {
+		d := newDebts(2, true, 1)
+		hs := keys(10)
+		for i, h := range hs[:9] {
+			d.put(h, debt{at: int64(1000 + 100*i), amt: 5}, 0)
+		}
+		assert.Zero(t, d.merged)
+		assert.Equal(t, uint64(1), d.forgotten)
+		assert.Equal(t, debt{}, owed(d, hs[9], 0), "a stranger never waits")
+		free := 0
+		for i, h := range hs[:9] {
+			switch v := owed(d, h, 0); v {
+			case debt{}:
+				free++
+			default:
+				assert.Equal(t, debt{at: int64(1000 + 100*i), amt: 5}, v, "key %d", i)
+			}
+		}
+		assert.Equal(t, 1, free, "one debt, the soonest of its bucket, was forgotten")
+	})
+}
+
+// TestStoreGroupsSplit: a shard filling up doubles its groups several
+// times; every key stays findable with its state, and the count of groups
+// stays within keysPerGroup keys per group of the shard's size.
+func TestStoreGroupsSplit(t *testing.T) {
+	clk := newTBClock()
+	b := newTestBucket(t, PerHour(10), clk, WithMaxKeys(1000), WithShards(1))
+	ctx := context.Background()
+	for i := 0; i < 1000; i++ {
+		require.True(t, mustAllowN(t, b, fmt.Sprint("k", i), 1+i%10).Allowed)
+	}
+	sh := &b.store.shards[0]
+	assert.Equal(t, uint(7), sh.gbits, "1000 keys: 128 groups")
+	assert.Equal(t, 1000, sh.keys)
+	n := 0
+	for g, p := range sh.pages {
+		n += len(p)
+		assert.Equal(t, len(p) > 0, sh.groups.Contains(uint32(g)), "group %d: in the LRU iff not empty", g)
+	}
+	assert.Equal(t, 1000, n)
+	for i := 0; i < 1000; i++ {
+		d, err := b.AllowN(ctx, fmt.Sprint("k", i), 0)
+		require.NoError(t, err)
+		require.Equal(t, 10-(1+i%10), d.Remaining, "key %d", i)
+	}
+	assert.Equal(t, Stats{Keys: 1000, MaxKeys: 1000, DebtCapacity: debtCapacity(1000, 1)}, b.Stats())
 }
 
 // TestRestoreDominates checks what the debt memory relies on, for every
-// algorithm: the state restore(at) builds becomes fresh at at, and at no
-// time from now on does it leave more room than any state that becomes
-// fresh by at. Random histories give the states; the key's own freshAt
-// is the at it would be remembered with.
+// algorithm: a state restored from its own debt owes the same debt, and at
+// no time from now on does it leave more room than the state it was taken
+// from (for a token bucket it is that state); and a state restored from
+// the elementwise maximum of two debts leaves no more room than either
+// state. Random histories give the states.
 func TestRestoreDominates(t *testing.T) {
 	type probe func(now int64, n int) (allowed bool, remaining int)
 	type kind struct {
-		name string
-		// run plays a random history, then returns the key's freshAt,
-		// the freshAt of the restored state, probes on copies of the
-		// real and the restored state, and the capacity.
-		run func(rng *rand.Rand) (now, at, restoredAt int64, real, restored probe, capacity int)
+		name  string
+		exact bool // the restored state decides as the real one
+		// run plays a random history on a fresh limiter and returns the
+		// time, a probe on a copy of the state, its debt, a probe on a
+		// state restored from any debt, and the capacity.
+		run func(rng *rand.Rand, clk *slClock) (now int64, real probe, v debt, restored func(v debt, now int64) probe, capacity int)
 	}
 	history := func(rng *rand.Rand, l Limiter, clk *slClock, period time.Duration, capacity int) int64 {
 		var now time.Duration
@@ -354,106 +435,125 @@ func TestRestoreDominates(t *testing.T) {
 		}
 		return int64(now)
 	}
-	tbKind := func(name string, r Rate, opts ...Option) kind {
-		return kind{name, func(rng *rand.Rand) (int64, int64, int64, probe, probe, int) {
-			clk := newSlClock()
-			b, err := NewTokenBucket(r, append(opts, WithClock(clk.now))...)
+	var kinds []kind
+	for _, tc := range []struct {
+		name string
+		r    Rate
+		opts []Option
+	}{
+		{"TokenBucket/exact", Rate{10, time.Second}, nil},
+		{"TokenBucket/fraction", Rate{7, 10 * time.Second}, []Option{WithBurst(12)}},
+		{"TokenBucket/interval", Rate{10, time.Minute}, []Option{WithIntervalRefill(), WithBurst(15)}},
+	} {
+		kinds = append(kinds, kind{tc.name, true, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
+			b, err := NewTokenBucket(tc.r, append(tc.opts, WithClock(clk.now))...)
 			require.NoError(t, err)
-			now := history(rng, b, clk, r.Period, b.burst)
-			k, _ := b.store.acquire("k", false)
-			real := *k.st
-			k.sh.mu.Unlock()
-			at := b.store.freshAt(&real)
-			var restored tbState
-			b.restore(&restored, at)
+			now := history(rng, b, clk, tc.r.Period, b.burst)
+			var real tbState
+			b.store.inspect(t, "k", func(st *tbState, _ int64) { real = *st })
 			p := func(st0 tbState) probe {
 				return func(now int64, n int) (bool, int) {
 					st := st0 // each probe on the state as it was
 					var d Decision
-					if b.interval {
-						b.decideInterval(&d, &st, now, n)
-					} else {
-						b.decideGreedy(&d, &st, now, n)
-					}
+					b.decide(&d, &st, now, n)
 					return d.Allowed, d.Remaining
 				}
 			}
-			return now, at, b.store.freshAt(&restored), p(real), p(restored), b.burst
-		}}
+			restored := func(v debt, now int64) probe {
+				var st tbState
+				b.restore(&st, v, now)
+				require.Equal(t, v, b.debt(&st, now), "the restored state owes its debt")
+				return p(st)
+			}
+			return now, p(real), b.debt(&real, now), restored, b.burst
+		}})
 	}
-	kinds := []kind{
-		tbKind("TokenBucket/exact", Rate{10, time.Second}),
-		tbKind("TokenBucket/fraction", Rate{7, 10 * time.Second}, WithBurst(12)),
-		tbKind("TokenBucket/interval", Rate{10, time.Minute}, WithIntervalRefill(), WithBurst(15)),
-		{"SlidingCounter", func(rng *rand.Rand) (int64, int64, int64, probe, probe, int) {
-			clk := newSlClock()
-			r := Rate{5, 10 * time.Second}
-			sc, err := NewSlidingCounter(r, WithClock(clk.now))
-			require.NoError(t, err)
-			now := history(rng, sc, clk, r.Period, r.Limit)
-			k, _ := sc.store.acquire("k", false)
-			real := *k.st
-			k.sh.mu.Unlock()
-			at := sc.freshAt(&real)
-			var restored scState
-			sc.restore(&restored, at)
-			p := func(st0 scState) probe {
-				return func(now int64, n int) (bool, int) {
-					st := st0 // each probe on the state as it was
-					var d Decision
-					sc.decide(&d, &st, now, n)
-					return d.Allowed, d.Remaining
+	kinds = append(kinds, kind{"SlidingCounter", false, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
+		r := Rate{5, 10 * time.Second}
+		sc, err := NewSlidingCounter(r, WithClock(clk.now))
+		require.NoError(t, err)
+		now := history(rng, sc, clk, r.Period, r.Limit)
+		var real scState
+		sc.store.inspect(t, "k", func(st *scState, _ int64) { real = *st })
+		p := func(st0 scState) probe {
+			return func(now int64, n int) (bool, int) {
+				st := st0
+				var d Decision
+				sc.decide(&d, &st, now, n)
+				return d.Allowed, d.Remaining
+			}
+		}
+		restored := func(v debt, now int64) probe {
+			var st scState
+			sc.restore(&st, v, now)
+			require.Equal(t, v, sc.debt(&st, now))
+			return p(st)
+		}
+		return now, p(real), sc.debt(&real, now), restored, r.Limit
+	}})
+	kinds = append(kinds, kind{"SlidingLog", false, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
+		r := Rate{5, 10 * time.Second}
+		l, err := NewSlidingLog(r, WithClock(clk.now))
+		require.NoError(t, err)
+		now := history(rng, l, clk, r.Period, r.Limit)
+		var real slState
+		l.store.inspect(t, "k", func(st *slState, _ int64) {
+			real = *st
+			real.ring = append([]slEntry(nil), st.ring...)
+		})
+		p := func(st slState) probe {
+			return func(now int64, n int) (bool, int) {
+				st := st
+				st.ring = append([]slEntry(nil), st.ring...)
+				var d Decision
+				l.decide(&d, &st, now, n)
+				return d.Allowed, d.Remaining
+			}
+		}
+		restored := func(v debt, now int64) probe {
+			var st slState
+			l.restore(&st, v, now)
+			require.Equal(t, v, l.debt(&st, now))
+			return p(st)
+		}
+		v := l.debt(&slState{ring: append([]slEntry(nil), real.ring...), era: real.era, head: real.head, count: real.count, low: real.low}, now)
+		return now, p(real), v, restored, r.Limit
+	}})
+	// dominated fails if the probe sub allows, or reports more room, where
+	// sup does not, at any time from now to past the end of v.
+	dominated := func(t *testing.T, rng *rand.Rand, now int64, v debt, sub, sup probe, capacity int, exact bool) {
+		t.Helper()
+		for t0 := now; t0 <= v.at+1; t0 += 1 + rng.Int63n((v.at-now)/8+1) {
+			for n := 0; n <= capacity; n++ {
+				ra, rr := sup(t0, n)
+				sa, sr := sub(t0, n)
+				// Remaining is compared on reports (n == 0): after an
+				// allowed n > 0 it counts the units just taken.
+				if sa && !ra || n == 0 && sr > rr || exact && (sa != ra || sr != rr) {
+					t.Fatalf("at %d (debt %+v), n=%d: restored allowed %v remaining %d, real allowed %v remaining %d",
+						t0, v, n, sa, sr, ra, rr)
 				}
 			}
-			return now, at, sc.freshAt(&restored), p(real), p(restored), r.Limit
-		}},
-		{"SlidingLog", func(rng *rand.Rand) (int64, int64, int64, probe, probe, int) {
-			clk := newSlClock()
-			r := Rate{5, 10 * time.Second}
-			l, err := NewSlidingLog(r, WithClock(clk.now))
-			require.NoError(t, err)
-			now := history(rng, l, clk, r.Period, r.Limit)
-			k, _ := l.store.acquire("k", false)
-			real := *k.st
-			real.ring = append([]slEntry(nil), real.ring...)
-			k.sh.mu.Unlock()
-			at := l.freshAt(&real)
-			var restored slState
-			l.restore(&restored, at)
-			p := func(st slState) probe {
-				return func(now int64, n int) (bool, int) {
-					st := st
-					st.ring = append([]slEntry(nil), st.ring...)
-					var d Decision
-					l.decide(&d, &st, now, n)
-					return d.Allowed, d.Remaining
-				}
-			}
-			return now, at, l.freshAt(&restored), p(real), p(restored), r.Limit
-		}},
+		}
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			rng := rand.New(rand.NewSource(1))
 			checked := 0
 			for trial := 0; trial < 300; trial++ {
-				now, at, restoredAt, real, restored, capacity := k.run(rng)
-				if at <= now {
+				now, real, v, restored, capacity := k.run(rng, newSlClock())
+				now2, other, w, _, _ := k.run(rng, newSlClock())
+				if !v.owes(now) {
 					continue // fresh already: nothing would be remembered
 				}
 				checked++
-				require.Equal(t, at, restoredAt, "trial %d: the restored state must be fresh exactly at at", trial)
-				for t0 := now; t0 <= at+1; t0 += 1 + rng.Int63n((at-now)/8+1) {
-					for n := 0; n <= capacity; n++ {
-						ra, rr := real(t0, n)
-						sa, sr := restored(t0, n)
-						// Remaining is compared on reports (n == 0): after
-						// an allowed n > 0 it counts the units just taken.
-						if sa && !ra || n == 0 && sr > rr {
-							t.Fatalf("trial %d at %d (fresh at %d), n=%d: restored allowed %v remaining %d, real allowed %v remaining %d",
-								trial, t0, at, n, sa, sr, ra, rr)
-						}
-					}
+				dominated(t, rng, now, v, restored(v, now), real, capacity, k.exact)
+				// Two histories on the same timeline: their debts' maximum
+				// bounds both from the later of their times.
+				if later := max(now, now2); w.owes(later) && v.owes(later) {
+					m := v.max(w)
+					dominated(t, rng, later, m, restored(m, later), real, capacity, false)
+					dominated(t, rng, later, m, restored(m, later), other, capacity, false)
 				}
 			}
 			require.Greater(t, checked, 100)

@@ -3,7 +3,6 @@ package floodgate
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/bits"
 )
 
@@ -21,15 +20,15 @@ import (
 // fraction of Rate.Limit, so no rounding accumulates however the period
 // divides. Buckets live in a bounded, sharded LRU store (WithMaxKeys); a
 // full bucket is indistinguishable from a forgotten one, so idle keys cost
-// nothing to drop. A bucket dropped while not full comes back with the same
-// theoretical arrival time, so with the same debt (unless
-// WithForgetEvicted; see Stats for when debts have to share memory).
+// nothing to drop. A bucket dropped while not full comes back exactly as
+// it left, from the store's debt memory (unless WithForgetEvicted; see
+// WithDebtMemory for what happens past that memory's size).
 //
 // A decision costs O(1) time whatever n, and a key the same memory whatever
 // its rate and traffic, so its worst case is its only case: 16 bytes of
-// state, about 128 to 140 bytes per tracked key with the store's entry and
-// map slot (128 B at 100,000 keys, 137 B at 10,000: BenchmarkBytesPerKey,
-// BenchmarkTokenBucketBytesPerKey).
+// state, about 50 to 60 bytes per tracked key with the store's slot and
+// its share of the group it is filed in (49 B at 100,000 keys, 57 B at
+// 10,000: BenchmarkTokenBucketBytesPerKey, BenchmarkBytesPerKey).
 //
 // Besides AllowN it offers WaitN, which blocks until the tokens are there
 // (without queueing waiters, see the package-level WaitN), and RefundN,
@@ -55,7 +54,9 @@ type TokenBucket struct {
 // tbState is one bucket. Greedy refill: tat + frac/Limit is the theoretical
 // arrival time in ns since the limiter's epoch (frac in [0, Limit)).
 // Interval refill: tat is the start of the current period and frac the
-// tokens used. The zero value is a full bucket in both modes.
+// tokens used; or, with frac = blocked, the bucket allows nothing before
+// tat and is full from then on (see restore). The zero value is a full
+// bucket in both modes.
 type tbState struct {
 	tat  int64
 	frac int64
@@ -100,11 +101,7 @@ func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
 	if b.period%b.limit == 0 {
 		b.tick = int64(b.period / b.limit)
 	}
-	freshAt := b.greedyFreshAt
-	if c.interval {
-		freshAt = b.intervalFreshAt
-	}
-	if b.store, err = newStore(c, freshAt, b.restore); err != nil {
+	if b.store, err = newStore[tbState](c, b); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -167,31 +164,26 @@ func (b *TokenBucket) allowN(d *Decision, key string, n int) error {
 		*d = Decision{Limit: b.burst}
 		return err
 	}
-	k, err := b.store.acquire(key, n > 0)
+	err := b.store.run(key, n > 0, func(st *tbState, now int64) { b.decide(d, st, now, n) })
 	if err != nil {
 		*d = Decision{Limit: b.burst}
-		return err
 	}
-	st := k.st
-	var scratch tbState // stays on the stack: decide* do not retain st
-	if st == nil {      // n == 0 on an untracked key: a full bucket, or its debt
-		st = &scratch
-		if k.owed > k.now {
-			b.restore(st, k.owed)
-		}
-	}
-	if b.interval {
-		b.decideInterval(d, st, k.now, n)
-	} else {
-		b.decideGreedy(d, st, k.now, n)
-	}
-	k.sh.mu.Unlock()
-	return nil
+	return err
 }
 
-// Reset refills key's bucket.
+// decide is the bucket's state machine for one key at now.
+func (b *TokenBucket) decide(d *Decision, st *tbState, now int64, n int) {
+	if b.interval {
+		b.decideInterval(d, st, now, n)
+	} else {
+		b.decideGreedy(d, st, now, n)
+	}
+}
+
+// Reset refills key's bucket, also when the key was evicted and its debt
+// remembered, and for good: it stays full until the key spends again.
 func (b *TokenBucket) Reset(_ context.Context, key string) error {
-	return b.store.remove(key)
+	return b.store.reset(key)
 }
 
 // Wait is WaitN(ctx, key, 1).
@@ -210,27 +202,23 @@ func (b *TokenBucket) WaitN(ctx context.Context, key string, n int) error {
 // RefundN gives back n tokens that an allowed AllowN took from key's
 // bucket, as if that call had never happened: the theoretical arrival time
 // moves back by n·Period/Limit, but never below now, so a bucket never
-// holds more than its burst. Refunding a key that is not tracked (its
-// bucket is full, or was evicted) does nothing. Composite uses it to undo
-// a partial consumption; a caller refunding tokens it never took only
-// gives the key credit up to a full bucket.
+// holds more than its burst. A key that was evicted since gets the refund
+// on its remembered debt; a full bucket is left alone. Composite uses it
+// to undo a partial consumption; a caller refunding tokens it never took
+// only gives the key credit up to a full bucket.
 func (b *TokenBucket) RefundN(_ context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: refund of n = %d is negative", ErrInvalidCost, n)
 	}
-	k, err := b.store.acquire(key, false)
-	if err != nil {
-		return err
-	}
-	if k.st != nil && n > 0 {
-		if b.interval {
-			b.refundInterval(k.st, k.now, n)
-		} else {
-			b.refundGreedy(k.st, k.now, n)
+	return b.store.refund(key, func(st *tbState, now int64) {
+		switch {
+		case n == 0:
+		case b.interval:
+			b.refundInterval(st, now, n)
+		default:
+			b.refundGreedy(st, now, n)
 		}
-	}
-	k.sh.mu.Unlock()
-	return nil
+	})
 }
 
 // Stats reports the size of the key store and its evictions.
@@ -321,37 +309,60 @@ func (b *TokenBucket) tokensCeil(ns, frac int64) int {
 	return int(q)
 }
 
-func (b *TokenBucket) greedyFreshAt(st *tbState) int64 {
-	if st.frac > 0 {
-		return st.tat + 1
+// debt returns what st owes (see debt), exactly. Greedy: the first
+// nanosecond at or after the theoretical arrival time, and the fraction
+// of it, in 1..Limit (Limit: none), by which that time is earlier.
+// Interval: the time at which its last used token comes back, and the
+// tokens that refill then, in 1..Limit, which with the period determine
+// the state; a blocked bucket owes 0 tokens until it is full.
+func (b *TokenBucket) debt(st *tbState, _ int64) debt {
+	if !b.interval {
+		if st.frac > 0 {
+			return debt{at: st.tat + 1, amt: uint32(st.frac)}
+		}
+		return debt{at: st.tat, amt: uint32(b.limit)}
 	}
-	return st.tat
-}
-
-// restore sets the state of a bucket fully used until at.
-func (b *TokenBucket) restore(st *tbState, at int64) {
-	if b.interval {
-		b.intervalRestore(st, at)
-	} else {
-		b.greedyRestore(st, at)
+	switch st.frac {
+	case 0:
+		return debt{}
+	case blocked:
+		return debt{at: st.tat}
 	}
-}
-
-// greedyRestore empties the bucket until at: its theoretical arrival
-// time is the latest at which an evicted bucket could be full again.
-func (b *TokenBucket) greedyRestore(st *tbState, at int64) {
-	st.tat, st.frac = at, 0
-}
-
-// intervalRestore sets the interval state of a bucket fully used in
-// periods that end at at: ceil(burst/Limit) periods of Limit tokens each,
-// so that its refills come no earlier than those of any bucket fresh by
-// at. Its used count may exceed the burst; decideInterval clamps the
-// Remaining it reports.
-func (b *TokenBucket) intervalRestore(st *tbState, at int64) {
 	limit := int64(b.limit)
-	m := (int64(b.burst) + limit - 1) / limit
-	st.tat, st.frac = at-m*int64(b.period), m*limit
+	periods := (st.frac + limit - 1) / limit
+	return debt{at: st.tat + periods*int64(b.period), amt: uint32(st.frac - (periods-1)*limit)}
+}
+
+// restore sets st to the state of a bucket that owes v at now, exactly
+// as debt took it (see algorithm). The larger either number of v, the
+// later the bucket is full again and the fewer tokens it holds meanwhile.
+func (b *TokenBucket) restore(st *tbState, v debt, now int64) {
+	*st = tbState{}
+	if !v.owes(now) {
+		return
+	}
+	if !b.interval {
+		st.tat, st.frac = v.at-1, int64(v.amt)
+		if st.frac >= int64(b.limit) {
+			st.tat, st.frac = v.at, 0
+		}
+		return
+	}
+	// v.amt tokens come back at v.at, and Limit more at each of the
+	// periods before it that have not begun yet. Interval buckets are not
+	// ordered by their tokens alone: tokens taken from a bucket whose
+	// periods began earlier come back sooner, so a bucket with fewer
+	// tokens but an earlier phase can allow more later than one with more.
+	// A bound shared by several keys, whose periods began at other times,
+	// is therefore restored as a bucket that allows nothing until v.at and
+	// is full from then on, which allows no more than any of them.
+	if v.shared || v.amt == 0 {
+		st.tat, st.frac = v.at, blocked
+		return
+	}
+	period := int64(b.period)
+	periods := (v.at - now + period - 1) / period
+	st.tat, st.frac = v.at-periods*period, int64(v.amt)+(periods-1)*int64(b.limit)
 }
 
 // intervalAt returns the interval state at now: the start of the current
@@ -376,9 +387,23 @@ func (b *TokenBucket) intervalAt(st *tbState, now int64) (start, used int64) {
 	return start, used
 }
 
+// blocked is the frac of an interval bucket that allows nothing until tat.
+const blocked = -1
+
 // decideInterval: tat is the start of the current period, frac the tokens
 // used; every whole period since then gives Limit tokens back.
 func (b *TokenBucket) decideInterval(d *Decision, st *tbState, now int64, n int) {
+	if st.frac == blocked {
+		if now < st.tat {
+			wait := durationNS(st.tat - now)
+			*d = Decision{Allowed: n == 0, Limit: b.burst, ResetAfter: wait}
+			if n > 0 {
+				d.RetryAfter = wait
+			}
+			return
+		}
+		*st = tbState{}
+	}
 	start, used := b.intervalAt(st, now)
 	period, limit := int64(b.period), int64(b.limit)
 	*d = Decision{Limit: b.burst}
@@ -401,18 +426,13 @@ func (b *TokenBucket) decideInterval(d *Decision, st *tbState, now int64, n int)
 // refundInterval gives n used tokens of the current period back; tokens
 // already returned by a period boundary are not returned twice.
 func (b *TokenBucket) refundInterval(st *tbState, now int64, n int) {
+	if st.frac == blocked {
+		return // nothing was taken from a blocked bucket
+	}
 	start, used := b.intervalAt(st, now)
 	used -= int64(n)
 	if used < 0 {
 		used = 0
 	}
 	st.tat, st.frac = start, used
-}
-
-func (b *TokenBucket) intervalFreshAt(st *tbState) int64 {
-	if st.frac == 0 {
-		return math.MinInt64 // a full bucket: fresh at any time
-	}
-	limit := int64(b.limit)
-	return st.tat + (st.frac+limit-1)/limit*int64(b.period)
 }

@@ -38,6 +38,8 @@
 //	floodgate.store.keys                up-down counter {key}; floodgate.limiter
 //	floodgate.store.keys.max            up-down counter {key}; floodgate.limiter
 //	floodgate.store.evictions           counter {key}; floodgate.limiter, floodgate.eviction.kind (idle, live)
+//	floodgate.store.debts.capacity      up-down counter {debt}; floodgate.limiter
+//	floodgate.store.debts.lost          counter {debt}; floodgate.limiter, floodgate.debt.kind (merged, forgotten)
 //	floodgate.redis.fallback.active     gauge 1; floodgate.limiter: 1 while the fallback decides
 //	floodgate.redis.fallback.decisions  counter {decision}; floodgate.limiter
 //	floodgate.redis.deny_cache.hits     counter {decision}; floodgate.limiter
@@ -45,10 +47,12 @@
 //
 // Every instrument but the histogram is observable: the decision counts
 // are kept in atomics by the hook and reported, like the limiters' Stats,
-// by one callback when the SDK collects. A live eviction resets a
-// client's limit: a rising floodgate.store.evictions with kind live means
-// the store is too small for the traffic, or that someone is spraying
-// keys.
+// by one callback when the SDK collects. A rising
+// floodgate.store.evictions with kind live means the store is too small
+// for the traffic, or that someone is spraying keys; each such debt is
+// remembered exactly until floodgate.store.debts.capacity of them are
+// held, and past that floodgate.store.debts.lost counts those merged into
+// bounds that make new clients wait, or forgotten.
 //
 // # Outcomes
 //

@@ -55,18 +55,21 @@ type watched struct {
 
 	limiter           metric.ObserveOption
 	idle, live        metric.ObserveOption
+	merged, forgotten metric.ObserveOption
 	timeout, canceled metric.ObserveOption
 	other             metric.ObserveOption
 }
 
 func newWatched(name string, s metricsbase.Sources[redisstore.Stats]) *watched {
 	return &watched{
-		Sources:  s,
-		limiter:  metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name))),
-		idle:     metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), EvictionKey.String("idle"))),
-		live:     metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), EvictionKey.String("live"))),
-		timeout:  metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("timeout"))),
-		canceled: metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("canceled"))),
-		other:    metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("other"))),
+		Sources:   s,
+		limiter:   metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name))),
+		idle:      metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), EvictionKey.String("idle"))),
+		live:      metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), EvictionKey.String("live"))),
+		merged:    metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), DebtKey.String("merged"))),
+		forgotten: metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), DebtKey.String("forgotten"))),
+		timeout:   metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("timeout"))),
+		canceled:  metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("canceled"))),
+		other:     metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name), ErrorTypeKey.String("other"))),
 	}
 }

@@ -31,6 +31,9 @@ const (
 	LimiterKey = attribute.Key("floodgate.limiter")
 	// EvictionKey is the kind of an eviction: idle or live.
 	EvictionKey = attribute.Key("floodgate.eviction.kind")
+	// DebtKey is how a debt lost its own entry in a full debt memory:
+	// merged or forgotten.
+	DebtKey = attribute.Key("floodgate.debt.kind")
 	// ErrorTypeKey is the kind of a failed Redis round trip: timeout,
 	// canceled or other. It is OpenTelemetry's error.type.
 	ErrorTypeKey = attribute.Key("error.type")
@@ -133,7 +136,8 @@ type Metrics struct {
 
 	// The observable instruments, reported by one callback.
 	decisions, fallbackDecisions, denyCacheHits, redisErrors, evictions metric.Int64ObservableCounter
-	keys, maxKeys                                                       metric.Int64ObservableUpDownCounter
+	debtsLost                                                           metric.Int64ObservableCounter
+	keys, maxKeys, debtCapacity                                         metric.Int64ObservableUpDownCounter
 	fallbackActive                                                      metric.Int64ObservableGauge
 
 	policies *metricsbase.Policies[policyCounters]
@@ -195,6 +199,12 @@ func New(opts ...Option) (*Metrics, error) {
 	m.evictions, err = meter.Int64ObservableCounter("floodgate.store.evictions", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys dropped from the in-memory store to make room; live ones still held state (kept as debt unless WithForgetEvicted)."))
 	add(err)
+	m.debtCapacity, err = meter.Int64ObservableUpDownCounter("floodgate.store.debts.capacity", metric.WithUnit("{debt}"),
+		metric.WithDescription("Debts the in-memory store's debt memory holds each in an entry of its own (WithDebtMemory): the key spray it absorbs without a stranger waiting."))
+	add(err)
+	m.debtsLost, err = meter.Int64ObservableCounter("floodgate.store.debts.lost", metric.WithUnit("{debt}"),
+		metric.WithDescription("Debts of live evictions that found no entry of their own in the full debt memory: merged ones bind strangers until they run out, forgotten ones freed a client."))
+	add(err)
 	m.fallbackActive, err = meter.Int64ObservableGauge("floodgate.redis.fallback.active", metric.WithUnit("1"),
 		metric.WithDescription("1 while the Redis limiter's decisions go to its fallback limiter, else 0."))
 	add(err)
@@ -210,7 +220,7 @@ func New(opts ...Option) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: creating instruments: %w", err)
 	}
-	if _, err := meter.RegisterCallback(m.observe, m.decisions, m.keys, m.maxKeys, m.evictions,
+	if _, err := meter.RegisterCallback(m.observe, m.decisions, m.keys, m.maxKeys, m.evictions, m.debtCapacity, m.debtsLost,
 		m.fallbackActive, m.fallbackDecisions, m.denyCacheHits, m.redisErrors); err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}
@@ -235,6 +245,9 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(m.maxKeys, int64(s.MaxKeys), w.limiter)
 			o.ObserveInt64(m.evictions, clamp(s.EvictedIdle), w.idle)
 			o.ObserveInt64(m.evictions, clamp(s.EvictedLive), w.live)
+			o.ObserveInt64(m.debtCapacity, int64(s.DebtCapacity), w.limiter)
+			o.ObserveInt64(m.debtsLost, clamp(s.Merged), w.merged)
+			o.ObserveInt64(m.debtsLost, clamp(s.Forgotten), w.forgotten)
 		}
 		if w.Redis != nil {
 			s := w.Redis()

@@ -98,6 +98,8 @@ var units = map[string]string{
 	"floodgate.store.keys":               "{key}",
 	"floodgate.store.keys.max":           "{key}",
 	"floodgate.store.evictions":          "{key}",
+	"floodgate.store.debts.capacity":     "{debt}",
+	"floodgate.store.debts.lost":         "{debt}",
 	"floodgate.redis.fallback.active":    "1",
 	"floodgate.redis.fallback.decisions": "{decision}",
 	"floodgate.redis.deny_cache.hits":    "{decision}",
@@ -107,6 +109,7 @@ var units = map[string]string{
 var monotonic = map[string]bool{
 	"floodgate.decisions":                true,
 	"floodgate.store.evictions":          true,
+	"floodgate.store.debts.lost":         true,
 	"floodgate.redis.fallback.decisions": true,
 	"floodgate.redis.deny_cache.hits":    true,
 	"floodgate.redis.errors":             true,
@@ -257,10 +260,13 @@ func TestStoreStatsObserved(t *testing.T) {
 	}
 	st := metricstest.SprayStore(t, tb, 500)
 	metricstest.Want(t, metricstest.Only(points(t, reader), "floodgate.store"), map[string]float64{
-		"floodgate.store.keys{floodgate.limiter=reward}":                                   float64(st.Keys),
-		"floodgate.store.keys.max{floodgate.limiter=reward}":                               64,
-		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}": float64(st.EvictedIdle),
-		"floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter=reward}": float64(st.EvictedLive),
+		"floodgate.store.keys{floodgate.limiter=reward}":                                     float64(st.Keys),
+		"floodgate.store.keys.max{floodgate.limiter=reward}":                                 64,
+		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}":   float64(st.EvictedIdle),
+		"floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter=reward}":   float64(st.EvictedLive),
+		"floodgate.store.debts.capacity{floodgate.limiter=reward}":                           float64(st.DebtCapacity),
+		"floodgate.store.debts.lost{floodgate.debt.kind=merged,floodgate.limiter=reward}":    float64(st.Merged),
+		"floodgate.store.debts.lost{floodgate.debt.kind=forgotten,floodgate.limiter=reward}": float64(st.Forgotten),
 	})
 }
 

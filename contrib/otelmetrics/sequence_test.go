@@ -69,31 +69,54 @@ func TestKnownSequence(t *testing.T) {
 	}
 
 	got := points(t, reader)
-	// The sign-up passes the per-IP ceiling (allowed), then its body is
+	// The sign-up passes the per-IP and per-network ceilings (allowed),
+	// then its body is
 	// read by the nickname policy's key function, which refuses it: the
 	// error is counted under that policy.
 	metricstest.Want(t, metricstest.Only(got, "floodgate.decisions"), map[string]float64{
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":            10,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":             2,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}":     0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe}":              0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling}":        1,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_ip_ceiling}":         0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_ip_ceiling}": 0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_ip_ceiling}":          0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=nickname}":                 0,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":                  0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}":          0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}":                   1,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":             10,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":              2,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}":      0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe}":               0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe_net}":         10,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe_net}":          0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe_net}":  0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe_net}":           0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling}":         1,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_ip_ceiling}":          0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_ip_ceiling}":  0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_ip_ceiling}":           0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_net_ceiling}":        1,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_net_ceiling}":         0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_net_ceiling}": 0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_net_ceiling}":          0,
+		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=nickname}":                  0,
+		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":                   0,
+		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}":           0,
+		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}":                    1,
 	})
 	want := map[string]float64{}
-	for _, name := range []string{"probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip", "reward-account"} {
+	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net", "signup-nickname", "signup-ip", "reward-ip", "reward-net", "reward-account"} {
 		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.keys.max{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.debts.capacity{floodgate.limiter="+name+"}"] = float64(defaultDebtCapacity(t))
+		want["floodgate.store.debts.lost{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.debts.lost{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
 	}
-	want["floodgate.store.keys{floodgate.limiter=probe}"] = 1
-	want["floodgate.store.keys{floodgate.limiter=signup-ceiling}"] = 1
+	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net"} {
+		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 1
+	}
 	metricstest.Want(t, metricstest.Only(got, "floodgate.store"), want)
+}
+
+// defaultDebtCapacity is Stats().DebtCapacity of a limiter with the
+// default store.
+func defaultDebtCapacity(t *testing.T) int {
+	tb, err := floodgate.NewTokenBucket(floodgate.PerHour(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb.Stats().DebtCapacity
 }

@@ -35,6 +35,8 @@
 //	floodgate_store_keys{limiter}                     gauge: keys in an in-memory store
 //	floodgate_store_max_keys{limiter}                 gauge: its bound (WithMaxKeys)
 //	floodgate_store_evictions_total{limiter, kind}    counter: kind is idle or live
+//	floodgate_store_debt_capacity{limiter}            gauge: debts the store remembers apart
+//	floodgate_store_debts_lost_total{limiter, kind}   counter: kind is merged or forgotten
 //	floodgate_redis_fallback_active{limiter}          gauge: 1 while the fallback decides
 //	floodgate_redis_fallback_decisions_total{limiter} counter
 //	floodgate_redis_deny_cache_hits_total{limiter}    counter
@@ -43,8 +45,12 @@
 // A live eviction drops a key that still owed (remembered as debt, or
 // forgotten under floodgate.WithForgetEvicted): a rising
 // floodgate_store_evictions_total{kind="live"} means the store is too
-// small for the traffic, or that someone is spraying keys. Alert on it,
-// and on floodgate_redis_fallback_active, whose limits are per instance.
+// small for the traffic, or that someone is spraying keys. Each such debt
+// is remembered exactly until floodgate_store_debt_capacity of them are
+// held; past that, floodgate_store_debts_lost_total counts those that had
+// to be merged into bounds that make new clients wait (kind="merged") or
+// were forgotten (kind="forgotten"). Alert on both, and on
+// floodgate_redis_fallback_active, whose limits are per instance.
 //
 // # Outcomes
 //

@@ -149,10 +149,13 @@ func TestStoreStatsScraped(t *testing.T) {
 	st := metricstest.SprayStore(t, tb, 500)
 	got := metricstest.Only(series(t, m), "floodgate_store")
 	metricstest.Want(t, got, map[string]float64{
-		"floodgate_store_keys{limiter=reward}":                      float64(st.Keys),
-		"floodgate_store_max_keys{limiter=reward}":                  64,
-		"floodgate_store_evictions_total{kind=idle,limiter=reward}": float64(st.EvictedIdle),
-		"floodgate_store_evictions_total{kind=live,limiter=reward}": float64(st.EvictedLive),
+		"floodgate_store_keys{limiter=reward}":                            float64(st.Keys),
+		"floodgate_store_max_keys{limiter=reward}":                        64,
+		"floodgate_store_evictions_total{kind=idle,limiter=reward}":       float64(st.EvictedIdle),
+		"floodgate_store_evictions_total{kind=live,limiter=reward}":       float64(st.EvictedLive),
+		"floodgate_store_debt_capacity{limiter=reward}":                   float64(st.DebtCapacity),
+		"floodgate_store_debts_lost_total{kind=merged,limiter=reward}":    float64(st.Merged),
+		"floodgate_store_debts_lost_total{kind=forgotten,limiter=reward}": float64(st.Forgotten),
 	})
 }
 

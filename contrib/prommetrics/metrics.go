@@ -114,6 +114,12 @@ var (
 	storeEvictionsDesc = prometheus.NewDesc("floodgate_store_evictions_total",
 		"Keys dropped from the in-memory store to make room; kind=live ones still held state (kept as debt unless WithForgetEvicted).",
 		[]string{"limiter", "kind"}, nil)
+	storeDebtCapacityDesc = prometheus.NewDesc("floodgate_store_debt_capacity",
+		"Debts the in-memory store's debt memory holds each in an entry of its own (WithDebtMemory): the key spray it absorbs without a stranger waiting.",
+		[]string{"limiter"}, nil)
+	storeDebtsLostDesc = prometheus.NewDesc("floodgate_store_debts_lost_total",
+		"Debts of live evictions that found no entry of their own in the full debt memory: kind=merged ones now bind strangers until they run out, kind=forgotten ones freed a client (WithForgetOverflow, WithForgetEvicted).",
+		[]string{"limiter", "kind"}, nil)
 	fallbackActiveDesc = prometheus.NewDesc("floodgate_redis_fallback_active",
 		"1 while the Redis limiter's decisions go to its fallback limiter, else 0.", []string{"limiter"}, nil)
 	fallbackDecisionsDesc = prometheus.NewDesc("floodgate_redis_fallback_decisions_total",
@@ -162,7 +168,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.duration.Describe(ch)
 	for _, d := range []*prometheus.Desc{storeKeysDesc, storeMaxKeysDesc, storeEvictionsDesc,
-		fallbackActiveDesc, fallbackDecisionsDesc, denyCacheHitsDesc, redisErrorsDesc} {
+		storeDebtCapacityDesc, storeDebtsLostDesc, fallbackActiveDesc, fallbackDecisionsDesc, denyCacheHitsDesc, redisErrorsDesc} {
 		ch <- d
 	}
 }
@@ -179,6 +185,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(storeMaxKeysDesc, prometheus.GaugeValue, float64(s.MaxKeys), w.name)
 			ch <- prometheus.MustNewConstMetric(storeEvictionsDesc, prometheus.CounterValue, float64(s.EvictedIdle), w.name, "idle")
 			ch <- prometheus.MustNewConstMetric(storeEvictionsDesc, prometheus.CounterValue, float64(s.EvictedLive), w.name, "live")
+			ch <- prometheus.MustNewConstMetric(storeDebtCapacityDesc, prometheus.GaugeValue, float64(s.DebtCapacity), w.name)
+			ch <- prometheus.MustNewConstMetric(storeDebtsLostDesc, prometheus.CounterValue, float64(s.Merged), w.name, "merged")
+			ch <- prometheus.MustNewConstMetric(storeDebtsLostDesc, prometheus.CounterValue, float64(s.Forgotten), w.name, "forgotten")
 		}
 		if w.Redis != nil {
 			s := w.Redis()

@@ -258,8 +258,9 @@ func TestRewardClaim(t *testing.T) {
 		t.Fatalf("claims %v, want %v", got, want)
 	}
 	w := s.do("POST", "/rewards/claim", "192.0.2.70:1", `{"accountId":"acc-1"}`)
-	if vals := w.Header().Values("RateLimit-Policy"); len(vals) != 2 || vals[0] != `"reward_ip";q=30;w=3600` || vals[1] != `"reward_account";q=1;w=86400` {
-		t.Fatalf("RateLimit-Policy %q, want both limits", vals)
+	if vals := w.Header().Values("RateLimit-Policy"); len(vals) != 3 || vals[0] != `"reward_ip";q=30;w=3600` ||
+		vals[1] != `"reward_net";q=300;w=3600` || vals[2] != `"reward_account";q=1;w=86400` {
+		t.Fatalf("RateLimit-Policy %q, want the three limits", vals)
 	}
 	if w.Header().Get("Retry-After") == "" {
 		t.Fatal("no Retry-After on a denied claim")

@@ -12,8 +12,8 @@ import (
 )
 
 // Limiters builds the service's limiters. name identifies the limit
-// ("probe", "signup-ceiling", "signup-nickname", "signup-ip", "reward-ip",
-// "reward-account"),
+// ("probe", "probe-net", "signup-ceiling", "signup-net", "signup-nickname",
+// "signup-ip", "reward-ip", "reward-net", "reward-account"),
 // for a store that keeps each limit under its own key prefix; an
 // in-memory constructor may ignore it. Each constructor is called once
 // per limit, by New.
@@ -73,6 +73,17 @@ var (
 	// while a NAT shared by real users still has room.
 	rewardAccountRate = floodgate.Rate{Limit: 1, Period: 24 * time.Hour}
 	rewardIPRate      = floodgate.Rate{Limit: 30, Period: time.Hour}
+	// probeNetRate, signupNetRate, rewardNetRate: ten times the per-IP
+	// limits per network — an IPv6 /48, an IPv4 address — inside the
+	// per-IP ones. A /48 holds 65,536 /64s, each a client of its own to
+	// the per-IP limits: without these, one site's allocation could
+	// probe, sign up and claim rewards 65,536 times as often as one
+	// client, and fill the stores behind with made-up keys. Inside the
+	// per-IP limits, so that one client cannot spend its neighbours'
+	// share: it meets its own limit first.
+	probeNetRate  = floodgate.Rate{Limit: 100, Period: 10 * time.Minute}
+	signupNetRate = floodgate.Rate{Limit: 300, Period: time.Hour}
+	rewardNetRate = floodgate.Rate{Limit: 300, Period: time.Hour}
 )
 
 // maxBodyBytes bounds the JSON bodies the key functions and handlers read.
@@ -108,6 +119,13 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An IPv6 client's network is its /48; an IPv4 client's, its address
+	// (carrier-grade NAT puts many users behind one, so a wider prefix
+	// would block them together).
+	clientNet, err := floodgate.KeyByIP(append(ipOpts, floodgate.WithIPv6Prefix(48))...)
+	if err != nil {
+		return nil, err
+	}
 
 	// GET /auth/available/user_id: per client IP, the service's envelope.
 	probes, err := lims.TokenBucket("probe", probeRate)
@@ -124,6 +142,15 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 		floodgate.WithOnly(floodgate.MatchRoute(http.MethodGet, "/auth/available/user_id")),
 		floodgate.WithDeniedHandler(envelope),
 	)...)
+	if err != nil {
+		return nil, err
+	}
+	limitProbeNet, err := netCeiling(lims, "probe-net", probeNetRate, append(mwOpts,
+		floodgate.WithPolicyName("user_id_probe_net"),
+		floodgate.WithKeyFunc(clientNet),
+		floodgate.WithOnly(floodgate.MatchRoute(http.MethodGet, "/auth/available/user_id")),
+		floodgate.WithDeniedHandler(envelope),
+	))
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +196,17 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	limitSignupNet, err := netCeiling(lims, "signup-net", signupNetRate, append(mwOpts,
+		floodgate.WithPolicyName("signup_net_ceiling"), floodgate.WithKeyFunc(clientNet)))
+	if err != nil {
+		return nil, err
+	}
 	// The order is the defence: the bot check first, so a bot costs no
 	// quota; then the IP ceiling, so that every attempt from an address
 	// counts whatever nickname it carries (and one it refuses costs no
-	// nickname's quota); then the pattern limit or its IP fallback.
-	signup := limitSignupCeiling(limitSignup(signupHandler(cfg.Logger)))
+	// nickname's quota); then the network's ceiling; then the pattern
+	// limit or its IP fallback.
+	signup := limitSignupCeiling(limitSignupNet(limitSignup(signupHandler(cfg.Logger))))
 	if cfg.BotCheck != nil {
 		signup = cfg.BotCheck(signup)
 	}
@@ -207,12 +240,27 @@ func New(cfg Config, lims Limiters) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /auth/available/user_id", userIDAvailable)
 	mux.Handle("POST /signup", signup)
-	mux.Handle("POST /rewards/claim", limitRewardIP(limitRewardAccount(http.HandlerFunc(claimReward))))
+	limitRewardNet, err := netCeiling(lims, "reward-net", rewardNetRate, append(mwOpts,
+		floodgate.WithPolicyName("reward_net"), floodgate.WithKeyFunc(clientNet)))
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("POST /rewards/claim", limitRewardIP(limitRewardNet(limitRewardAccount(http.HandlerFunc(claimReward)))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	// The probe limit is outermost: a refused probe costs nothing more.
-	return limitProbe(mux), nil
+	return limitProbe(limitProbeNet(mux)), nil
+}
+
+// netCeiling returns the middleware of a per-network ceiling: an exact
+// sliding window of rate r, built by lims under name.
+func netCeiling(lims Limiters, name string, r floodgate.Rate, opts []floodgate.MiddlewareOption) (func(http.Handler) http.Handler, error) {
+	l, err := lims.SlidingLog(name, r)
+	if err != nil {
+		return nil, err
+	}
+	return floodgate.NewMiddleware(l, opts...)
 }
 
 // envelope is the service's response shape on the username probe.

@@ -6,18 +6,23 @@
 //
 // Routes and limits:
 //
-//	GET  /auth/available/user_id?userId=…  10 per 10 minutes per client IP (policy user_id_probe)
+//	GET  /auth/available/user_id?userId=…  10 per 10 minutes per client IP (policy user_id_probe),
+//	                                        100 per network, an IPv6 /48 (policy user_id_probe_net)
 //	POST /signup {"nickname":"…"}          5 per minute per nickname pattern (policy nickname),
-//	                                        else 20 per minute per client IP (policy signup_ip)
+//	                                        else 20 per minute per client IP (policy signup_ip),
+//	                                        within 30 per hour per client IP (policy signup_ip_ceiling)
+//	                                        and 300 per hour per network (policy signup_net_ceiling)
 //	POST /rewards/claim {"accountId":"…"}  1 per day per account (policy reward_account), within
-//	                                        30 per hour per client IP (policy reward_ip)
+//	                                        30 per hour per client IP (policy reward_ip) and
+//	                                        300 per hour per network (policy reward_net)
 //	GET  /healthz                           not limited
 //
 // GET /metrics on -metrics-addr answers in the Prometheus text format:
 // floodgate_decisions_total by policy and outcome, from every limit's
 // decision hook, and the keys, bound and evictions of each limiter's store
-// (floodgate_store_*, limiter names probe, signup-nickname, signup-ip,
-// reward-ip, reward-account), with the Go runtime's and the process's
+// (floodgate_store_*, limiter names probe, probe-net, signup-ceiling,
+// signup-net, signup-nickname, signup-ip, reward-ip, reward-net,
+// reward-account), with the Go runtime's and the process's
 // metrics. It listens on loopback by default: metrics are for the
 // operator, not for the clients of -addr. The in-memory limiters' latency
 // is not recorded, since timing them would cost as much as deciding (see

@@ -147,12 +147,15 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	for _, mt := range family(t, families, "floodgate_decisions_total", dto.MetricType_COUNTER).GetMetric() {
 		decisions[label(mt, "policy")+"/"+label(mt, "outcome")] = mt.GetCounter().GetValue()
 	}
-	// The sign-up passes the per-IP ceiling (allowed), then its body is
+	// The sign-up passes the per-IP and per-network ceilings (allowed),
+	// then its body is
 	// read by the nickname policy's key function, which refuses it: the
 	// error is counted under that policy.
 	want := map[string]float64{
 		"user_id_probe/allowed": 10, "user_id_probe/denied": 2, "user_id_probe/error": 0, "user_id_probe/dry_run_denied": 0,
+		"user_id_probe_net/allowed": 10, "user_id_probe_net/denied": 0, "user_id_probe_net/error": 0, "user_id_probe_net/dry_run_denied": 0,
 		"signup_ip_ceiling/allowed": 1, "signup_ip_ceiling/denied": 0, "signup_ip_ceiling/error": 0, "signup_ip_ceiling/dry_run_denied": 0,
+		"signup_net_ceiling/allowed": 1, "signup_net_ceiling/denied": 0, "signup_net_ceiling/error": 0, "signup_net_ceiling/dry_run_denied": 0,
 		"nickname/allowed": 0, "nickname/denied": 0, "nickname/error": 1, "nickname/dry_run_denied": 0,
 	}
 	if len(decisions) != len(want) {
@@ -168,7 +171,8 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	for _, mt := range family(t, families, "floodgate_store_keys", dto.MetricType_GAUGE).GetMetric() {
 		stores[label(mt, "limiter")] = mt.GetGauge().GetValue()
 	}
-	wantStores := map[string]float64{"probe": 1, "signup-ceiling": 1, "signup-nickname": 0, "signup-ip": 0, "reward-ip": 0, "reward-account": 0}
+	wantStores := map[string]float64{"probe": 1, "probe-net": 1, "signup-ceiling": 1, "signup-net": 1, "signup-nickname": 0,
+		"signup-ip": 0, "reward-ip": 0, "reward-net": 0, "reward-account": 0}
 	if len(stores) != len(wantStores) {
 		t.Errorf("store series %v, want %v", stores, wantStores)
 	}

@@ -1,0 +1,323 @@
+package floodgate_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// What a key evicted from the bounded store is owed, and what it owes:
+// the tests of the store's promises under a key spray — no forgiveness,
+// restores proportional to what was spent, refunds not lost, Reset
+// durable and precise. The price (fresh keys denied after a spray) is
+// measured in spray_test.go.
+
+// keyedLimiter is every in-memory limiter, as these tests use it.
+type keyedLimiter interface {
+	floodgate.Limiter
+	floodgate.Resetter
+	floodgate.Refunder
+	Stats() floodgate.Stats
+}
+
+// limiterKind builds one algorithm with one set of its options.
+type limiterKind struct {
+	name     string
+	rate     floodgate.Rate
+	capacity int
+	opts     []floodgate.Option
+	build    func(r floodgate.Rate, opts ...floodgate.Option) (keyedLimiter, error)
+	// countDenied: denied attempts count too, so the reference sees
+	// every attempt, not only the allowed ones.
+	countDenied bool
+}
+
+func tokenBucketKind(name string, r floodgate.Rate, capacity int, opts ...floodgate.Option) limiterKind {
+	return limiterKind{name: name, rate: r, capacity: capacity, opts: opts,
+		build: func(r floodgate.Rate, opts ...floodgate.Option) (keyedLimiter, error) {
+			return floodgate.NewTokenBucket(r, opts...)
+		}}
+}
+
+// everyKind is every algorithm, with the options that change how it
+// keeps state.
+func everyKind() []limiterKind {
+	log := func(r floodgate.Rate, opts ...floodgate.Option) (keyedLimiter, error) {
+		return floodgate.NewSlidingLog(r, opts...)
+	}
+	counter := func(r floodgate.Rate, opts ...floodgate.Option) (keyedLimiter, error) {
+		return floodgate.NewSlidingCounter(r, opts...)
+	}
+	return []limiterKind{
+		tokenBucketKind("TokenBucket", floodgate.PerMinute(5), 5),
+		// 3 per 10 s: a token is 3.33… s, so the state carries a fraction.
+		tokenBucketKind("TokenBucket/fraction,Burst7", floodgate.Rate{Limit: 3, Period: 10 * time.Second}, 7, floodgate.WithBurst(7)),
+		tokenBucketKind("TokenBucket/IntervalRefill", floodgate.PerMinute(5), 5, floodgate.WithIntervalRefill()),
+		// A burst that is not a whole number of periods' refills.
+		tokenBucketKind("TokenBucket/IntervalRefill,Burst7", floodgate.PerMinute(5), 7, floodgate.WithIntervalRefill(), floodgate.WithBurst(7)),
+		{name: "SlidingLog", rate: floodgate.PerMinute(5), capacity: 5, build: log},
+		{name: "SlidingLog/CountDenied", rate: floodgate.PerMinute(5), capacity: 5, build: log,
+			opts: []floodgate.Option{floodgate.WithCountDenied()}, countDenied: true},
+		{name: "SlidingCounter", rate: floodgate.PerMinute(5), capacity: 5, build: counter},
+	}
+}
+
+// replayClock is the clock the bounded limiter and its reference share.
+type replayClock struct{ t time.Time }
+
+func (c *replayClock) now() time.Time { return c.t }
+
+// replay drives bounded, a store far too small for its keys, and
+// reference, an unbounded one, through the same random history on the
+// same clock: decisions of every cost, refunds, resets, the clock moving
+// by small and large steps and stepping back. It returns the first step
+// at which bounded allowed a request that reference denies, or reported
+// more room than reference has: forgiveness. The reference sees the
+// requests bounded allowed (every attempt, under WithCountDenied), so the
+// two agree on what was spent.
+func replay(t *testing.T, k limiterKind, seed uint64, bounded, reference keyedLimiter, clk *replayClock) (string, bool) {
+	t.Helper()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	const keys, steps = 24, 1500
+	for step := 0; step < steps; step++ {
+		key := fmt.Sprint("k", rng.IntN(keys))
+		switch r := rng.IntN(100); {
+		case r < 6:
+			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(2 * k.rate.Period))))
+		case r < 8:
+			clk.t = clk.t.Add(-time.Duration(rng.Int64N(int64(k.rate.Period)))) // held by both
+		case r < 30:
+			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(k.rate.Period / 20))))
+		case r < 36:
+			n := 1 + rng.IntN(k.capacity)
+			mustNot(t, bounded.RefundN(ctx, key, n))
+			mustNot(t, reference.RefundN(ctx, key, n))
+		case r < 38:
+			mustNot(t, bounded.Reset(ctx, key))
+			mustNot(t, reference.Reset(ctx, key))
+		default:
+			n := rng.IntN(k.capacity + 1)
+			got, err := bounded.AllowN(ctx, key, n)
+			mustNot(t, err)
+			if !got.Allowed && !k.countDenied {
+				// A report consumes nothing, but it reads the clock as
+				// bounded did: a limiter holds the latest time it has
+				// seen when the clock steps back.
+				_, err := reference.AllowN(ctx, key, 0)
+				mustNot(t, err)
+				continue
+			}
+			want, err := reference.AllowN(ctx, key, n)
+			mustNot(t, err)
+			if got.Allowed && !want.Allowed || got.Remaining > want.Remaining && n == 0 {
+				return fmt.Sprintf("step %d, %s n=%d: bounded %+v, exact %+v; %+v", step, key, n, got, want, bounded.Stats()), false
+			}
+		}
+	}
+	return "", true
+}
+
+func mustNot(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBoundedStoreNeverForgives replays random histories on every
+// algorithm and option against an unbounded store of the same kind: the
+// bounded one, four keys for twenty-four, evicting live keys all the
+// time, never allows what the exact store would deny — through refunds,
+// resets and clock steps, with the default debt memory and with one so
+// small (WithDebtMemory(1)) that most debts are merged into shared
+// bounds. The forgetting variants are replayed too, to show the test
+// can fail: they must forgive at least once.
+func TestBoundedStoreNeverForgives(t *testing.T) {
+	trials := 40
+	if testing.Short() || raceEnabled {
+		trials = 10
+	}
+	stores := []struct {
+		name    string
+		opts    []floodgate.Option
+		forgive bool
+	}{
+		{"default", nil, false},
+		{"WithDebtMemory(1)", []floodgate.Option{floodgate.WithDebtMemory(1)}, false},
+		{"WithForgetOverflow", []floodgate.Option{floodgate.WithDebtMemory(1), floodgate.WithForgetOverflow()}, true},
+		{"WithForgetEvicted", []floodgate.Option{floodgate.WithForgetEvicted()}, true},
+	}
+	for _, k := range everyKind() {
+		for _, st := range stores {
+			t.Run(k.name+"/"+st.name, func(t *testing.T) {
+				forgiven, steps := 0, 0
+				for trial := 0; trial < trials; trial++ {
+					clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+					opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+					bounded, err := k.build(k.rate, append(opts, append([]floodgate.Option{floodgate.WithMaxKeys(4), floodgate.WithShards(1)}, st.opts...)...)...)
+					mustNot(t, err)
+					reference, err := k.build(k.rate, opts...)
+					mustNot(t, err)
+					why, ok := replay(t, k, uint64(trial), bounded, reference, clk)
+					if s := bounded.Stats(); s.EvictedLive == 0 {
+						t.Fatalf("trial %d evicted nothing live: %+v", trial, s)
+					}
+					steps++
+					if ok {
+						continue
+					}
+					forgiven++
+					if !st.forgive {
+						t.Fatalf("trial %d: the bounded store forgave: %s", trial, why)
+					}
+				}
+				if st.forgive && forgiven == 0 {
+					t.Fatalf("%s forgave in none of %d trials: the replay cannot see forgiveness", st.name, steps)
+				}
+				t.Logf("%d trials, %d forgave", steps, forgiven)
+			})
+		}
+	}
+}
+
+// sprayOut evicts every key the store tracks: count distinct fresh keys
+// each spend the whole capacity at the current instant.
+func sprayOut(t *testing.T, l keyedLimiter, tag string, count, capacity int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < count; i++ {
+		if _, err := l.AllowN(ctx, fmt.Sprintf("spray-%s-%d", tag, i), capacity); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRestoreProportional: a key that spent 1 of its 5 and was evicted by
+// a spray comes back able to spend the other 4 (and not a fifth), on
+// every algorithm, right after the spray; and one that spent 3, was
+// evicted, and had them refunded while evicted (a count-only-failures
+// middleware settling a success, say) comes back with all 5.
+func TestRestoreProportional(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys = 64
+	for _, k := range everyKind() {
+		t.Run(k.name, func(t *testing.T) {
+			clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+			l, err := k.build(k.rate, append(k.opts, floodgate.WithClock(clk.now), floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+			mustNot(t, err)
+			spend := func(key string, n int) bool {
+				d, err := l.AllowN(ctx, key, n)
+				mustNot(t, err)
+				return d.Allowed
+			}
+			if !spend("spent-one", 1) || !spend("refunded", 3) {
+				t.Fatal("first requests denied")
+			}
+			clk.t = clk.t.Add(time.Millisecond)
+			sprayOut(t, l, "a", 2*maxKeys, k.capacity)
+			mustNot(t, l.RefundN(ctx, "refunded", 3)) // while evicted
+			if st := l.Stats(); st.EvictedLive < maxKeys || st.Merged != 0 {
+				t.Fatalf("the spray must evict every key, within the debt memory: %+v", st)
+			}
+			if !spend("spent-one", k.capacity-1) {
+				t.Errorf("after spending 1 and an eviction, %d more were denied: the restore charged more than was spent", k.capacity-1)
+			}
+			if spend("spent-one", 1) {
+				t.Errorf("after spending 1 and an eviction, %d more were allowed: the restore forgave", k.capacity)
+			}
+			if !spend("refunded", k.capacity) {
+				t.Errorf("a refund made while the key was evicted was lost")
+			}
+		})
+	}
+}
+
+// TestResetDurable: Reset frees a key for good, whatever the spray does
+// afterwards, also when the key's debt was merged into a shared bound; and
+// it frees no other key. The spray is far past the debt memory's size, so
+// every place in it is bound by merged debts.
+func TestResetDurable(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys, victims = 256, 64
+	for _, k := range everyKind() {
+		t.Run(k.name, func(t *testing.T) {
+			clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+			l, err := k.build(k.rate, append(k.opts, floodgate.WithClock(clk.now), floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+			mustNot(t, err)
+			for i := 0; i < victims; i++ {
+				if d, err := l.AllowN(ctx, fmt.Sprint("victim-", i), k.capacity); err != nil || !d.Allowed {
+					t.Fatalf("victim %d: %+v, %v", i, d, err)
+				}
+			}
+			sprayOut(t, l, "a", 20*maxKeys, k.capacity)
+			if st := l.Stats(); st.Merged == 0 {
+				t.Fatalf("the spray did not overflow the debt memory: %+v", st)
+			}
+			mustNot(t, l.Reset(ctx, "victim-0"))
+			sprayOut(t, l, "b", 20*maxKeys, k.capacity)
+			// Reports (n = 0) change nothing in the store.
+			report := func(key string) floodgate.Decision {
+				d, err := l.AllowN(ctx, key, 0)
+				mustNot(t, err)
+				return d
+			}
+			if d := report("victim-0"); d.Remaining != k.capacity {
+				t.Errorf("a reset key was limited again while the spray went on: %+v; %+v", d, l.Stats())
+			}
+			for i := 1; i < victims; i++ {
+				if d := report(fmt.Sprint("victim-", i)); d.Remaining != 0 {
+					t.Fatalf("victim %d was freed by another key's Reset: %+v", i, d)
+				}
+			}
+			clk.t = clk.t.Add(k.rate.Period / 2)
+			sprayOut(t, l, "c", 20*maxKeys, k.capacity)
+			if d, err := l.AllowN(ctx, "victim-0", k.capacity); err != nil || !d.Allowed {
+				t.Errorf("a reset key was limited again after the spray went on: %+v, %v; %+v", d, err, l.Stats())
+			}
+		})
+	}
+}
+
+// TestCountStatusRefundWhileEvicted is the reported case end to end: a
+// login counting only failures (WithCountStatus), on a sliding log and a
+// sliding counter, whose successful logins are each refunded after the
+// handler ran — while a spray evicted the user's key meanwhile. Every
+// login succeeds, so every one is given back: the user is never refused.
+func TestCountStatusRefundWhileEvicted(t *testing.T) {
+	for _, k := range everyKind() {
+		t.Run(k.name, func(t *testing.T) {
+			clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+			l, err := k.build(k.rate, append(k.opts, floodgate.WithClock(clk.now), floodgate.WithMaxKeys(64), floodgate.WithShards(1))...)
+			mustNot(t, err)
+			login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sprayOut(t, l, r.Header.Get("X-Round"), 128, k.capacity) // other clients, while this one logs in
+				w.WriteHeader(http.StatusOK)
+			})
+			byUser := func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+			mw, err := floodgate.NewMiddleware(l, floodgate.WithKeyFunc(byUser),
+				floodgate.WithCost(k.capacity/2+1),
+				floodgate.WithCountStatus(func(status int) bool { return status == http.StatusUnauthorized }))
+			mustNot(t, err)
+			h := mw(login)
+			var codes []int
+			for i := 0; i < 3; i++ {
+				r := httptest.NewRequest(http.MethodPost, "/login", nil)
+				r.Header.Set("X-User", "alice")
+				r.Header.Set("X-Round", fmt.Sprint(i))
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				codes = append(codes, w.Code)
+			}
+			if fmt.Sprint(codes) != "[200 200 200]" {
+				t.Errorf("three successful logins answered %v: a refund made while the key was evicted was lost; %+v", codes, l.Stats())
+			}
+		})
+	}
+}
