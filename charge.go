@@ -14,9 +14,13 @@ import (
 // when the debt is paid, until it is.
 //
 // A debt is bounded: every limiter states the most a key can owe and
-// saturates there rather than wrap (a token bucket, say, at 2^24 units or
-// 2^61 ns of refill beyond empty, whichever comes first). ChargeN does
-// O(1) work whatever n.
+// saturates there rather than wrap — a token bucket at 2^62 ns of refill
+// past now in memory (about 146 years), 2^51 us on Redis (71 years); a
+// window's debt lasts no longer than its windows do (a sliding log's
+// units leave it a Period after the last charge, a sliding counter's two
+// Periods after), with a log's entries and a counter's counts bounded as
+// their ChargeN says. A single charge counts at most 2^24 units, the
+// largest cost. ChargeN does O(1) work whatever n (amortized for a log).
 type Charger interface {
 	// ChargeN takes n units from key whether or not its quota holds
 	// them. n above 2^24 (the largest cost) is charged as 2^24; a

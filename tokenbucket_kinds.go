@@ -27,19 +27,18 @@ func (b *TokenBucket) ReserveN(_ context.Context, key string, n int, maxWait tim
 		err = b.allowN(&r.Decision, key, n) // nothing to book, or an error
 		return r, err
 	}
-	k, err := b.store.acquire(key, true)
-	if err != nil {
-		r.Decision = Decision{Limit: b.burst}
-		return r, err
-	}
 	wait := int64(min(maxWait, maxReserveWait))
-	if b.interval {
-		b.reserveInterval(&r, k.st, k.now, n, wait)
-	} else {
-		b.reserveGreedy(&r, k.st, k.now, n, wait)
+	err = b.store.run(key, true, func(st *tbState, now int64) {
+		if b.interval {
+			b.reserveInterval(&r, st, now, n, wait)
+		} else {
+			b.reserveGreedy(&r, st, now, n, wait)
+		}
+	})
+	if err != nil {
+		r = Reservation{Decision: Decision{Limit: b.burst}}
 	}
-	k.sh.mu.Unlock()
-	return r, nil
+	return r, err
 }
 
 // reserveGreedy decides as decideGreedy, and books a denied call whose
@@ -68,6 +67,13 @@ func (b *TokenBucket) reserveGreedy(r *Reservation, st *tbState, now int64, n in
 func (b *TokenBucket) reserveInterval(r *Reservation, st *tbState, now int64, n int, maxWait int64) {
 	b.decideInterval(&r.Decision, st, now, n)
 	if r.Allowed || int64(r.RetryAfter) > maxWait {
+		return
+	}
+	if st.frac == blocked { // full at tat: the booking's turn, and then blocked for its tokens
+		turn := st.tat
+		b.chargeInterval(st, now, n)
+		r.Wait = durationNS(turn - now)
+		r.Decision = Decision{Allowed: true, Limit: b.burst, ResetAfter: durationNS(st.tat - now)}
 		return
 	}
 	start, used := b.intervalAt(st, now)
@@ -100,18 +106,14 @@ func (b *TokenBucket) ChargeN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	k, err := b.store.acquire(key, true)
-	if err != nil {
-		return err
-	}
 	n = min(n, maxLimit)
-	if b.interval {
-		b.chargeInterval(k.st, k.now, n)
-	} else {
-		b.chargeGreedy(k.st, k.now, n)
-	}
-	k.sh.mu.Unlock()
-	return nil
+	return b.store.run(key, true, func(st *tbState, now int64) {
+		if b.interval {
+			b.chargeInterval(st, now, n)
+		} else {
+			b.chargeGreedy(st, now, n)
+		}
+	})
 }
 
 // chargeGreedy moves the theoretical arrival time on by n·Period/Limit,
@@ -138,10 +140,21 @@ func (b *TokenBucket) chargeGreedy(st *tbState, now int64, n int) {
 }
 
 // chargeInterval counts n more tokens used in the current period, up to
-// as many as the periods of maxDebtAhead give back.
+// as many as the periods of maxDebtAhead give back. A blocked bucket (a
+// debt shared with other keys, restored: it allows nothing until tat and
+// is full from then on) stays blocked for as many periods more as return
+// n tokens: no sooner than the exact state would give them back.
 func (b *TokenBucket) chargeInterval(st *tbState, now int64, n int) {
-	start, used := b.intervalAt(st, now)
 	limit, period := int64(b.limit), int64(b.period)
+	if st.frac == blocked && now < st.tat {
+		periods := (int64(n) + limit - 1) / limit
+		st.tat += min(periods, (now+maxDebtAhead-st.tat)/period) * period
+		return
+	}
+	if st.frac == blocked {
+		*st = tbState{}
+	}
+	start, used := b.intervalAt(st, now)
 	most := maxDebtAhead // tokens
 	if periods := maxDebtAhead / period; periods < maxDebtAhead/limit {
 		most = periods * limit
