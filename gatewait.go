@@ -122,9 +122,14 @@ func (w *waiting) clone() *waiting {
 // enter counts a call of key in, if the bounds allow one more; it returns
 // the key's hash for leave.
 func (w *waiting) enter(key string) (uint64, bool) {
-	if w.total.Add(1) > int64(w.limits.Total) {
-		w.total.Add(-1)
-		return 0, false
+	for { // a compare-and-swap, so that the count never reads above Total
+		n := w.total.Load()
+		if n >= int64(w.limits.Total) {
+			return 0, false
+		}
+		if w.total.CompareAndSwap(n, n+1) {
+			break
+		}
 	}
 	h := maphash.String(w.seed, key)
 	sh := &w.shards[h%waitShards]
