@@ -156,7 +156,9 @@ const (
 	// OutcomeDenied: the limiter denied the call. Outcome.Err wraps
 	// ErrCostExceedsLimit when the call can never be allowed (waiting
 	// does not help: Decision.RetryAfter is 0 and no Retry-After is
-	// sent).
+	// sent). Decision.Overloaded marks the denial of a service-wide
+	// capacity rather than of the client's own limit: HTTP answers 503,
+	// gRPC and connect Unavailable, each with the wait.
 	OutcomeDenied
 	// OutcomeClientError: the call could not be keyed for its client's
 	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody,
@@ -243,7 +245,11 @@ type Outcome struct {
 // Admit decides a call: it asks the policy's limiter for the call's cost
 // under its key, with ctx (the call's context), applies the error policy
 // to whatever went wrong, logs, calls the decision hook, and returns the
-// Outcome. It writes nothing anywhere: answering is the adapter's.
+// Outcome. It writes nothing anywhere: answering is the adapter's. Under
+// WithWait it books the call's units and holds the call until its turn
+// (Outcome.Waited), or returns a denial at once when the turn is too far,
+// too many calls wait, or ctx's deadline comes first; a call whose ctx is
+// done while it waits gives its turn back and is OutcomeHungUp.
 func (g *Gate) Admit(ctx context.Context, c Call) (out Outcome) {
 	out.Call = c
 	g.admit(ctx, &out)
