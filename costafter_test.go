@@ -298,3 +298,28 @@ func TestChargeNSaturates(t *testing.T) {
 		t.Errorf("negative charge: %v", err)
 	}
 }
+
+// A request its cost function prices at nothing still needs a unit in
+// hand under WithCostAfter: a key in debt is refused, not let through
+// free to run up more; a free request that costs nothing is charged
+// nothing.
+func TestCostAfterFreeRequestWaitsOutADebt(t *testing.T) {
+	lim := frozenBucket(t, floodgate.PerHour(10))
+	mw, err := floodgate.NewMiddleware(lim, floodgate.WithKeyFunc(floodgate.KeyByMethod()),
+		floodgate.WithCostFunc(func(*http.Request) (int, error) { return 0, nil }),
+		floodgate.WithCostAfter(floodgate.CostReported))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(reportingHandler(t))
+	if rec := serveOnce(h, "/?cost=0"); rec.Code != http.StatusOK {
+		t.Fatalf("free request: %d", rec.Code)
+	}
+	if d, _ := lim.AllowN(context.Background(), "GET", 0); d.Remaining != 10 {
+		t.Fatalf("a request that cost nothing was charged: %d left", d.Remaining)
+	}
+	serveOnce(h, "/?cost=30")
+	if rec := serveOnce(h, "/"); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("a free request of a key in debt: %d, want 429", rec.Code)
+	}
+}

@@ -316,3 +316,40 @@ func TestWaitMiddleware(t *testing.T) {
 		}
 	}
 }
+
+// Impossible waiting configurations are refused at construction: bounds
+// that are not positive, a wait beyond MaxWaitLimit, a timer without
+// WithWait, a limiter that cannot book ahead (a sliding log, an in-flight
+// limit, All with one of them).
+func TestWaitRefusedConfigurations(t *testing.T) {
+	bucket := mustTokenBucketX(t, floodgate.PerSecond(10))
+	log, err := floodgate.NewSlidingLog(floodgate.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed, err := floodgate.All(bucket, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := floodgate.WaitLimits{MaxWait: time.Second, PerKey: 1, Total: 1}
+	for name, c := range map[string]struct {
+		l    floodgate.Limiter
+		opts []floodgate.MiddlewareOption
+	}{
+		"MaxWait 0":        {bucket, []floodgate.MiddlewareOption{floodgate.WithWait(floodgate.WaitLimits{PerKey: 1, Total: 1})}},
+		"MaxWait too long": {bucket, []floodgate.MiddlewareOption{floodgate.WithWait(floodgate.WaitLimits{MaxWait: 2 * time.Hour, PerKey: 1, Total: 1})}},
+		"PerKey 0":         {bucket, []floodgate.MiddlewareOption{floodgate.WithWait(floodgate.WaitLimits{MaxWait: time.Second, Total: 1})}},
+		"Total 0":          {bucket, []floodgate.MiddlewareOption{floodgate.WithWait(floodgate.WaitLimits{MaxWait: time.Second, PerKey: 1})}},
+		"timer alone":      {bucket, []floodgate.MiddlewareOption{floodgate.WithWaitTimer(floodgatetest.NewClock(time.Now()).After)}},
+		"sliding log":      {log, []floodgate.MiddlewareOption{floodgate.WithWait(ok)}},
+		"in-flight":        {mustInFlight(t, 3), []floodgate.MiddlewareOption{floodgate.WithWait(ok)}},
+		"All with a log":   {mixed, []floodgate.MiddlewareOption{floodgate.WithWait(ok)}},
+	} {
+		if _, err := floodgate.NewMiddleware(c.l, c.opts...); !errors.Is(err, floodgate.ErrInvalidOption) {
+			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := floodgate.NewMiddleware(bucket, floodgate.WithWait(ok)); err != nil {
+		t.Errorf("a token bucket: %v", err)
+	}
+}
