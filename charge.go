@@ -21,6 +21,11 @@ import (
 // Periods after), with a log's entries and a counter's counts bounded as
 // their ChargeN says. A single charge counts at most 2^24 units, the
 // largest cost. ChargeN does O(1) work whatever n (amortized for a log).
+//
+// A limiter whose type implements Charger but that cannot charge in its
+// configuration (a redisstore limiter with leased quota) also has a
+// method Charges() bool that reports false; WithCostAfter refuses it at
+// construction.
 type Charger interface {
 	// ChargeN takes n units from key whether or not its quota holds
 	// them. n above 2^24 (the largest cost) is charged as 2^24; a
@@ -132,6 +137,9 @@ func canCharge(l Limiter) bool {
 	if c, ok := l.(*Composite); ok {
 		return c.every(func(m Limiter) bool { return canCharge(m) || holdsSlots(m) })
 	}
-	_, ok := l.(Charger)
-	return ok
+	if _, ok := l.(Charger); !ok {
+		return false
+	}
+	ch, ok := l.(interface{ Charges() bool })
+	return !ok || ch.Charges()
 }

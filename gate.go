@@ -281,7 +281,7 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		err = fmt.Errorf("%w: cost function returned %d", ErrInvalidCost, c.Cost)
 	}
 	if err != nil {
-		g.refuse(ctx, out, err, 0)
+		g.refuse(ctx, out, err, evictionSample{})
 		return
 	}
 	if g.cfg.wait == nil || c.Cost == 0 {
@@ -289,7 +289,7 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 	} else {
 		out.Err = g.reserve(ctx, out)
 	}
-	var evicted uint64
+	var evicted evictionSample
 	if g.logs.denials != nil || (g.cfg.hook != nil && rand.Uint32()%hookWatchOneIn == 0) {
 		evicted = g.sampleEvictions(ctx, out)
 	}
@@ -326,7 +326,7 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 // the client's own doing, a misconfiguration and a client that went away
 // are refused under every policy (dry-run aside, which lets everything
 // through but the last).
-func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted uint64) {
+func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evictionSample) {
 	out.Err, out.Blocked, out.Call.Cost = err, true, 0
 	out.Kind = errorKind(err)
 	switch {
@@ -367,21 +367,21 @@ func errorKind(err error) OutcomeKind {
 }
 
 // event is the DecisionEvent of an outcome.
-func (out *Outcome) event(evicted uint64) DecisionEvent {
+func (out *Outcome) event(s evictionSample) DecisionEvent {
 	c := &out.Call
 	return DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost,
-		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: evicted, Waited: out.Waited}
+		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: s.evicted, DebtsLost: s.lost, Waited: out.Waited}
 }
 
-// sampleEvictions looks, at most once a second, at the live evictions of
-// the policy's limiter, and logs them.
-func (g *Gate) sampleEvictions(ctx context.Context, out *Outcome) uint64 {
+// sampleEvictions looks, at most once a second, at the live evictions and
+// the lost debts of the policy's limiter, and logs them.
+func (g *Gate) sampleEvictions(ctx context.Context, out *Outcome) evictionSample {
 	p := out.Call.policy
-	n := p.evictions.sample(g.cfg.now().UnixNano())
-	if n > 0 && g.cfg.logger != nil {
-		g.logEvictions(ctx, p, n)
+	s := p.evictions.sample(g.cfg.now().UnixNano())
+	if s != (evictionSample{}) && g.cfg.logger != nil {
+		g.logEvictions(ctx, p, s)
 	}
-	return n
+	return s
 }
 
 // DecisionEvent describes one decision of the admission core, for metrics
@@ -438,4 +438,12 @@ type DecisionEvent struct {
 	// memory, where it may limit fresh keys that share its slot, or, under
 	// WithForgetEvicted, reset a client's limit.
 	EvictedLive uint64
+	// DebtsLost is, in the same sample, how many of those debts found no
+	// entry of their own in the store's debt memory (Stats().Merged +
+	// Stats().Forgotten grew): merged into a bound shared with other keys,
+	// so that fresh keys hashing there start limited, or, under
+	// WithForgetOverflow or WithForgetEvicted, forgotten. Non-zero means
+	// a key spray beyond the size the debt memory is built for
+	// (WithDebtMemory, WithMaxKeys).
+	DebtsLost uint64
 }

@@ -33,12 +33,12 @@ const hookWatchOneIn = 64
 type gateLogs struct {
 	denials *pace.Keys // nil without a logger
 
-	mu          sync.Mutex  // guards the windows below
-	errorLog    pace.Window // failures of the limiter
-	clientLog   pace.Window // the client's own doing, hang-ups
-	configLog   pace.Window // misconfigurations
-	evictLog    pace.Window // live evictions
-	evictedLive uint64      // live evictions not yet logged
+	mu        sync.Mutex     // guards the windows below
+	errorLog  pace.Window    // failures of the limiter
+	clientLog pace.Window    // the client's own doing, hang-ups
+	configLog pace.Window    // misconfigurations
+	evictLog  pace.Window    // live evictions
+	evicted   evictionSample // live evictions and lost debts not yet logged
 }
 
 // paced paces the lines of one window.
@@ -138,22 +138,29 @@ func (g *Gate) logMisconfig(ctx context.Context, out *Outcome) {
 		slog.Uint64("suppressed", suppressed))
 }
 
-// logEvictions reports n more live limits evicted from p's limiter.
-func (g *Gate) logEvictions(ctx context.Context, p *policy, n uint64) {
+// logEvictions reports the live limits evicted from p's limiter, and the
+// debts its debt memory could not keep apart, since the last sample: one
+// WARN a minute at most, with the counts held back in between.
+func (g *Gate) logEvictions(ctx context.Context, p *policy, s evictionSample) {
 	now := g.cfg.now()
 	g.logs.mu.Lock()
-	g.logs.evictedLive += n
+	g.logs.evicted.evicted += s.evicted
+	g.logs.evicted.lost += s.lost
 	ok, _ := g.logs.evictLog.Admit(now, configLogPeriod)
-	n, g.logs.evictedLive = g.logs.evictedLive, 0
-	if !ok {
-		g.logs.evictedLive = n
+	s = g.logs.evicted
+	if ok {
+		g.logs.evicted = evictionSample{}
 	}
 	g.logs.mu.Unlock()
 	if !ok {
 		return
 	}
-	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn,
-		"floodgate: the limiter's store evicted live limits (their debt is kept, and may limit fresh keys that share its slot; under WithForgetEvicted each reset a client's limit): the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys",
+	msg := "floodgate: the limiter's store evicted live limits (their debts are kept exactly in its debt memory): the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys"
+	if s.lost > 0 {
+		msg = "floodgate: the limiter's debt memory is full: debts of evicted live limits now share bounds, so fresh keys that hash there start limited (under WithForgetOverflow or WithForgetEvicted they are forgotten instead, resetting those clients' limits): a key spray beyond the size the store is built for is under way, or raise WithMaxKeys or WithDebtMemory"
+	}
+	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, msg,
 		slog.String("policy", p.Name),
-		slog.Uint64("evicted_live", n))
+		slog.Uint64("evicted_live", s.evicted),
+		slog.Uint64("debts_lost", s.lost))
 }

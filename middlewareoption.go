@@ -230,7 +230,10 @@ func WithHeaders(style HeaderStyle) MiddlewareOption {
 //     the proxy shares one limit; and live limits evicted from an
 //     in-memory limiter's store (its Stats().EvictedLive grew), which
 //     means the store is too small (WithMaxKeys) or someone is spraying
-//     keys. Both are looked at at most once a second.
+//     keys — a line that names WithDebtMemory when the spray went past
+//     the debt memory's size too (Stats().Merged or Forgotten grew: fresh
+//     keys may start limited, or limited ones were freed). Both are
+//     looked at at most once a second.
 //
 // A flood does not flood the log: after a line for a key, further denials
 // of that key are counted, not logged, until its reset period

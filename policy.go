@@ -291,30 +291,46 @@ func validPolicyName(name string) error {
 
 // liveEvictions samples a limiter's Stats at most once a second, from the
 // request path (no goroutine of its own), and reports how many live
-// limits were evicted since the previous sample.
+// limits were evicted, and how many debts the debt memory could not keep
+// apart, since the previous sample.
 type liveEvictions struct {
 	stats func() Stats // nil: the limiter keeps no Stats
 	next  atomic.Int64 // Unix ns before which no sample is taken
 	seen  atomic.Uint64
+	lost  atomic.Uint64 // Merged + Forgotten at the previous sample
+}
+
+// evictionSample is what one sample of a store's Stats found: the growth
+// of EvictedLive and of Merged + Forgotten.
+type evictionSample struct {
+	evicted, lost uint64
 }
 
 func (e *liveEvictions) init(l Limiter) {
 	if s, ok := l.(statser); ok {
 		e.stats = s.Stats
-		e.seen.Store(s.Stats().EvictedLive)
+		st := s.Stats()
+		e.seen.Store(st.EvictedLive)
+		e.lost.Store(st.Merged + st.Forgotten)
 	}
 }
 
-// sample returns the growth of Stats().EvictedLive since the previous
-// sample, if a second has passed since it (now in Unix ns); 0 otherwise.
-// Of concurrent callers, one samples.
-func (e *liveEvictions) sample(now int64) uint64 {
+// sample returns the growth of Stats().EvictedLive and of the debts lost
+// (Merged + Forgotten) since the previous sample, if a second has passed
+// since it (now in Unix ns); zero otherwise. Of concurrent callers, one
+// samples.
+func (e *liveEvictions) sample(now int64) evictionSample {
 	next := e.next.Load()
 	if e.stats == nil || now < next || !e.next.CompareAndSwap(next, now+int64(time.Second)) {
-		return 0
+		return evictionSample{}
 	}
-	cur := e.stats().EvictedLive
-	if prev := e.seen.Swap(cur); cur > prev {
+	st := e.stats()
+	return evictionSample{evicted: growth(&e.seen, st.EvictedLive), lost: growth(&e.lost, st.Merged+st.Forgotten)}
+}
+
+// growth stores cur in seen and returns how much it grew.
+func growth(seen *atomic.Uint64, cur uint64) uint64 {
+	if prev := seen.Swap(cur); cur > prev {
 		return cur - prev
 	}
 	return 0

@@ -11,6 +11,11 @@ import (
 // in the order they booked. The admission core's waiting (WithWait) books
 // a call's units, holds the call until its turn, and gives them back
 // (RefundN) if the client hangs up meanwhile.
+//
+// A limiter whose type implements Reserver but that cannot book in its
+// configuration (a redisstore limiter with leased quota) also has a
+// method Reserves() bool that reports false; WithWait refuses it at
+// construction.
 type Reserver interface {
 	Refunder
 	// ReserveN takes n units for key if they are the caller's within
@@ -37,12 +42,15 @@ type Reservation struct {
 // years), so that a booking can never overflow its state's time.
 const maxReserveWait = time.Duration(1) << 61
 
-// canReserve reports whether l books ahead: a Reserver, or a Composite
-// all of whose members are.
+// canReserve reports whether l books ahead: a Reserver that does not say
+// otherwise (see Reserver), or a Composite all of whose members do.
 func canReserve(l Limiter) bool {
 	if c, ok := l.(*Composite); ok {
 		return c.every(canReserve)
 	}
-	_, ok := l.(Reserver)
-	return ok
+	if _, ok := l.(Reserver); !ok {
+		return false
+	}
+	r, ok := l.(interface{ Reserves() bool })
+	return !ok || r.Reserves()
 }

@@ -14,12 +14,12 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// DefaultLease is how long an in-flight slot stays taken on Redis after
-// its holder stopped renewing it, unless WithLease says otherwise.
-const DefaultLease = 30 * time.Second
+// DefaultSlotLease is how long an in-flight slot stays taken on Redis after
+// its holder stopped renewing it, unless WithSlotLease says otherwise.
+const DefaultSlotLease = 30 * time.Second
 
-// WithLease sets the lease of an in-flight limit's slots (default
-// DefaultLease): how long the slots an instance holds stay taken once it
+// WithSlotLease sets the lease of an in-flight limit's slots (default
+// DefaultSlotLease): how long the slots an instance holds stay taken once it
 // stops renewing them — it crashed, lost its network, or was stopped
 // without releasing. While an instance holds slots of a key it renews
 // them every lease/3, in one round trip per key however many of its calls
@@ -34,13 +34,13 @@ const DefaultLease = 30 * time.Second
 // (InFlight.LostLeases counts it). It must be at least 3 × WithTimeout
 // and at least 30 ms; it applies only to NewInFlight and
 // NewServiceInFlight.
-func WithLease(d time.Duration) Option {
+func WithSlotLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 30*time.Millisecond || d%time.Microsecond != 0 || d/time.Microsecond >= maxHorizon {
 			return fmt.Errorf("%w: lease %s must be at least 30ms, whole microseconds, below 2^50 us", floodgate.ErrInvalidOption, d)
 		}
-		c.lease = d
-		return c.once("WithLease")
+		c.slotLease = d
+		return c.once("WithSlotLease")
 	}
 }
 
@@ -64,8 +64,8 @@ var (
 //
 // A slot on Redis is a lease: each instance holds the slots of its calls
 // under one holder record per key, which it renews while it holds any
-// (WithLease, default 30 s), so that a crashed instance cannot hold slots
-// forever — they come back within a lease. See WithLease for what a
+// (WithSlotLease, default 30 s), so that a crashed instance cannot hold slots
+// forever — they come back within a lease. See WithSlotLease for what a
 // lease too short or too long costs. A call whose decision round trip
 // failed or was abandoned (its client hung up meanwhile) may have taken
 // a slot it never settles; that slot is not renewed, and comes back
@@ -81,7 +81,7 @@ var (
 // instance's mean hold time divided by the slots the key holds, at least
 // a millisecond (1 s before any release). A service-wide denial is
 // Decision.Overloaded (HTTP 503). It takes WithPrefix, WithClock,
-// WithTimeout, WithMaxKeyLength and WithLease; a fallback and a deny
+// WithTimeout, WithMaxKeyLength and WithSlotLease; a fallback and a deny
 // cache do not apply (a slot taken in one place must be given back
 // there). Close stops the renewals.
 //
@@ -91,8 +91,8 @@ type InFlight struct {
 	max         int
 	serviceWide bool
 	holder      string // this instance's holder record
-	lease       time.Duration
-	leaseArg    string // the lease in microseconds
+	slotLease   time.Duration
+	leaseArg    string // the slot lease in microseconds
 	maxArg      string
 	hold        holdTime
 	lost        atomic.Uint64
@@ -134,15 +134,15 @@ func newInFlight(c Scripter, limit int, serviceWide bool, opts []Option) (*InFli
 	switch {
 	case cfg.fallback != nil, cfg.denyCache > 0:
 		return nil, fmt.Errorf("%w: WithFallback and WithDenyCache do not apply to an %s: its slots are given back where they were taken", floodgate.ErrInvalidOption, kindInFlight)
-	case cfg.lease < 3*cfg.timeout:
-		return nil, fmt.Errorf("%w: lease %s is shorter than three round trips' timeout (%s): renewals would come late", floodgate.ErrInvalidOption, cfg.lease, 3*cfg.timeout)
+	case cfg.slotLease < 3*cfg.timeout:
+		return nil, fmt.Errorf("%w: lease %s is shorter than three round trips' timeout (%s): renewals would come late", floodgate.ErrInvalidOption, cfg.slotLease, 3*cfg.timeout)
 	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("redisstore: a holder id: %w", err)
 	}
-	l := &InFlight{max: limit, serviceWide: serviceWide, holder: hex.EncodeToString(id[:]), lease: cfg.lease,
-		leaseArg: strconv.FormatInt(int64(cfg.lease/time.Microsecond), 10), maxArg: strconv.Itoa(limit),
+	l := &InFlight{max: limit, serviceWide: serviceWide, holder: hex.EncodeToString(id[:]), slotLease: cfg.slotLease,
+		leaseArg: strconv.FormatInt(int64(cfg.slotLease/time.Microsecond), 10), maxArg: strconv.Itoa(limit),
 		held: make(map[string]*leased)}
 	if err := l.init(c, limit, cfg); err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func (l *InFlight) took(key string, n int) {
 		e = &leased{}
 		l.held[key] = e
 		if !l.closed {
-			e.timer = time.AfterFunc(l.lease/3, func() { l.renew(key) })
+			e.timer = time.AfterFunc(l.slotLease/3, func() { l.renew(key) })
 		}
 	}
 	e.slots += n
@@ -297,7 +297,7 @@ func (l *InFlight) renew(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.held[key]; e != nil && !l.closed {
-		e.timer.Reset(l.lease / 3)
+		e.timer.Reset(l.slotLease / 3)
 	}
 }
 

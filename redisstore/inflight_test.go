@@ -90,14 +90,14 @@ func TestInFlightOptionsRefused(t *testing.T) {
 		"fallback":        {redisstore.WithFallback(local)},
 		"deny cache":      {redisstore.WithDenyCache(10)},
 		"burst":           {redisstore.WithBurst(2)},
-		"short lease":     {redisstore.WithLease(10 * time.Millisecond)},
-		"lease < 3 × RTT": {redisstore.WithLease(200 * time.Millisecond)},
+		"short lease":     {redisstore.WithSlotLease(10 * time.Millisecond)},
+		"lease < 3 × RTT": {redisstore.WithSlotLease(200 * time.Millisecond)},
 	} {
 		if l, err := redisstore.NewInFlight(c.s, 5, opts...); !errors.Is(err, floodgate.ErrInvalidOption) || l != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := redisstore.NewTokenBucket(c.s, floodgate.PerSecond(1), redisstore.WithLease(time.Second)); !errors.Is(err, floodgate.ErrInvalidOption) {
+	if _, err := redisstore.NewTokenBucket(c.s, floodgate.PerSecond(1), redisstore.WithSlotLease(time.Second)); !errors.Is(err, floodgate.ErrInvalidOption) {
 		t.Errorf("WithLease on a token bucket: %v", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestInFlightHolderProcess(t *testing.T) {
 	still := func() time.Time { return time.UnixMicro(at) }
 	c := goRedis(t, redistest.Shared(t))
 	l, err := redisstore.NewInFlight(c.s, 5, patient, redisstore.WithPrefix(os.Getenv(envHolderLock)),
-		redisstore.WithClock(still), redisstore.WithLease(holderLease))
+		redisstore.WithClock(still), redisstore.WithSlotLease(holderLease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestInFlightCrashedHolderSlotsComeBack(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	for _, c := range clients(t, addr) {
-		l, err := redisstore.NewInFlight(c.s, 5, patient, redisstore.WithPrefix(p), redisstore.WithClock(clock.Now), redisstore.WithLease(holderLease))
+		l, err := redisstore.NewInFlight(c.s, 5, patient, redisstore.WithPrefix(p), redisstore.WithClock(clock.Now), redisstore.WithSlotLease(holderLease))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestInFlightCrashedHolderSlotsComeBack(t *testing.T) {
 		l.Close()
 	}
 	clock.t = t0.Add(holderLease)
-	l, err := redisstore.NewInFlight(clients(t, addr)[0].s, 5, patient, redisstore.WithPrefix(p), redisstore.WithClock(clock.Now), redisstore.WithLease(holderLease))
+	l, err := redisstore.NewInFlight(clients(t, addr)[0].s, 5, patient, redisstore.WithPrefix(p), redisstore.WithClock(clock.Now), redisstore.WithSlotLease(holderLease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestInFlightRenewalKeepsSlotsUntilItStops(t *testing.T) {
 	const lease = time.Hour
 	p := prefix(t)
 	newLimit := func() *redisstore.InFlight {
-		l, err := redisstore.NewInFlight(c.s, 3, patient, redisstore.WithPrefix(p), redisstore.WithClock(clock.Now), redisstore.WithLease(lease))
+		l, err := redisstore.NewInFlight(c.s, 3, patient, redisstore.WithPrefix(p), redisstore.WithClock(clock.Now), redisstore.WithSlotLease(lease))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,6 +71,8 @@ type base struct {
 	breaker  breaker
 	deny     *denyCache
 	counts   counters // behind Stats
+	// lease holds the leases (WithLease, lease.go); nil in the plain mode.
+	lease *leaseTable
 }
 
 // init sets up l in place (it holds atomics, which must not be copied).

@@ -46,8 +46,10 @@ type config struct {
 	countDenied   bool
 	interval      bool
 	maxKeyLen     int
-	lease         time.Duration   // in-flight limits: WithLease
+	slotLease     time.Duration   // in-flight limits: WithSlotLease
 	given         map[string]bool // options seen, each allowed once
+	// lease is WithLease's setting (lease.go).
+	lease *Lease
 }
 
 // once records that option name was given, and refuses it the second
@@ -74,7 +76,7 @@ func newConfig(kind string, opts []Option) (config, error) {
 		timeout:       DefaultTimeout,
 		probeInterval: DefaultProbeInterval,
 		maxKeyLen:     floodgate.DefaultMaxKeyLength,
-		lease:         DefaultLease,
+		slotLease:     DefaultSlotLease,
 		given:         make(map[string]bool),
 	}
 	for _, o := range opts {
@@ -96,10 +98,19 @@ func newConfig(kind string, opts []Option) (config, error) {
 		// A denial answered in process is not recorded in Redis, so a
 		// persistent client would be released sooner than the log says.
 		return c, fmt.Errorf("%w: WithDenyCache cannot be combined with WithCountDenied", floodgate.ErrInvalidOption)
+	case c.lease != nil && kind == kindSlidingLog:
+		// Why: see "Leased quota" in the package documentation.
+		return c, fmt.Errorf("%w: WithLease applies to a token bucket or a sliding counter, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.lease != nil && c.interval:
+		// A leased unit lasts until its GCRA slot begins; an interval
+		// bucket hands a period's tokens out at once and has no slots.
+		return c, fmt.Errorf("%w: WithLease needs the greedy refill, not WithIntervalRefill", floodgate.ErrInvalidOption)
 	case c.probeSet && c.fallback == nil:
 		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
-	case c.given["WithLease"] && kind != kindInFlight:
-		return c, fmt.Errorf("%w: WithLease applies to an in-flight limit, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.given["WithSlotLease"] && kind != kindInFlight:
+		return c, fmt.Errorf("%w: WithSlotLease applies to an in-flight limit, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.lease != nil && kind == kindInFlight:
+		return c, fmt.Errorf("%w: WithLease (leased quota) does not apply to an in-flight limit, whose slots are leases of their own (WithSlotLease)", floodgate.ErrInvalidOption)
 	}
 	return c, nil
 }

@@ -60,6 +60,7 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 	if err = sc.init(c, r.Limit, cfg); err != nil {
 		return nil, err
 	}
+	sc.setupLease(cfg)
 	if cfg.now != nil {
 		_, origin, err := sc.clock()
 		if err != nil {
@@ -87,11 +88,17 @@ func (sc *SlidingCounter) AllowN(ctx context.Context, key string, n int) (floodg
 	if err := checkCost(n, sc.rate.Limit); err != nil {
 		return floodgate.Decision{Limit: sc.rate.Limit}, err
 	}
+	if sc.lease != nil {
+		return sc.allowLeased(ctx, key, n)
+	}
 	return sc.decide(ctx, key, n, sc.eval)
 }
 
 // Reset forgets key's counts.
 func (sc *SlidingCounter) Reset(ctx context.Context, key string) error {
+	if sc.lease != nil {
+		return sc.resetLease(ctx, key, sc.leaseKeys(key))
+	}
 	return sc.reset(ctx, key, sc.keys(key))
 }
 
@@ -106,6 +113,9 @@ func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error 
 	}
 	if n == 0 {
 		return nil
+	}
+	if sc.lease != nil {
+		return sc.refundLease(ctx, key, n)
 	}
 	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
 		_, err := slidingCounterRefundScript.run(ctx, sc.client, sc.keys(key),

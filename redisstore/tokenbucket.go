@@ -84,6 +84,7 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	if err = b.init(c, burst, cfg); err != nil {
 		return nil, err
 	}
+	b.setupLease(cfg)
 	return b, nil
 }
 
@@ -121,11 +122,17 @@ func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.
 	if err := checkCost(n, b.burst); err != nil {
 		return floodgate.Decision{Limit: b.burst}, err
 	}
+	if b.lease != nil {
+		return b.allowLeased(ctx, key, n)
+	}
 	return b.decide(ctx, key, n, b.eval)
 }
 
 // Reset refills key's bucket.
 func (b *TokenBucket) Reset(ctx context.Context, key string) error {
+	if b.lease != nil {
+		return b.resetLease(ctx, key, b.leaseKeys(key))
+	}
 	return b.reset(ctx, key, []string{b.key(key)})
 }
 
@@ -142,6 +149,9 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	}
 	if n == 0 {
 		return nil
+	}
+	if b.lease != nil {
+		return b.refundLease(ctx, key, n)
 	}
 	if b.interval {
 		return b.refund(ctx, key, func(ctx context.Context, now string) error {

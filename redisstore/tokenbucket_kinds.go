@@ -43,8 +43,9 @@ var (
 )
 
 // ChargeN takes n tokens from key's bucket whether or not it holds them
-// (floodgate.Charger), as floodgate.TokenBucket.ChargeN does: the bucket
-// may go into debt, and every later call is denied, with a RetryAfter
+// (floodgate.Charger), as floodgate.TokenBucket.ChargeN does (not with
+// leased quota, WithLease: an error wrapping floodgate.ErrInvalidOption):
+// the bucket may go into debt, and every later call is denied, with a RetryAfter
 // that counts the debt, until the refill has paid it. n above 2^24 is
 // charged as 2^24, and the debt saturates at 2^51 us (about 71 years) of
 // refill past now, never wrapping. One round trip, O(1) on the server.
@@ -52,6 +53,9 @@ var (
 func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: charge of n = %d is negative", floodgate.ErrInvalidCost, n)
+	}
+	if b.lease != nil {
+		return errLeaseKinds
 	}
 	if n == 0 {
 		return nil
@@ -90,7 +94,9 @@ func (b *TokenBucket) maxUsed() int64 {
 }
 
 // ReserveN takes n tokens from key's bucket if they are there within
-// maxWait (floodgate.Reserver), as floodgate.TokenBucket.ReserveN does: at
+// maxWait (floodgate.Reserver), as floodgate.TokenBucket.ReserveN does
+// (not with leased quota, WithLease: an error wrapping
+// floodgate.ErrInvalidOption): at
 // once if the bucket holds them, otherwise booked ahead, with the wait
 // until they come in the Reservation; a turn further than maxWait is
 // denied, taking nothing. maxWait is rounded down to the microsecond and
@@ -99,6 +105,9 @@ func (b *TokenBucket) maxUsed() int64 {
 // answers from it at once (AllowN), booking nothing.
 func (b *TokenBucket) ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (floodgate.Reservation, error) {
 	wait := min(int64(maxWait/time.Microsecond), maxBooking)
+	if b.lease != nil && n > 0 && n <= b.burst && wait > 0 {
+		return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.burst}}, errLeaseKinds
+	}
 	if n <= 0 || n > b.burst || wait <= 0 {
 		d, err := b.AllowN(ctx, key, n)
 		return floodgate.Reservation{Decision: d}, err
@@ -180,6 +189,21 @@ func (b *TokenBucket) reserveInterval(ctx context.Context, key string, n int, no
 	}
 	return res, replicated(d, n, unrepl)
 }
+
+// errLeaseKinds is the error of ChargeN and ReserveN on a limiter with
+// leased quota: leases hand out units that Redis has charged ahead, and
+// neither a debt nor a booking can be squared with them.
+var errLeaseKinds = fmt.Errorf("%w: a limiter with leased quota (WithLease) neither charges beyond its quota nor books ahead; use the plain mode for WithCostAfter and WithWait", floodgate.ErrInvalidOption)
+
+// Charges reports whether ChargeN charges: not with leased quota
+// (WithLease), so that floodgate.WithCostAfter refuses the limiter at
+// construction.
+func (b *TokenBucket) Charges() bool { return b.lease == nil }
+
+// Reserves reports whether ReserveN books ahead: not with leased quota
+// (WithLease), so that floodgate.WithWait refuses the limiter at
+// construction.
+func (b *TokenBucket) Reserves() bool { return b.lease == nil }
 
 var (
 	_ floodgate.Charger  = (*TokenBucket)(nil)

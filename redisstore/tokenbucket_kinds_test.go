@@ -161,3 +161,38 @@ func TestTokenBucketChargeSaturates(t *testing.T) {
 		}
 	}
 }
+
+// Leased quota hands out units Redis charged ahead, which neither a debt
+// nor a booking can be squared with: a leasing limiter is refused by
+// WithCostAfter and WithWait at construction, and its ChargeN and
+// ReserveN say why.
+func TestLeasedQuotaRefusesTheKinds(t *testing.T) {
+	addr := redistest.Shared(t)
+	c := clients(t, addr)[0]
+	ctx := context.Background()
+	tb, err := redisstore.NewTokenBucket(c.s, floodgate.PerSecond(100), redisstore.WithLease(redisstore.Lease{}), redisstore.WithPrefix(prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := redisstore.NewSlidingCounter(c.s, floodgate.PerSecond(100), redisstore.WithLease(redisstore.Lease{}), redisstore.WithPrefix(prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]floodgate.Limiter{"token bucket": tb, "sliding counter": sc} {
+		if _, err := floodgate.NewMiddleware(l, floodgate.WithCostAfter(floodgate.CostReported)); !errors.Is(err, floodgate.ErrInvalidOption) {
+			t.Errorf("%s: WithCostAfter: %v, want ErrInvalidOption", name, err)
+		}
+		if err := l.(floodgate.Charger).ChargeN(ctx, "k", 1); !errors.Is(err, floodgate.ErrInvalidOption) {
+			t.Errorf("%s: ChargeN: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := floodgate.NewMiddleware(tb, floodgate.WithWait(floodgate.WaitLimits{MaxWait: time.Second, PerKey: 1, Total: 1})); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("WithWait: %v, want ErrInvalidOption", err)
+	}
+	if _, err := tb.ReserveN(ctx, "k", 1, time.Second); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("ReserveN: %v, want ErrInvalidOption", err)
+	}
+	if _, err := redisstore.NewInFlight(c.s, 3, redisstore.WithLease(redisstore.Lease{})); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("an in-flight limit with leased quota: %v, want ErrInvalidOption", err)
+	}
+}

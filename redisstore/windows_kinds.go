@@ -49,10 +49,15 @@ func (l *SlidingLog) ChargeN(ctx context.Context, key string, n int) error {
 // ChargeN counts n events for key whether or not the estimate has room for
 // them (floodgate.Charger), as floodgate.SlidingCounter.ChargeN does: a
 // window's count saturates at 2^30. n above 2^24 counts as 2^24. The
-// charge goes to Redis only, never to the fallback.
+// charge goes to Redis only, never to the fallback. With leased quota
+// (WithLease) it is an error wrapping floodgate.ErrInvalidOption, and
+// Charges reports false.
 func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: charge of n = %d is negative", floodgate.ErrInvalidCost, n)
+	}
+	if sc.lease != nil {
+		return errLeaseKinds
 	}
 	if n == 0 {
 		return nil
@@ -64,6 +69,11 @@ func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error 
 		return err
 	})
 }
+
+// Charges reports whether ChargeN charges: not with leased quota
+// (WithLease), so that floodgate.WithCostAfter refuses the counter at
+// construction.
+func (sc *SlidingCounter) Charges() bool { return sc.lease == nil }
 
 var (
 	_ floodgate.Charger = (*SlidingLog)(nil)

@@ -249,4 +249,3 @@ func rawCall(t *testing.T, addr string) []frame {
 		}
 	}
 }
-

@@ -13,7 +13,9 @@ local function counter_windows(now, period)
   local prev, cur = 0, 0
   local s = redis.call('GET', KEYS[1])
   if s then
-    local sw, sp, sc = string.match(s, '^(%d+) (%d+) (%d+)$')
+    -- A leasing limiter may have appended the units it leased in window
+    -- sw (see lease_prelude_counter.lua); this script keeps the counts.
+    local sw, sp, sc = string.match(s, '^(%d+) (%d+) (%d+)')
     if not sw then
       error('floodgate: malformed sliding counter state in ' .. KEYS[1])
     end

@@ -26,7 +26,9 @@ local limit = tonumber(ARGV[7])
 local tat, frac = now, 0
 local s = redis.call('GET', KEYS[1])
 if s then
-  local a, b = string.match(s, '^(%d+) (%d+)$')
+  -- A leasing limiter may have appended a lease mark (see
+  -- lease_tokenbucket.lua); this script keeps only "tat frac".
+  local a, b = string.match(s, '^(%d+) (%d+)')
   if not a then
     return redis.error_reply('ERR floodgate: malformed token bucket state')
   end

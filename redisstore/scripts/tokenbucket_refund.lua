@@ -13,7 +13,7 @@ if not s then
   return {0}
 end
 local now = clock_us(ARGV[1])
-local a, b = string.match(s, '^(%d+) (%d+)$')
+local a, b = string.match(s, '^(%d+) (%d+)') -- a lease mark may follow
 if not a then
   return redis.error_reply('ERR floodgate: malformed token bucket state')
 end
