@@ -42,10 +42,12 @@ type Charger interface {
 // estimate. The difference is given back or charged: a key may go into
 // debt, and its later calls wait until it is paid. Every policy's limiter
 // must implement Charger and Refunder. See WithCostAfter for the bound on
-// what concurrent calls can over-spend.
+// what concurrent calls can over-spend. The net/http middleware does not
+// take it: give WithCostAfter, whose cost function reads the response.
 func WithSettledCost() MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		c.costAfter = true
+		c.given["WithSettledCost"] = true
 		return c.once("cost after")
 	}
 }

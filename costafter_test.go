@@ -259,6 +259,9 @@ func TestCostAfterRefusedConfigurations(t *testing.T) {
 	if _, err := floodgate.NewMiddleware(frozenBucket(t, floodgate.PerHour(1)), floodgate.WithCostAfter(nil)); !errors.Is(err, floodgate.ErrInvalidOption) {
 		t.Errorf("nil cost function: %v", err)
 	}
+	if _, err := floodgate.NewMiddleware(frozenBucket(t, floodgate.PerHour(1)), floodgate.WithSettledCost()); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("WithSettledCost on the middleware, whose handlers could report to no meter: %v", err)
+	}
 	if f, err := floodgate.CostBytes(0); f != nil || !errors.Is(err, floodgate.ErrInvalidOption) {
 		t.Errorf("CostBytes(0): %v", err)
 	}

@@ -117,6 +117,9 @@ func newMiddleware(c middlewareConfig, sel *SelectorFor[*http.Request]) (func(ht
 	if c.given["WithRefundUncounted"] {
 		return nil, fmt.Errorf("%w: WithRefundUncounted is for adapters over a Gate; the middleware counts by status with WithCountStatus", ErrInvalidOption)
 	}
+	if c.given["WithSettledCost"] {
+		return nil, fmt.Errorf("%w: WithSettledCost is for adapters over a Gate; the middleware charges the cost after the response with WithCostAfter", ErrInvalidOption)
+	}
 	gate, err := newGate(c.gateConfig, sel.policies)
 	if err != nil {
 		return nil, err
