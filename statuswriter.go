@@ -26,27 +26,31 @@ type DeferredSettler interface {
 	DeferSettle() (settle func(status int))
 }
 
-// statusWriter records the status of a response for WithCountStatus, and
-// for a CORS preflight whether it was answered as one, and settles the
-// request by them. It forwards Flush, Hijack and ReadFrom, and Unwrap
-// lets http.ResponseController reach the other optional methods
-// (deadlines, full duplex) of the writer below.
+// statusWriter records the status of a response for WithCountStatus,
+// its body's size for WithCostAfter, and for a CORS preflight whether it
+// was answered as one, and settles the request by them. It forwards
+// Flush, Hijack and ReadFrom, and Unwrap lets http.ResponseController
+// reach the other optional methods (deadlines, full duplex) of the writer
+// below.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	bytes  int64 // body bytes written
 	settling
 	deferred bool // a framework took the settlement over (DeferSettle)
 }
 
-// settling is what settles one request: the gate, the outcome, the
-// status predicate (nil: every status counts) and, for a preflight, its
-// answer so far; and whether it is done.
+// settling is what settles one request: the gate, the outcome, how the
+// response decides it (the status predicate, the cost function, and for
+// a preflight its answer so far), and whether it is done.
 type settling struct {
 	gate      *Gate
 	ctx       context.Context
+	req       *http.Request // as the handler got it
 	out       Outcome
-	counts    func(status int) bool
-	preflight bool // the request has a preflight's shape: see preflight.go
+	counts    func(status int) bool      // nil: every status counts
+	cost      func(Response) (int, bool) // nil: the estimate, or ReportCost's
+	preflight bool                       // the request has a preflight's shape: see preflight.go
 	answer    preflightAnswer
 	settled   atomic.Bool
 }
@@ -58,24 +62,41 @@ func (s *settling) settle(res Result) {
 	}
 }
 
-// settleStatus settles the request by the status it was answered with:
-// it does not count if the predicate says so, or if it is a preflight
-// answered as one.
+// settleStatus settles the request by the response it was answered with:
+// its status — it does not count if the predicate says so, or if it is a
+// preflight answered as one — and for WithCostAfter, what the cost
+// function reads of it.
 func (w *statusWriter) settleStatus(status int) {
-	uncounted := w.counts != nil && !w.counts(status)
-	if w.preflight {
-		seen := w.status != 0
-		if !seen && !w.deferred {
-			// The handler wrote nothing: net/http sends the header as it
-			// is now.
-			w.answer.committed(w.Header())
-			seen = true
-		}
-		// A status a framework sent around this writer may have had a
-		// body this writer did not see either: it stays counted.
-		uncounted = uncounted || seen && w.answer.answered(status)
+	if w.settled.Load() {
+		return
 	}
-	w.settle(Result{Uncounted: uncounted})
+	res := Result{Uncounted: w.counts != nil && !w.counts(status)}
+	if w.preflight {
+		res.Uncounted = res.Uncounted || w.answeredPreflight(status)
+	}
+	if w.cost != nil {
+		reported, ok := w.out.ReportedCost()
+		if !ok {
+			reported = -1
+		}
+		res.Cost, res.CostKnown = w.cost(Response{Request: w.req, Status: status, Header: w.Header(), Bytes: w.bytes, Reported: reported})
+	}
+	w.settle(res)
+}
+
+// answeredPreflight reports whether a preflight was answered as one.
+func (w *statusWriter) answeredPreflight(status int) bool {
+	seen := w.status != 0
+	if !seen && !w.deferred {
+		// The handler wrote nothing: net/http sends the header as it is
+		// now.
+		w.answer.committed(w.Header())
+		seen = true
+	}
+	w.answer.body = w.answer.body || w.bytes > 0
+	// A status a framework sent around this writer may have had a body
+	// this writer did not see either: it stays counted.
+	return seen && w.answer.answered(status)
 }
 
 // DeferSettle implements DeferredSettler.
@@ -104,8 +125,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.final(http.StatusOK)
 	}
-	w.answer.body = w.answer.body || len(b) > 0
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 // Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
@@ -139,16 +161,18 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // ReadFrom implements io.ReaderFrom, so that io.Copy to the response
 // keeps the wrapped writer's fast path (sendfile for a *os.File).
-func (w *statusWriter) ReadFrom(src io.Reader) (n int64, err error) {
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.status == 0 {
 		w.final(http.StatusOK)
 	}
+	var n int64
+	var err error
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
 		n, err = rf.ReadFrom(src)
 	} else {
 		n, err = io.Copy(w.ResponseWriter, src)
 	}
-	w.answer.body = w.answer.body || n > 0
+	w.bytes += n
 	return n, err
 }
 
