@@ -360,6 +360,35 @@ func TestPreflightUnderCountStatus(t *testing.T) {
 	}
 }
 
+// With the admission kinds: a preflight holds its in-flight slot only
+// while the CORS handler answers it, and under WithCostAfter one answered
+// as a preflight costs nothing, while a dressed one pays its real cost.
+func TestPreflightWithAdmissionKinds(t *testing.T) {
+	slots, err := NewInFlight(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(mustMiddleware(t, slots)(cors(pageOrigin, &countingHandler{})), preflight("/api/order"))
+	if d, _ := slots.AllowN(context.Background(), "198.51.100.4", 0); d.Remaining != 2 {
+		t.Errorf("%d of 2 slots free after a preflight", d.Remaining)
+	}
+	perByte, err := CostBytes(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := mustTokenBucket(t, PerHour(10), WithClock(routeClock()))
+	limit := mustMiddleware(t, lim, WithCostAfter(perByte))
+	serve(limit(cors(pageOrigin, &countingHandler{})), preflight("/api/order"))
+	if got := remaining(t, lim, "198.51.100.4"); got != 10 {
+		t.Errorf("%d of 10 left after an honest preflight under WithCostAfter", got)
+	}
+	probe := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("12345")) })
+	serve(limit(probe), preflight("/api/order"))
+	if got := remaining(t, lim, "198.51.100.4"); got != 5 {
+		t.Errorf("%d of 10 left after a dressed preflight answered with 5 bytes, want 5", got)
+	}
+}
+
 // A limiter that cannot give units back counts preflights: the safe side.
 func TestPreflightOnLimiterThatCannotRefund(t *testing.T) {
 	lim := &fakeLimiter{d: Decision{Allowed: true, Limit: 10, Remaining: 9}}
