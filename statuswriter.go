@@ -19,8 +19,10 @@ import (
 // limit can set the status after c.Next() (an error handler answering
 // 401 for a handler's c.Error, say).
 //
-// A request whose settlement is deferred and never completed stays
-// counted: the safe side. A handler that panics is counted either way
+// A status of 0 means the framework could not see the status sent: the
+// request counts (a preflight is not given back), the safe side. A
+// request whose settlement is deferred and never completed stays
+// counted too. A handler that panics is counted either way
 // (later calls of the function do nothing); so is a second call.
 type DeferredSettler interface {
 	DeferSettle() (settle func(status int))
@@ -70,8 +72,8 @@ func (w *statusWriter) settleStatus(status int) {
 	if w.settled.Load() {
 		return
 	}
-	res := Result{Uncounted: w.counts != nil && !w.counts(status)}
-	if w.preflight {
+	res := Result{Uncounted: status > 0 && w.counts != nil && !w.counts(status)}
+	if w.preflight && status > 0 {
 		res.Uncounted = res.Uncounted || w.answeredPreflight(status)
 	}
 	if w.cost != nil {

@@ -305,3 +305,60 @@ func TestWithoutServeWarnsOnce(t *testing.T) {
 		t.Errorf("logged with Serve: %s", log.String())
 	}
 }
+
+// Red-team finding 7 without Serve: the limit sees that a middleware
+// before it swapped gin's writer, and a response not sent through the
+// limit's own writer when its chain returned counts whatever its status.
+// 10 wrong passwords on a quota of 3 reach the handler 3 times over a
+// real server. (Before: 10 of 10, each settled as the 200 gin held.)
+func TestOuterStatusThroughRestoredWriterCountsWithoutServe(t *testing.T) {
+	r, ran := loginChain(t, func(c *gin.Context) { c.JSON(http.StatusUnauthorized, gin.H{"error": "bad"}) }, func() bool { return true })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	var codes []int
+	for range 10 {
+		codes = append(codes, post(t, srv, "").StatusCode)
+	}
+	if ran.Load() != 3 {
+		t.Errorf("the handler ran %d times on a quota of 3 (statuses %v)", ran.Load(), codes)
+	}
+}
+
+// What that costs the honest client without Serve: a success the handler
+// answers with a body is seen and given back; a success gin sends after
+// the chain, with no body, cannot be told from the error middleware's
+// 401 and counts. With gin's own writer around the limit (no swap), the
+// same bodiless success is given back (TestSuccessAfterOuterMiddleware-
+// IsRefunded); with Serve, always (TestSuccessThroughRestoredWriterWithServe).
+func TestSuccessThroughRestoredWriterWithoutServe(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		body    bool
+		wantRan int32
+	}{{"answered with a body", true, 10}, {"bodiless 200 after the chain", false, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			limit, err := ginlimit.New(bucket(t, 3),
+				floodgate.WithCountStatus(func(s int) bool { return s == http.StatusUnauthorized }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Int32
+			r := gin.New()
+			r.Use(accessLog)
+			r.POST("/login", limit, func(c *gin.Context) {
+				ran.Add(1)
+				if tc.body {
+					c.String(http.StatusOK, "welcome")
+				}
+			})
+			srv := httptest.NewServer(r)
+			defer srv.Close()
+			for range 10 {
+				post(t, srv, "")
+			}
+			if ran.Load() != tc.wantRan {
+				t.Errorf("10 successful logins on a quota of 3: the handler ran %d times, want %d", ran.Load(), tc.wantRan)
+			}
+		})
+	}
+}

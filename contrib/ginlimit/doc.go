@@ -34,11 +34,13 @@
 // first write, also when nothing is written, also when a middleware
 // before the limit writes it) — unless a middleware between that one and
 // the limit swaps c.Writer for a writer of its own and restores the
-// original after c.Next() (an access log capturing the body does), in
-// which case the status written around it is missed and the request is
-// settled by the status gin held. The limit then logs one WARN, with
-// slog.Default, at the first response not yet sent when its chain
-// returned. A status gin sends without a body after the whole chain is
+// original after c.Next() (an access log capturing the body does): the
+// limit sees that gin's own writer was swapped out before it, and a
+// response not yet sent when its chain returned counts whatever its
+// status, since what is written around the swap is not seen (a
+// bodiless success then counts too; a success answered with a body is
+// seen and given back). The limit then logs one WARN, with
+// slog.Default, naming Serve. A status gin sends without a body after the whole chain is
 // settled when the request's context ends (net/http cancels it when the
 // handler returns), and until then the request counts. Either way, a
 // handler that panics counts, whatever gin.Recovery then writes.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -107,9 +109,15 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 		}
 		// Best effort: the status actually sent, as far as this writer,
 		// gin's and the request's end can tell it.
-		gw.settling = &settling{settle: settle}
+		// A middleware before the limit that put a writer of its own in
+		// c.Writer may put gin's back and answer through it after this
+		// chain returns, unseen: then a response not sent by then counts
+		// whatever its status. On gin's own writer, an answer after the
+		// chain goes through gw, or is the status gin holds.
+		swapped := !ginsOwn(orig)
+		gw.settling = &settling{settle: settle, unseenCounts: swapped}
 		c.Next()
-		if !gw.returned(r.Context()) {
+		if !gw.returned(r.Context()) && swapped {
 			ch.l.warnUnseen(r)
 		}
 		return
@@ -125,16 +133,22 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 // settling settles a request by the status gin sends, once the limit's
 // chain has returned: at once if the response is committed by then,
 // else when it is (a middleware before the limit writes it), or, for a
-// status gin sends without a body after the whole chain (which no
-// writer here sees), when the request's context ends — the server
-// cancels it when the handler is done. Until then the request counts.
+// response no writer here sees (a status gin sends without a body after
+// the whole chain, or one a middleware before the limit writes through
+// a writer it swapped in and restored), when the request's context ends
+// — the server cancels it when the handler is done — as a status not
+// known, which counts. Until then the request counts.
 type settling struct {
 	mu        sync.Mutex
 	settle    func(status int) // the middleware's, from DeferSettle
 	status    int              // the status set so far; committed if sent
 	committed bool             // the status is sent: it is final
-	back      bool             // the limit's chain has returned
-	done      bool
+	// unseenCounts: a status not sent through this limit's writer is
+	// not known (a middleware before the limit swapped gin's writer), and
+	// counts.
+	unseenCounts bool
+	back         bool // the limit's chain has returned
+	done         bool
 }
 
 // set records a status set before anything is sent, as gin does.
@@ -163,6 +177,12 @@ func (s *settling) settleIf(ended bool) {
 	ready := s.back && !s.done && (s.committed || ended)
 	s.done = s.done || ready
 	status := s.status
+	if !s.committed && s.unseenCounts {
+		// Nothing this limit sees sent the response: a middleware before
+		// it may have answered through the writer it swapped out, with
+		// any status. Unknown counts.
+		status = 0
+	}
 	s.mu.Unlock()
 	if ready {
 		s.settle(status)
@@ -188,14 +208,14 @@ func (w *writer) returned(ctx context.Context) bool {
 	return false
 }
 
-// warnUnseen says once, at WARN, that a response this limit settles by
-// its status was not sent when the limit's chain returned, and that
-// without Serve a middleware before the limit that writes it through a
-// writer of its own is not seen.
+// warnUnseen says once, at WARN, that a middleware before the limit
+// swapped gin's writer and a response this limit settles by its status
+// was not sent when the limit's chain returned: without Serve such a
+// request counts whatever its status.
 func (l *limit) warnUnseen(r *http.Request) {
 	if l.warned.CompareAndSwap(false, true) {
 		slog.Default().LogAttrs(r.Context(), slog.LevelWarn,
-			"ginlimit: a response the limit settles by its status (WithCountStatus, a CORS preflight's refund) was not sent when the limit's chain returned; if a middleware registered before the limit writes it through a writer it swaps in and restores (an access log), it is not seen, and the request is settled by the status gin holds (a preflight stays counted). Serve the engine with ginlimit.Serve(engine) to settle by the status actually sent",
+			"ginlimit: a middleware registered before the limit replaced gin's writer, and a response the limit settles by its status (WithCountStatus, a CORS preflight's refund) was not sent when the limit's chain returned; what that middleware sends through the writer it swapped out is not seen, so such a request counts whatever its status (a preflight is not given back). Serve the engine with ginlimit.Serve(engine) to settle by the status actually sent",
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path))
 	}
@@ -271,3 +291,16 @@ func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *writer) Unwrap() http.ResponseWriter { return w.mw }
 
 var _ gin.ResponseWriter = (*writer)(nil)
+
+// ginsOwn reports whether w is the writer gin puts in every context,
+// not one a middleware swapped in.
+func ginsOwn(w gin.ResponseWriter) bool {
+	return reflect.TypeOf(w) == ginWriterType()
+}
+
+// ginWriterType is the type of gin's own writer, unexported by gin: read
+// off a context gin makes.
+var ginWriterType = sync.OnceValue(func() reflect.Type {
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	return reflect.TypeOf(c.Writer)
+})
