@@ -267,3 +267,49 @@ func Example_policySelector() {
 	// abc1=201 abc2=201 abc3=201 abc4=201 abc5=201 abc6=429 xyz1=201 jo=201 broken=400
 	// abc1=201 abc2=201 abc3=201 abc4=201 abc5=201 abc6=429 xyz1=201 jo=201 broken=400
 }
+
+// limitByIP is the smallest use of floodgate: each client IP gets 10
+// requests a minute to hello, then 429 with Retry-After.
+func limitByIP(hello http.Handler) (http.Handler, error) {
+	limiter, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: 10, Period: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	clientIP, err := floodgate.KeyByIP() // the TCP peer; behind a proxy, see docs/keys.md
+	if err != nil {
+		return nil, err
+	}
+	limit, err := floodgate.NewMiddleware(limiter, floodgate.WithKeyFunc(clientIP))
+	if err != nil {
+		return nil, err
+	}
+	return limit(hello), nil
+}
+
+// The smallest program: the eleventh request of a client within a minute
+// is refused; another client is not.
+func Example_smallest() {
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello\n")
+	})
+	handler, err := limitByIP(hello)
+	if err != nil {
+		panic(err)
+	}
+	get := func(client string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = client + ":41000"
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		return w
+	}
+	for range 10 {
+		get("203.0.113.7")
+	}
+	w := get("203.0.113.7")
+	fmt.Println(w.Code, "Retry-After:", w.Header().Get("Retry-After"))
+	fmt.Println("another client:", get("198.51.100.2").Code)
+	// Output:
+	// 429 Retry-After: 6
+	// another client: 200
+}

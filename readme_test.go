@@ -1,133 +1,139 @@
 package floodgate_test
 
 import (
-	"bufio"
-	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-go/floodgate/internal/doccheck"
 )
 
-// The README is documentation users copy from: these tests keep it honest
-// about the code.
+// The README and the guides in docs/ are documentation users copy from:
+// these tests keep them honest about the code.
 
-// snippetMarker precedes a README code block that quotes declarations of
-// a Go file of this module: <!-- snippet: FILE NAME... -->, where a NAME is
-// a function, a type, a variable or Type.Method.
-var snippetMarker = regexp.MustCompile(`^<!-- snippet: (\S+)((?: \S+)+) -->$`)
-
-// TestREADMESnippets checks that each quoted code block is exactly the
-// declarations it names, with their doc comments, in the order named: the
-// README shows code that compiles and that an Example runs.
-func TestREADMESnippets(t *testing.T) {
-	readme := readREADME(t)
-	found := 0
-	for i := 0; i < len(readme); i++ {
-		m := snippetMarker.FindStringSubmatch(readme[i])
-		if m == nil {
-			continue
-		}
-		found++
-		file, names := m[1], strings.Fields(m[2])
-		if i+1 >= len(readme) || readme[i+1] != "```go" {
-			t.Errorf("README line %d: snippet marker not followed by a ```go block", i+1)
-			continue
-		}
-		end := i + 2
-		for end < len(readme) && readme[end] != "```" {
-			end++
-		}
-		got := strings.Join(readme[i+2:end], "\n")
-		want := declarations(t, file, names)
-		if got != want {
-			t.Errorf("README line %d quotes %s %v, but it differs; the file has:\n%s", i+1, file, names, want)
-		}
-		i = end
+// guides returns the Markdown files this module documents itself in: the
+// README, then the guides of docs/.
+func guides(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if found < 3 {
-		t.Errorf("found %d snippet markers in the README, want the three ways to use it at least", found)
+	if len(docs) < 5 {
+		t.Fatalf("found %d guides in docs/, want the README's guides", len(docs))
+	}
+	return append([]string{"README.md"}, docs...)
+}
+
+// ownFile reports whether the Go file at path (from the module root)
+// belongs to this module, so that a snippet quoting it is checked here. A
+// file of a nested module (a directory with its own go.mod, or one absent
+// from this module's zip) is checked by that module's own tests.
+func ownFile(path string) bool {
+	for dir := filepath.Dir(filepath.FromSlash(path)); dir != "."; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(dir); err != nil {
+			return false
+		}
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// TestREADMESnippets checks that each quoted code block of the README and
+// the guides is exactly the declarations it names, with their doc
+// comments, in the order named (doccheck.Snippets): the documentation
+// shows code that compiles and that an Example runs. Blocks quoting a
+// nested module's files are checked by that module's tests.
+func TestREADMESnippets(t *testing.T) {
+	total := 0
+	for _, md := range guides(t) {
+		n := doccheck.Snippets(t, ".", md, ownFile)
+		if md == "README.md" && n < 4 {
+			t.Errorf("found %d snippet markers in the README, want the smallest program and the three ways at least", n)
+		}
+		total += n
+	}
+	if total < 10 {
+		t.Errorf("found %d snippet markers in the README and docs/, want every guide's examples", total)
 	}
 }
 
-// declarations returns the source of the named declarations of file,
-// each with its doc comment, separated by blank lines.
-func declarations(t *testing.T, file string, names []string) string {
-	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, file, src, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := func(doc *ast.CommentGroup, node ast.Node) string {
-		start := node.Pos()
-		if doc != nil {
-			start = doc.Pos()
+// TestDocLinks checks that every relative link of the repository's
+// Markdown (the README, the guides, MIGRATING.md, the nested modules'
+// READMEs) reaches a file that exists and, for an #anchor, a heading of
+// it. A link into a nested module absent from this module's zip is let
+// be.
+func TestDocLinks(t *testing.T) {
+	var files []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
-		return string(src[fset.Position(start).Offset:fset.Position(node.End()).Offset])
+		if d.IsDir() && path != "." && (d.Name() == "testdata" || d.Name() == "vendor" ||
+			strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, filepath.ToSlash(path))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	var parts []string
-	for _, name := range names {
-		var part string
-		for _, decl := range f.Decls {
-			switch d := decl.(type) {
-			case *ast.FuncDecl:
-				full := d.Name.Name
-				if d.Recv != nil && len(d.Recv.List) == 1 {
-					typ := d.Recv.List[0].Type
-					if star, ok := typ.(*ast.StarExpr); ok {
-						typ = star.X
-					}
-					if id, ok := typ.(*ast.Ident); ok {
-						full = id.Name + "." + full
-					}
-				}
-				if full == name {
-					part = text(d.Doc, d)
-				}
-			case *ast.GenDecl:
-				for _, spec := range d.Specs {
-					switch s := spec.(type) {
-					case *ast.TypeSpec:
-						if s.Name.Name == name {
-							part = text(d.Doc, d)
-						}
-					case *ast.ValueSpec:
-						for _, id := range s.Names {
-							if id.Name == name {
-								part = text(d.Doc, d)
-							}
-						}
-					}
-				}
+	modules := nestedModules(t)
+	absentModule := func(target string) bool {
+		for _, dir := range modules {
+			if strings.HasPrefix(target, dir+"/") {
+				_, err := os.Stat(filepath.Join(dir, "go.mod"))
+				return err != nil
 			}
 		}
-		if part == "" {
-			t.Fatalf("%s has no declaration %s", file, name)
-		}
-		parts = append(parts, part)
+		return false
 	}
-	return strings.Join(parts, "\n\n")
+	checked := 0
+	for _, md := range files {
+		checked += doccheck.Links(t, ".", md, absentModule)
+	}
+	if checked < 50 {
+		t.Errorf("checked %d links in %d Markdown files; is the walk looking at the repository?", checked, len(files))
+	}
+}
+
+// nestedModules returns the directories of the nested modules that the
+// README's module table names.
+func nestedModules(t *testing.T) []string {
+	t.Helper()
+	const prefix = "| `github.com/floodgate-go/floodgate/"
+	var dirs []string
+	for _, line := range readREADME(t) {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			if dir, _, ok := strings.Cut(rest, "`"); ok {
+				dirs = append(dirs, dir)
+			}
+		}
+	}
+	return dirs
 }
 
 // TestREADMEListsEveryOption checks that every exported option of this
 // package (a function returning a type whose name ends in Option) has a
-// row in one of the README's option tables.
+// row in one of the option tables of the README or the guides.
 func TestREADMEListsEveryOption(t *testing.T) {
 	var rows strings.Builder
-	for _, line := range readREADME(t) {
-		if strings.HasPrefix(line, "|") {
-			rows.WriteString(line)
-			rows.WriteByte('\n')
+	for _, md := range guides(t) {
+		for _, line := range doccheck.Lines(t, md) {
+			if strings.HasPrefix(line, "|") {
+				rows.WriteString(line)
+				rows.WriteByte('\n')
+			}
 		}
 	}
 	files, err := filepath.Glob("*.go")
@@ -155,7 +161,7 @@ func TestREADMEListsEveryOption(t *testing.T) {
 			}
 			checked++
 			if !strings.Contains(rows.String(), "`"+fn.Name.Name+"(") {
-				t.Errorf("the README's option tables have no row for %s (a %s)", fn.Name.Name, res.Name)
+				t.Errorf("the option tables of the README and docs/ have no row for %s (a %s)", fn.Name.Name, res.Name)
 			}
 		}
 	}
@@ -227,14 +233,5 @@ func goMinor(v string) string {
 
 func readREADME(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return lines
+	return doccheck.Lines(t, "README.md")
 }
