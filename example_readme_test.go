@@ -17,9 +17,73 @@ import (
 )
 
 // The declarations above each Example in this file are quoted verbatim by
-// the README's "Three ways to use it" (TestREADMESnippets keeps the two
-// in step), so they are written as a service would write them: no test
+// the README and docs/policies.md (TestREADMESnippets keeps them in
+// step), so they are written as a service would write them: no test
 // clock, no test plumbing.
+
+// limitProbeRoute limits one route of a service behind its load
+// balancers: the username-availability probe gets 10 requests per 10
+// minutes per client IP, answered in the service's own error envelope;
+// every other route passes untouched.
+func limitProbeRoute(mux http.Handler) (http.Handler, error) {
+	clientIP, err := floodgate.KeyByIP(
+		floodgate.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), // your load balancers
+		floodgate.FromXForwardedFor(),
+	)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: 10, Period: 10 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	envelope, err := floodgate.StaticJSON([]byte(`{"resultCode":"BPLTE429","resultMessage":"요청이 너무 많습니다.","data":null}`))
+	if err != nil {
+		return nil, err
+	}
+	limit, err := floodgate.NewMiddleware(limiter,
+		floodgate.WithKeyFunc(clientIP),
+		floodgate.WithOnly(floodgate.MatchRoute(http.MethodGet, "/auth/available/user_id")), // HEAD too
+		floodgate.WithDeniedHandler(envelope),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return limit(mux), nil
+}
+
+// Wrap one route: the eleventh probe of a client behind the load balancer
+// is refused in the service's envelope; the health check is not limited.
+func Example_wrapOneRoute() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /auth/available/user_id", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"resultCode":"BPLTE200","data":true}`)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
+	handler, err := limitProbeRoute(mux)
+	if err != nil {
+		panic(err)
+	}
+	get := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.RemoteAddr = "10.0.0.5:41000"
+		r.Header.Set("X-Forwarded-For", "203.0.113.7")
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		return w
+	}
+	for i := range 10 {
+		get("/auth/available/user_id?userId=u" + strconv.Itoa(i))
+	}
+	w := get("/auth/available/user_id?userId=bob")
+	fmt.Println(w.Code, "Retry-After:", w.Header().Get("Retry-After"))
+	fmt.Println(w.Body.String())
+	fmt.Println("health check:", get("/healthz").Code)
+	// Output:
+	// 429 Retry-After: 60
+	// {"resultCode":"BPLTE429","resultMessage":"요청이 너무 많습니다.","data":null}
+	// health check: 200
+}
 
 // limitProbe wraps a service's handler: the username-availability probe
 // gets 10 requests per 10 minutes per client IP, and 100 per network (an
