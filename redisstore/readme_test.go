@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-go/floodgate/internal/doccheck"
 )
 
 // optionFuncs returns the exported functions of the Go package in dir
@@ -75,5 +77,27 @@ func TestREADMEOptionTable(t *testing.T) {
 				t.Errorf("the README's option table has no %q row for %s", c.column, name)
 			}
 		}
+	}
+}
+
+// TestDocSnippets checks the snippets of the repository's documentation
+// that quote this module's files (the root module checks those quoting
+// its own, doccheck.Snippets): the Redis guide's client set-up is code
+// that compiles, and that Example_readme runs.
+func TestDocSnippets(t *testing.T) {
+	if _, err := os.Stat("../docs"); err != nil {
+		t.Skip("no ../docs: the repository's guides are not beside this module (a module zip); they are checked in a checkout")
+	}
+	guides, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := func(file string) bool { return strings.HasPrefix(file, "redisstore/") }
+	checked := 0
+	for _, md := range append([]string{"README.md", "redisstore/README.md"}, guides...) {
+		checked += doccheck.Snippets(t, "..", strings.TrimPrefix(md, "../"), own)
+	}
+	if checked < 1 {
+		t.Errorf("found %d snippets quoting redisstore's files, want the Redis guide's client set-up at least", checked)
 	}
 }
