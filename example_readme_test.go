@@ -367,13 +367,16 @@ func Example_smallest() {
 		handler.ServeHTTP(w, r)
 		return w
 	}
-	for range 10 {
+	first := get("203.0.113.7")
+	fmt.Println(first.Code, first.Header().Get("RateLimit-Policy"), first.Header().Get("RateLimit"))
+	for range 9 {
 		get("203.0.113.7")
 	}
 	w := get("203.0.113.7")
-	fmt.Println(w.Code, "Retry-After:", w.Header().Get("Retry-After"))
+	fmt.Println(w.Code, "Retry-After:", w.Header().Get("Retry-After"), w.Header().Get("Content-Type"))
 	fmt.Println("another client:", get("198.51.100.2").Code)
 	// Output:
-	// 429 Retry-After: 6
+	// 200 "default";q=10;w=60 "default";r=9;t=6
+	// 429 Retry-After: 6 application/problem+json
 	// another client: 200
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // fullSize reports whether the attack tests (the key sprays, the spoofed
-// headers) run at the sizes the README's Reliability table quotes:
+// headers) run at the sizes docs/reliability.md quotes:
 // FLOODGATE_FULL=1 asks for them, outside -short. They take minutes
 // there, and far longer under the race detector, which adds nothing to
 // these single-goroutine tests; by default they run scaled down, each

@@ -361,7 +361,7 @@ func WithRefundUncounted() MiddlewareOption {
 // quota a preflight is refused with 429, which costs a browser nothing:
 // in that placement the 429 of the real request carries no CORS headers
 // either, so the page could not read it. The CORS handler belongs outside
-// the limit (see the README's section on CORS); preflights then never
+// the limit (see docs/middleware.md, CORS); preflights then never
 // reach it.
 //
 // A limiter that cannot give units back (no Refunder: SharedLimiter, or

@@ -205,7 +205,7 @@ func WithForgetEvicted() Option {
 // it counted. While every debt has an entry of its own, no key is charged
 // for another's. Measured with every sprayed key spending its whole quota
 // right before 100,000 fresh keys arrive, the default denies no fresh key
-// up to a spray of 8 × MaxKeys keys (the README's Reliability section has
+// up to a spray of 8 × MaxKeys keys (docs/reliability.md has
 // the figures, `go test -run TestSprayPrice -v`).
 //
 // Past that size (Stats().DebtCapacity, reached when Stats().Merged or,

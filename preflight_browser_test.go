@@ -33,7 +33,7 @@ const page = `<!doctype html><html><body><pre id="out">pending</pre><script>
 })();
 </script></body></html>`
 
-// TestPreflightInRealBrowser runs the CORS placements of the README with a
+// TestPreflightInRealBrowser runs the CORS placements of docs/middleware.md with a
 // real browser (headless Chromium, if installed): it sends its own
 // preflights. With the CORS handler outside the limit, 3 of 5 POSTs pass
 // on a quota of 3 and the page reads the 429 and its Retry-After; with

@@ -66,7 +66,7 @@ func remaining(t *testing.T, l Limiter, key string) int {
 
 // A browser's preflight never consumes quota, wherever the CORS handler
 // sits: the quota left is the same before and after each. With the CORS
-// handler outside the limit (the placement the README gives) it never
+// handler outside the limit (the placement docs/middleware.md gives) it never
 // reaches the limit, and the 429 carries Access-Control-Allow-Origin, so
 // the page can read it and its Retry-After; with the limit outside, a
 // preflight is decided as a request and given back once the CORS handler

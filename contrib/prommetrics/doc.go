@@ -85,9 +85,9 @@
 //
 // Counting a decision costs an atomic add, after a lock-free map lookup
 // that each hook skips while its policy stays the same, with no
-// allocation (BenchmarkHookOverhead; see the README for figures). The
-// store and Redis metrics are read from each limiter's Stats when
-// Prometheus scrapes, never on the request path. Timing an in-memory
+// allocation (BenchmarkHookOverhead; the repository's docs/adapters.md
+// has the figures). The store and Redis metrics are read from each
+// limiter's Stats when Prometheus scrapes, never on the request path. Timing an in-memory
 // decision with Limiter costs more than the decision itself (reading the
 // clock twice), which is why Watch exists.
 //
