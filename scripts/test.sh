@@ -144,7 +144,7 @@ finish() {
 	cpu_now
 	printf '%9s %9s %7s  total\n' "$(fmt_ms $(($(now_ms) - start_ms)))" \
 		"$(fmt_ms $((cpu - start_cpu + beside_cpu)))" "${total_budget}s"
-	((over == 0)) || echo "$over step(s) over budget: the machine was busy, or a step grew (README, Set-up)"
+	((over == 0)) || echo "$over step(s) over budget: the machine was busy, or a step grew (docs/testing.md)"
 	chmod -R u+w "$tmp" 2>/dev/null || true
 	rm -rf "$tmp"
 	exit "$rc"
@@ -175,7 +175,7 @@ mapfile -t fuzz_packages <"$tmp/fuzz"
 # The budgets, in seconds of wall time on a fresh clone with empty module
 # and build caches, on an idle 2-core machine. The total is that of the
 # steps that run one after the other (the release check runs beside the
-# tests), and leaves headroom under the 10 minutes the README promises
+# tests), and leaves headroom under the 10 minutes docs/testing.md promises
 # for the tests still to come. The test step covers the compilation of
 # every module with the race detector, go vet and the tests.
 release_budget=300 tidy_budget=20 test_budget=330 fuzz_build_budget=60 fuzz_budget=10

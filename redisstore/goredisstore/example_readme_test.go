@@ -34,7 +34,7 @@ func newProbeLimit(rdb *redis.Client, local floodgate.Limiter) (*redisstore.Toke
 	)
 }
 
-// The README's Redis snippet, run: the probe's limit on Redis, with an
+// The Redis guide's snippet (docs/redis.md), run: the probe's limit on Redis, with an
 // in-memory fallback of the same rate.
 func Example_readme() {
 	rdb := newRedisClient(redisAddr)
