@@ -34,8 +34,8 @@ func newProbeLimit(rdb *redis.Client, local floodgate.Limiter) (*redisstore.Toke
 	)
 }
 
-// The Redis guide's snippet (docs/redis.md), run: the probe's limit on Redis, with an
-// in-memory fallback of the same rate.
+// The Redis guide's snippet (docs/redis.md), run: the probe's limit on
+// Redis, with an in-memory fallback of the same rate.
 func Example_readme() {
 	rdb := newRedisClient(redisAddr)
 	defer func() { _ = rdb.Close() }()
