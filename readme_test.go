@@ -274,3 +274,14 @@ func TestREADMETestCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMELinksEveryGuide checks that the README links every guide of
+// docs/, so that none is written and then lost.
+func TestREADMELinksEveryGuide(t *testing.T) {
+	readme := strings.Join(readREADME(t), "\n")
+	for _, md := range guides(t)[1:] {
+		if !strings.Contains(readme, "]("+filepath.ToSlash(md)+")") {
+			t.Errorf("the README does not link %s", md)
+		}
+	}
+}
