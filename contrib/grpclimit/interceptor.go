@@ -16,7 +16,8 @@ import (
 // them first in the chain, so that streams are limited as well as unary
 // calls and no interceptor before them sends response headers (which
 // would turn a denial from Trailers-Only into a response the client does
-// not retry):
+// not retry) or sets them after an allowed unary call (the limit has
+// sent them with its quota as the call returned):
 //
 //	lim, err := grpclimit.New(limiter, grpclimit.WithKeyFunc(clientIP))
 //	srv := grpc.NewServer(
