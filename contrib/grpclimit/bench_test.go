@@ -133,3 +133,39 @@ func benchServer(b *testing.B, opts ...grpc.ServerOption) testpb.TestServiceClie
 	b.Cleanup(func() { _ = conn.Close() })
 	return testpb.NewTestServiceClient(conn)
 }
+
+// BenchmarkUnaryOverhead measures the same calls as BenchmarkUnaryServer,
+// paired: one client each for a bare server, a limited one and one
+// limited without the quota metadata, called in turn, 100 calls at a
+// time, so that the load of a shared machine, which drifts over seconds,
+// weighs on the three alike. It reports each one's CPU time per call
+// (client and server) and the limited ones' overhead over the bare one:
+// overhead-cpu-ns is what an allowed call costs more with the limit.
+func BenchmarkUnaryOverhead(b *testing.B) {
+	clients := []testpb.TestServiceClient{benchServer(b)}
+	for _, opts := range [][]grpclimit.Option{nil, {grpclimit.WithHeaders(floodgate.HeadersNone)}} {
+		ic := must(grpclimit.New(bucket(b, floodgate.PerSecond(1<<24)), opts...))
+		clients = append(clients, benchServer(b, grpc.ChainUnaryInterceptor(ic.Unary())))
+	}
+	ctx := context.Background()
+	var cpu [3]int64
+	const batch = 100
+	b.ResetTimer()
+	for n := 0; n < b.N; n += batch {
+		for i, client := range clients {
+			start, _ := processCPU()
+			for range batch {
+				if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			end, _ := processCPU()
+			cpu[i] += end - start
+		}
+	}
+	b.StopTimer()
+	calls := float64((b.N + batch - 1) / batch * batch)
+	b.ReportMetric(float64(cpu[0])/calls, "bare-cpu-ns/call")
+	b.ReportMetric(float64(cpu[1]-cpu[0])/calls, "overhead-cpu-ns/call")
+	b.ReportMetric(float64(cpu[2]-cpu[0])/calls, "overhead-no-quota-md-cpu-ns/call")
+}
