@@ -163,7 +163,7 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		var resp any
 		var err error
 		if out.NeedsSettle {
-			resp, err = i.settledUnary(ctx, l, &out, stream, unaryRun{req, handler})
+			resp, err = i.settledUnary(ctx, l, &out, unaryRun{req, handler, stream})
 		} else {
 			resp, err = handler(ctx, req)
 		}
@@ -172,21 +172,23 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
-// unaryRun is the request of a unary call and the handler it goes to.
+// unaryRun is the request of a unary call, the handler it goes to and
+// the call's transport stream (nil outside a server).
 type unaryRun struct {
 	req     any
 	handler grpc.UnaryHandler
+	stream  grpc.ServerTransportStream
 }
 
 // settledUnary runs the handler of an admitted unary call the admission
 // core settles after it (see settled), with the meter of ReportCost in
 // its context and, under WithCostAfter, the metadata it sends recorded.
-func (i *Interceptors) settledUnary(ctx context.Context, l *limit, out *floodgate.Outcome, stream grpc.ServerTransportStream, run unaryRun) (any, error) {
+func (i *Interceptors) settledUnary(ctx context.Context, l *limit, out *floodgate.Outcome, run unaryRun) (any, error) {
 	ctx = out.Context(ctx)
 	var sent *sentMD
-	if i.cost != nil && stream != nil {
+	if i.cost != nil && run.stream != nil {
 		sent = &sentMD{}
-		ctx = grpc.NewContextWithServerTransportStream(ctx, &recordingTransport{ServerTransportStream: stream, sent: sent})
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &recordingTransport{ServerTransportStream: run.stream, sent: sent})
 	}
 	var resp any
 	err := i.settled(ctx, l, out, sent, func() (err error) {
