@@ -219,32 +219,58 @@ func (sc *SlidingCounter) decide(d *Decision, st *scState, now int64, n int) {
 	}
 }
 
-// debt returns what st owes at now (see debt): the end of the window in
-// which its last events stop weighing, and those events. Events of the
-// current window are owed with the previous window's, all as if they had
-// come in the current one; events of the previous window alone are owed
-// exactly.
+// debt returns what st owes at now (see debt), exactly: the end of the
+// window after which its last events stop weighing, and its counts. The
+// counts are taken as of the window of the newer one that is not zero
+// (a current window with no events yet is the window after the one its
+// previous count was made in, which the state equals from then on), so
+// that the debt's end is two periods after that window began, and amt is
+// the sum of both counts. The previous count rides in the time, that
+// many nanoseconds after the end: the end is a multiple of Period, and
+// the count, at most Rate.Limit, is below Period for every rate whose
+// period is longer than Limit nanoseconds (every period over 16.8 ms, whatever the limit).
+// For a rate of more events than its period has nanoseconds, a previous
+// count that does not fit is owed as if its events had come in the
+// current window (more charged, never less). The debt so runs out up to
+// Rate.Limit nanoseconds after the counts stop weighing, when a key
+// restored from it starts from counts that weigh nothing.
 func (sc *SlidingCounter) debt(st *scState, now int64) debt {
 	w := now / sc.period
 	prev, cur := st.counts(w)
 	switch {
 	case cur > 0:
-		return debt{at: (w + 2) * sc.period, amt: prev + cur}
+		v := debt{at: (w + 2) * sc.period, amt: prev + cur}
+		if int64(prev) < sc.period {
+			v.at += int64(prev)
+		}
+		return v
 	case prev > 0:
 		return debt{at: (w + 1) * sc.period, amt: prev}
 	}
 	return debt{}
 }
 
-// restore sets st to counts that owe v at now: v.amt events in the fixed
-// window whose events stop weighing at v.at. They weigh at least as much
-// as the counts v was taken from, at every time; the larger either number
-// of v, the more they weigh, for longer.
+// restore sets st to the counts a key's debt v keeps (see debt): the
+// state v was taken from, or one that counts the same events in the same
+// windows, so that it decides exactly as that state would. A shared
+// bound (v.shared), whose time and amount are the largest of several
+// keys', is restored as its amount counted in the window its time ends:
+// no previous count, every event of the current window, which weighs at
+// least as much as the counts of any of those keys at every time.
 func (sc *SlidingCounter) restore(st *scState, v debt, now int64) {
 	*st = scState{}
-	if v.owes(now) {
-		st.window, st.cur = v.at/sc.period-2, v.amt
+	if !v.owes(now) {
+		return
 	}
+	w := v.at/sc.period - 2
+	if now >= (w+2)*sc.period {
+		return // the previous count's nanoseconds: the counts weigh nothing
+	}
+	prev := uint32(v.at - (w+2)*sc.period)
+	if v.shared {
+		prev = 0
+	}
+	st.window, st.prev, st.cur = w, prev, v.amt-prev
 }
 
 // Compile-time checks that the sliding counter is a Limiter that can
