@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -49,6 +50,7 @@ type SlidingLog struct {
 	limit       int
 	period      int64 // Rate.Period in ns
 	unit        int64 // ns; event times are kept in this unit
+	step        logStep
 	countDenied bool
 	store       *store[slState]
 }
@@ -133,6 +135,7 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 		unit:        logUnit(int64(r.Period)),
 		countDenied: c.countDenied,
 	}
+	l.step = newLogStep(r.Limit, l.period, l.unit)
 	if l.store, err = newStore[slState](c, l); err != nil {
 		return nil, err
 	}
@@ -464,32 +467,139 @@ func (l *SlidingLog) rebase(st *slState, now int64) {
 }
 
 // debt returns what st owes at now (see debt): when its newest entry
-// ages out, and the units it counts.
+// ages out, and in amt the units it counts above a step (see logStep)
+// that lets the units up to one older entry age out sooner (see
+// restore).
 func (l *SlidingLog) debt(st *slState, now int64) debt {
 	l.expire(st, now)
 	if st.count == 0 {
 		return debt{}
 	}
-	return debt{at: l.at(st, int(st.count)-1) + l.period, amt: st.used()}
+	used := st.used()
+	return debt{at: l.at(st, int(st.count)-1) + l.period, amt: used<<l.step.shift | l.bestStep(st, used)}
 }
 
-// restore sets st, keeping its ring, to a log that owes v at now: v.amt
-// units in one entry at the time of the newest entry of the log v was
-// taken from, which ages out at v.at. That log counted those units at
-// that time or earlier, so it never counts more than this one. The
-// larger either number of v, the more this log counts, for longer.
+// restore sets st, keeping its ring, to a log that owes v at now: the
+// units the log v was taken from counted, in at most two entries. The
+// step's units (see logStep) are at the step's time, the others at the
+// time of that log's newest entry, which ages out at v.at. Each unit is
+// at its own time or later, so this log counts at every time at least
+// the units that log did, and after any same decisions and refunds
+// still does. A shared bound (v.shared), the largest time and units of
+// several keys', has all its units at its newest time: at least as late,
+// and as many, as any of those keys' own.
 func (l *SlidingLog) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
 		return
 	}
-	u := (v.at - l.period) / l.unit // an entry's time: a whole number of units
-	st.era = uint32(u >> eraShift)
-	if len(st.ring) == 0 {
-		st.ring = make([]slEntry, 1)
+	newest := (v.at - l.period) / l.unit // an entry's time: a whole number of units
+	used := v.amt >> l.step.shift
+	var early uint32
+	var back int64
+	if !v.shared {
+		early, back = l.step.decode(v.amt, used)
 	}
-	st.count = 1
-	st.ring[0] = slEntry{off: uint32(u - st.base()), total: v.amt}
+	st.era = uint32((newest - back) >> eraShift)
+	if want := min(2, l.limit); len(st.ring) < want {
+		st.ring = make([]slEntry, want)
+	}
+	if early > 0 {
+		st.ring[0] = slEntry{off: uint32(newest - back - st.base()), total: early}
+		st.count++
+	}
+	*st.entry(int(st.count)) = slEntry{off: uint32(newest - st.base()), total: used}
+	st.count++
+}
+
+// logStep is how a sliding log's debt keeps, below the units its log
+// counts, a step: some of those units and how much older than the log's
+// newest entry they are, which lets them age out sooner than the newest
+// entry when the key is restored. The units are a share of the log's
+// (units·2^cbits/used, rounded down, which gives them exactly when the
+// log counts at most 2^cbits units), and the age a multiple of grid time
+// units (rounded down): a restored step holds no more units than came at
+// or before its time, which is no earlier than theirs. The bits are
+// shared by a limit's needs: the units take bits.Len(Limit+1) of the 26
+// bits of a debt's amount (so a shield's amount stays out of reach), the
+// step's share takes up to bits.Len(Limit-1) of the rest and at most
+// half, and its age what remains: for Limit 5, the units 3 bits, the
+// share exactly in 3 and the age in 20 (Period/2^20); for Limit 100, 7
+// bits each and the age in 12 (Period/4,096); for Limit 1,000, 10, 8
+// and 8; for MaxSlidingLogLimit, 17, 4 and 5.
+type logStep struct {
+	shift uint  // amt's bits below the units
+	cbits uint  // the share's bits, above the age's
+	grid  int64 // time units per step of the age
+}
+
+func newLogStep(limit int, period, unit int64) logStep {
+	shift := amtBits - uint(bits.Len(uint(limit)+1))
+	cbits := min(uint(bits.Len(uint(limit-1))), shift/2)
+	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
+	return logStep{shift: shift, cbits: cbits, grid: longest>>(shift-cbits) + 1}
+}
+
+// encode returns the step for early of used units at most back time
+// units older than the newest entry, and the units and age it gives
+// back; 0 if it gives back nothing.
+func (s logStep) encode(early, used uint32, back int64) (step uint32, n uint32, age int64) {
+	share := uint32(uint64(early) << s.cbits / uint64(used)) // < 2^cbits: early < used
+	step = share<<(s.shift-s.cbits) | uint32(back/s.grid)
+	n, age = s.decode(step, used)
+	if n == 0 || age == 0 {
+		return 0, 0, 0
+	}
+	return step, n, age
+}
+
+// decode returns the units and age of the step in amt, for a log of used
+// units: the units rounded up from the share, which keeps them at or
+// below those encoded (share·used/2^cbits ≤ early).
+func (s logStep) decode(amt, used uint32) (early uint32, back int64) {
+	dbits := s.shift - s.cbits
+	share := uint64(amt >> dbits & (1<<s.cbits - 1))
+	early = uint32((share*uint64(used) + 1<<s.cbits - 1) >> s.cbits)
+	back = int64(amt&(1<<dbits-1)) * s.grid
+	if early == 0 || back == 0 {
+		return 0, 0
+	}
+	return early, back
+}
+
+// stepCandidates bounds the entries bestStep weighs, so that a debt costs
+// the same whatever the log holds.
+const stepCandidates = 8
+
+// bestStep returns the step (see logStep) that gives back the most: of
+// the entries before the newest, the one for which the units up to it,
+// times how much sooner they then age out, is largest. It weighs every
+// entry of a log of up to stepCandidates+1 entries, and in a longer one
+// stepCandidates entries spread evenly over its units.
+func (l *SlidingLog) bestStep(st *slState, used uint32) uint32 {
+	last := int(st.count) - 1
+	newest := int64(st.entry(last).off)
+	var best uint32
+	var most uint64
+	weigh := func(i int) {
+		e := st.entry(i)
+		step, n, age := l.step.encode(e.total-st.low, used, newest-int64(e.off))
+		if gain := uint64(n) * uint64(age); gain > most {
+			best, most = step, gain
+		}
+	}
+	if last <= stepCandidates {
+		for i := range last {
+			weigh(i)
+		}
+		return best
+	}
+	for j := 1; j <= stepCandidates; j++ {
+		if i := st.firstReaching(uint32(uint64(used) * uint64(j) / (stepCandidates + 1))); i < last {
+			weigh(i)
+		}
+	}
+	return best
 }
 
 // Compile-time checks that the sliding log is a Limiter that can be reset and
