@@ -44,10 +44,12 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a key whose
 // estimate has fallen to zero equals a fresh one and is dropped first, at
-// no cost. A key dropped while its estimate is not zero comes back with
-// its events counted as if they had all come in its last window: charged
-// what it spent, no less, and no longer than that window weighs (unless
-// WithForgetEvicted).
+// no cost. A key dropped while its estimate is not zero leaves its window
+// and both counts in a 16-byte debt (unless WithForgetEvicted) and comes
+// back from it deciding exactly as if it had never been dropped, for
+// every period longer than Limit nanoseconds (every period over 16.8 ms,
+// whatever the limit; below, a previous count that does not fit is
+// counted in the current window).
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {

@@ -40,9 +40,26 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
-// cost. A key dropped while its log still counts comes back as if the
-// units it counted had all been spent at its newest entry: charged what it
-// spent, until that entry would have aged out (unless WithForgetEvicted).
+// cost. A key dropped while its log still counts leaves a 16-byte debt
+// (unless WithForgetEvicted), which cannot hold every entry: the key
+// comes back with the units it counted at two times at most, those up to
+// one older entry (the step) at that entry's time rounded up to a grid,
+// the others at its newest entry's time. No unit is put earlier than it
+// came, so a restored key is never allowed what it would have been
+// denied; and none later than the newest entry, so it counts units longer
+// than the exact log would only until its newest entry ages out, a Period
+// after its newest request at most, and never counts more units than its
+// log did. The grid is about Period/2²⁰ at Limit 5, Period/2¹⁸ at 10,
+// Period/4,096 at 100, Period/256 at 1,000 and Period/32 at
+// MaxSlidingLogLimit. The step's units are exact up to Limit 256, so that
+// a log of two entries comes back as it was, but that its older entry
+// ages out up to a grid step late; above, they are rounded down to a
+// 256th of the log's units (down to a 16th at MaxSlidingLogLimit), the
+// rest counting at the newest entry's time. Of a longer log, the step is
+// the entry that gives back the most units times the time they gain,
+// among every entry of a log of up to nine and eight spread over its
+// units beyond. A key evicted again after it came back may have units
+// moved later again, never past its newest entry of the time.
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
