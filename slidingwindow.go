@@ -532,21 +532,21 @@ func (l *SlidingLog) restore(st *slState, v debt, now int64) {
 // logStep is how a sliding log's debt keeps, below the units its log
 // counts, a step: some of those units and how much older than the log's
 // newest entry they are, which lets them age out sooner than the newest
-// entry when the key is restored. The units are a share of the log's
-// (units·2^cbits/used, rounded down, which gives them exactly when the
-// log counts at most 2^cbits units), and the age a multiple of grid time
-// units (rounded down): a restored step holds no more units than came at
-// or before its time, which is no earlier than theirs. The bits are
+// entry when the key is restored. The units are kept exactly when the
+// log counts at most 2^cbits, and otherwise as a share of the log's
+// (units·2^cbits/used, rounded down); the age as a whole number of grid
+// time units, rounded down: a restored step holds no more units than came
+// at or before its time, which is no earlier than theirs. The bits are
 // shared by a limit's needs: the units take bits.Len(Limit+1) of the 26
 // bits of a debt's amount (so a shield's amount stays out of reach), the
-// step's share takes up to bits.Len(Limit-1) of the rest and at most
-// half, and its age what remains: for Limit 5, the units 3 bits, the
-// share exactly in 3 and the age in 20 (Period/2^20); for Limit 100, 7
-// bits each and the age in 12 (Period/4,096); for Limit 1,000, 10, 8
-// and 8; for MaxSlidingLogLimit, 17, 4 and 5.
+// step's units up to bits.Len(Limit-1) of the rest and at most half, and
+// its age what remains: for Limit 5, the units 3 bits, the step's 3 and
+// the age 20 (Period/2²⁰); for Limit 100, 7 bits each and the age 12
+// (Period/4,096); for Limit 1,000, 10, 8 and 8; for MaxSlidingLogLimit,
+// 17, 4 and 5.
 type logStep struct {
 	shift uint  // amt's bits below the units
-	cbits uint  // the share's bits, above the age's
+	cbits uint  // the step's units' bits, above the age's
 	grid  int64 // time units per step of the age
 }
 
@@ -554,29 +554,33 @@ func newLogStep(limit int, period, unit int64) logStep {
 	shift := amtBits - uint(bits.Len(uint(limit)+1))
 	cbits := min(uint(bits.Len(uint(limit-1))), shift/2)
 	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
-	return logStep{shift: shift, cbits: cbits, grid: longest>>(shift-cbits) + 1}
+	grid := longest>>(shift-cbits) + 1    // longest/grid < 2^(shift-cbits)
+	return logStep{shift: shift, cbits: cbits, grid: grid}
 }
 
 // encode returns the step for early of used units at most back time
-// units older than the newest entry, and the units and age it gives
-// back; 0 if it gives back nothing.
-func (s logStep) encode(early, used uint32, back int64) (step uint32, n uint32, age int64) {
-	share := uint32(uint64(early) << s.cbits / uint64(used)) // < 2^cbits: early < used
-	step = share<<(s.shift-s.cbits) | uint32(back/s.grid)
-	n, age = s.decode(step, used)
-	if n == 0 || age == 0 {
-		return 0, 0, 0
+// units older than the newest entry; 0 if it would give back nothing.
+func (s logStep) encode(early, used uint32, back int64) uint32 {
+	n := early // exact: early < used ≤ 2^cbits
+	if used > 1<<s.cbits {
+		n = uint32(uint64(early) << s.cbits / uint64(used)) // < 2^cbits: early < used
 	}
-	return step, n, age
+	age := uint32(back / s.grid)
+	if n == 0 || age == 0 { // decode would give back nothing
+		return 0
+	}
+	return n<<(s.shift-s.cbits) | age
 }
 
 // decode returns the units and age of the step in amt, for a log of used
-// units: the units rounded up from the share, which keeps them at or
-// below those encoded (share·used/2^cbits ≤ early).
+// units. A share is rounded up, which keeps the units at or below those
+// encoded (share·used/2^cbits ≤ early).
 func (s logStep) decode(amt, used uint32) (early uint32, back int64) {
 	dbits := s.shift - s.cbits
-	share := uint64(amt >> dbits & (1<<s.cbits - 1))
-	early = uint32((share*uint64(used) + 1<<s.cbits - 1) >> s.cbits)
+	early = amt >> dbits & (1<<s.cbits - 1)
+	if used > 1<<s.cbits {
+		early = uint32((uint64(early)*uint64(used) + 1<<s.cbits - 1) >> s.cbits)
+	}
 	back = int64(amt&(1<<dbits-1)) * s.grid
 	if early == 0 || back == 0 {
 		return 0, 0
@@ -590,33 +594,31 @@ const stepCandidates = 8
 
 // bestStep returns the step (see logStep) that gives back the most: of
 // the entries before the newest, the one for which the units up to it,
-// times how much sooner they then age out, is largest. It weighs every
-// entry of a log of up to stepCandidates+1 entries, and in a longer one
-// stepCandidates entries spread evenly over its units.
+// times how much older than the newest it is, is largest (before the
+// step rounds them). It weighs every entry of a log of up to
+// stepCandidates+1 entries, and stepCandidates spread evenly over the
+// entries of a longer one: a multiplication each, and one step encoded.
 func (l *SlidingLog) bestStep(st *slState, used uint32) uint32 {
 	last := int(st.count) - 1
 	newest := int64(st.entry(last).off)
-	var best uint32
+	var early uint32
+	var back int64
 	var most uint64
-	weigh := func(i int) {
+	for j := range min(last, stepCandidates) {
+		i := j
+		if last > stepCandidates {
+			i = j * last / stepCandidates
+		}
 		e := st.entry(i)
-		step, n, age := l.step.encode(e.total-st.low, used, newest-int64(e.off))
+		n, age := e.total-st.low, newest-int64(e.off)
 		if gain := uint64(n) * uint64(age); gain > most {
-			best, most = step, gain
+			early, back, most = n, age, gain
 		}
 	}
-	if last <= stepCandidates {
-		for i := range last {
-			weigh(i)
-		}
-		return best
+	if most == 0 {
+		return 0
 	}
-	for j := 1; j <= stepCandidates; j++ {
-		if i := st.firstReaching(uint32(uint64(used) * uint64(j) / (stepCandidates + 1))); i < last {
-			weigh(i)
-		}
-	}
-	return best
+	return l.step.encode(early, used, back)
 }
 
 // Compile-time checks that the sliding log is a Limiter that can be reset and
