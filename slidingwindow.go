@@ -56,10 +56,11 @@ import (
 // ages out up to a grid step late; above, they are rounded down to a
 // 256th of the log's units (down to a 16th at MaxSlidingLogLimit), the
 // rest counting at the newest entry's time. Of a longer log, the step is
-// the entry that gives back the most units times the time they gain,
-// among every entry of a log of up to nine and eight spread over its
-// units beyond. A key evicted again after it came back may have units
-// moved later again, never past its newest entry of the time.
+// the entry that gives back the most units times the time they gain
+// (before rounding), among every entry of a log of up to nine, and eight
+// spread evenly over the entries of a longer one. A key evicted again
+// after it came back may have units moved later again, never past its
+// newest entry of the time.
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
