@@ -519,7 +519,7 @@ func (l *SlidingLog) restore(st *slState, v debt, now int64) {
 		early, back = l.step.decode(v.amt, used)
 	}
 	st.era = uint32((newest - back) >> eraShift)
-	if want := min(2, l.limit); len(st.ring) < want {
+	if want := 1 + min(early, 1); len(st.ring) < int(want) {
 		st.ring = make([]slEntry, want)
 	}
 	if early > 0 {
