@@ -110,3 +110,43 @@ func l0grid(limit int, period time.Duration) int64 {
 	unit := logUnit(int64(period))
 	return newLogStep(limit, int64(period), unit).grid * unit
 }
+
+// TestDebtAmountsFitTheMemory: a debt's amount has amtBits bits in the
+// debt memory and must stay below a shield's. A sliding counter's sum of
+// counts (up to 2^31 when charged beyond its limit) is packed exactly
+// below 2^25 and rounded up above, by less than a 2^19th, keeping the
+// order of the sums (a shared bound, the larger amount, is the larger
+// sum); a sliding log in debt beyond its limit owes the saturated
+// amount, the largest of its limit's.
+func TestDebtAmountsFitTheMemory(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 19))
+	sums := []uint64{0, 1, countExact - 1, countExact, countExact + 1, 1<<30 - 1, 1 << 30, 1<<31 - 1, 1 << 31}
+	for range 20000 {
+		sums = append(sums, rng.Uint64N(1<<31+1), rng.Uint64N(1<<26))
+	}
+	slices.Sort(sums)
+	prev := uint32(0)
+	for _, n := range sums {
+		a := packCount(n)
+		back := uint64(unpackCount(a))
+		switch {
+		case a >= markerAmt:
+			t.Fatalf("sum %d packed as %#x: not below a shield", n, a)
+		case n < countExact && back != n:
+			t.Fatalf("sum %d came back as %d", n, back)
+		case back < n || (back-n)<<countMantBits > n:
+			t.Fatalf("sum %d came back as %d: below it, or more than a 2^19th above", n, back)
+		case a < prev:
+			t.Fatalf("sum %d packed as %#x, below the smaller sum's %#x", n, a, prev)
+		}
+		prev = a
+	}
+	for _, limit := range []int{1, 2, 5, 6, 7, 100, 1000, 1 << 15, MaxSlidingLogLimit} {
+		l, err := NewSlidingLog(Rate{limit, time.Minute})
+		require.NoError(t, err)
+		sat := l.step.saturated()
+		require.Less(t, sat, uint32(markerAmt), "limit %d", limit)
+		require.Greater(t, sat>>l.step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
+		require.GreaterOrEqual(t, sat, uint32(limit)<<l.step.shift|1<<l.step.shift-1, "limit %d: not the largest amount", limit)
+	}
+}

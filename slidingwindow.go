@@ -60,7 +60,11 @@ import (
 // (before rounding), among every entry of a log of up to nine, and eight
 // spread evenly over the entries of a longer one. A key evicted again
 // after it came back may have units moved later again, never past its
-// newest entry of the time.
+// newest entry of the time. A log charged beyond its limit (ChargeN)
+// comes back as the most units a log in debt counts, at its newest
+// entry's time: denied until that entry ages out, and from a charge on
+// until the charge does (more charged than it may have been, never
+// less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -493,14 +497,20 @@ func (l *SlidingLog) rebase(st *slState, now int64) {
 // debt returns what st owes at now (see debt): when its newest entry
 // ages out, and in amt the units it counts above a step (see logStep)
 // that lets the units up to one older entry age out sooner (see
-// restore).
+// restore). A log charged beyond its limit (ChargeN) counts more units
+// than amt holds: its amount is the saturated one (see logStep), with no
+// step.
 func (l *SlidingLog) debt(st *slState, now int64) debt {
 	l.expire(st, now)
 	if st.count == 0 {
 		return debt{}
 	}
+	at := l.at(st, int(st.count)-1) + l.period
 	used := st.used()
-	return debt{at: l.at(st, int(st.count)-1) + l.period, amt: used<<l.step.shift | l.bestStep(st, used)}
+	if used > uint32(l.limit) {
+		return debt{at: at, amt: l.step.saturated()}
+	}
+	return debt{at: at, amt: used<<l.step.shift | l.bestStep(st, used)}
 }
 
 // restore sets st, keeping its ring, to a log that owes v at now: the
@@ -511,7 +521,11 @@ func (l *SlidingLog) debt(st *slState, now int64) debt {
 // the units that log did, and after any same decisions and refunds
 // still does. A shared bound (v.shared), the largest time and units of
 // several keys', has all its units at its newest time: at least as late,
-// and as many, as any of those keys' own.
+// and as many, as any of those keys' own. A saturated amount, a log in
+// debt beyond its limit, comes back as the most units such a log counts
+// (Rate.Limit², at most 2^31: see ChargeN) at its newest time: denied
+// every request until that entry ages out, as the log it was taken from
+// was at most.
 func (l *SlidingLog) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
@@ -521,7 +535,10 @@ func (l *SlidingLog) restore(st *slState, v debt, now int64) {
 	used := v.amt >> l.step.shift
 	var early uint32
 	var back int64
-	if !v.shared {
+	switch {
+	case v.amt >= l.step.saturated():
+		used = uint32(min(uint64(l.limit)*uint64(l.limit), 1<<31))
+	case !v.shared:
 		early, back = l.step.decode(v.amt, used)
 	}
 	st.era = uint32((newest - back) >> eraShift)
@@ -563,6 +580,14 @@ func newLogStep(limit int, period, unit int64) logStep {
 	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
 	grid := longest>>(shift-cbits) + 1    // longest/grid < 2^(shift-cbits)
 	return logStep{shift: shift, cbits: cbits, grid: grid}
+}
+
+// saturated returns the amount of a log that counts more than Rate.Limit
+// units (charged beyond it): the units' largest value, which no log
+// within its limit reaches (Limit+1 < 2^bits), with no step. It is the
+// largest amount a log's debt takes, and below a shield's.
+func (s logStep) saturated() uint32 {
+	return (1<<(amtBits-s.shift) - 1) << s.shift
 }
 
 // encode returns the step for early of used units at most back time
