@@ -458,7 +458,7 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		histories = 20
 	}
-	type tally struct{ runs, restored, decisions, lockouts, keys int }
+	type tally struct{ runs, restored, decisions, lockouts, inDebt, keys int }
 	tallies := map[string]*tally{}
 	var names []string
 	for h := 0; h < histories; h++ {
@@ -479,6 +479,7 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 			tl.restored += int(res.stats.Restored)
 			tl.decisions += res.decisions
 			tl.lockouts += res.lockouts
+			tl.inDebt += res.inDebt
 			if res.lockouts > 0 {
 				tl.keys++
 			}
@@ -486,8 +487,11 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 	}
 	for _, name := range names {
 		tl := tallies[name]
-		t.Logf("%-36s %3d histories, %5d keys restored, %7d decisions; charged more than exact: %d decisions, in %d histories",
-			name, tl.runs, tl.restored, tl.decisions, tl.lockouts, tl.keys)
+		t.Logf("%-36s %3d histories, %5d keys restored, %7d decisions; charged more than exact: %d decisions (%d of keys charged beyond their limit in the Period before), in %d histories",
+			name, tl.runs, tl.restored, tl.decisions, tl.lockouts, tl.inDebt, tl.keys)
+		if tl.lockouts > tl.inDebt {
+			t.Errorf("%s: %d decisions charged more than exact, of keys within their limit", name, tl.lockouts-tl.inDebt)
+		}
 		if tl.restored == 0 {
 			t.Errorf("%s: no key was restored: the replay tests nothing", name)
 		}
@@ -498,7 +502,11 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 type withinSize struct {
 	failure             string
 	decisions, lockouts int
-	stats               floodgate.Stats
+	// inDebt counts the lockouts of keys charged (ChargeN) within the
+	// Period before: a log restored in debt beyond its limit comes back
+	// with its units at its newest time (see SlidingLog).
+	inDebt int
+	stats  floodgate.Stats
 }
 
 // replayWithinSize replays one history of TestNoLockoutWithinStatedSize.
@@ -514,8 +522,9 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 	mustNot(t, err)
 	exact, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(1<<16))...)
 	mustNot(t, err)
-	newest := map[string]time.Time{} // the time of each key's newest request the log records
-	held := clk.t                    // the limiters' time: they hold the latest they have seen
+	newest := map[string]time.Time{}  // the time of each key's newest request the log records
+	charged := map[string]time.Time{} // the time of each key's newest charge
+	held := clk.t                     // the limiters' time: they hold the latest they have seen
 	var res withinSize
 	for step := 0; step < steps && res.failure == ""; step++ {
 		if clk.t.After(held) {
@@ -537,6 +546,16 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 			mustNot(t, bounded.Reset(ctx, key))
 			mustNot(t, exact.Reset(ctx, key))
 			delete(newest, key)
+		case r < 40: // the cost known after (WithCostAfter): beyond the limit
+			n := 1 + rng.IntN(2*k.capacity)
+			mustNot(t, bounded.(floodgate.Charger).ChargeN(ctx, key, n))
+			mustNot(t, exact.(floodgate.Charger).ChargeN(ctx, key, n))
+			newest[key], charged[key] = held, held
+		case r < 42: // waiting (WithWait): booked ahead, where it can be
+			res.failure = reserveBoth(t, bounded, exact, key, 1+rng.IntN(k.capacity), time.Duration(rng.Int64N(int64(k.rate.Period))))
+			if res.failure != "" {
+				res.failure = fmt.Sprintf("step %d: %s", step, res.failure)
+			}
 		default:
 			res.decisions++
 			n := rng.IntN(k.capacity + 1)
@@ -550,7 +569,11 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 				}
 				continue
 			}
+			before := res.lockouts
 			res.failure = compareLog(t, k, exact, key, n, got, held, newest, &res.lockouts)
+			if at, ok := charged[key]; ok && res.lockouts > before && held.Sub(at) < k.rate.Period {
+				res.inDebt++
+			}
 			if res.failure != "" {
 				res.failure = fmt.Sprintf("step %d: %s; %+v", step, res.failure, bounded.Stats())
 			}
@@ -561,6 +584,24 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 		res.failure = fmt.Sprintf("not a replay within the stated size: %+v", res.stats)
 	}
 	return res
+}
+
+// reserveBoth books n units for key on both limiters if they book ahead
+// (a token bucket), and returns how the bounded one's reservation differs.
+func reserveBoth(t *testing.T, bounded, exact keyedLimiter, key string, n int, maxWait time.Duration) string {
+	t.Helper()
+	rb, ok := bounded.(floodgate.Reserver)
+	if !ok {
+		return ""
+	}
+	got, err := rb.ReserveN(context.Background(), key, n, maxWait)
+	mustNot(t, err)
+	want, err := exact.(floodgate.Reserver).ReserveN(context.Background(), key, n, maxWait)
+	mustNot(t, err)
+	if got != want {
+		return fmt.Sprintf("%s ReserveN(%d, %v): restored %+v, exact %+v", key, n, maxWait, got, want)
+	}
+	return ""
 }
 
 // compareLog decides key's request of n on the exact log as the bounded
