@@ -41,21 +41,28 @@ func (l *SlidingLog) ChargeN(_ context.Context, key string, n int) error {
 func (l *SlidingLog) charge(st *slState, now int64, w uint32) {
 	limit := uint32(l.limit)
 	w = min(w, limit)
-	if int(st.count) >= l.limit {
-		// Fold: every unit at now, no more than limit of them.
-		w = min(st.used()+w, limit)
+	keep := limit // the most the newest entry weighs
+	if used := st.used(); int(st.count) >= l.limit || used > limit && st.count == 1 {
+		// Fold: every unit at now, no more than limit of them. A log of
+		// one entry of more than limit is one restored in debt (see
+		// restore), which counts at least the units of the log it was
+		// taken from: it folds as that log may have, keeping them all.
+		if used > limit && st.count == 1 {
+			keep = used
+		}
+		w = min(used+w, keep)
 		st.head, st.count, st.low = 0, 0, 0
 	}
 	l.record(st, now, w)
 	// record merges into a newest entry of the same time unit: an entry
-	// weighs at most limit.
+	// weighs at most keep.
 	last := st.entry(int(st.count) - 1)
 	prev := st.low
 	if st.count > 1 {
 		prev = st.entry(int(st.count) - 2).total
 	}
-	if last.total-prev > limit {
-		last.total = prev + limit
+	if last.total-prev > keep {
+		last.total = prev + keep
 	}
 }
 
