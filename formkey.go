@@ -76,17 +76,18 @@ func KeyByQuery(param string) (KeyFunc, error) {
 //     the error wraps ErrInvalidBody. The rest of a longer body (a file
 //     of any size, say) is checked as the handler reads it: the body is
 //     handed on through a reader that parses the multipart stream as
-//     it goes, streaming files through (never holding or writing them),
-//     and fails with an error wrapping ErrAmbiguousKey, before the
-//     handler has any byte of it, if a later part gives the field
-//     another value than the one counted (repeating that value is
-//     harmless). The handler's ParseMultipartForm then fails: FormValue
-//     gives the query's value (the one counted) or "", PostFormValue
-//     "", and Form, PostForm and MultipartForm hold nothing from the
-//     body. The reader holds about 20 KiB as the body streams through
-//     (MaxFormBytes + 32 KiB at most, for a long part of the field or
-//     long part headers, beyond which the error wraps ErrInvalidBody),
-//     and parses each byte the handler reads once more.
+//     it goes, streaming files through (never holding or writing them).
+//     If a later part gives the field another value than the one
+//     counted (repeating that value is harmless), the body the handler
+//     reads ends before that part, closed as the end of the form: its
+//     ParseMultipartForm succeeds with the parts sent before it, whole,
+//     and every accessor gives the value counted or nothing. (Where the
+//     end cannot be put on a part boundary, the body's Read fails with
+//     an error wrapping ErrAmbiguousKey instead.) The reader holds about
+//     20 KiB as the body streams through (MaxFormBytes + 32 KiB at most,
+//     for a long part of the field or long part headers, beyond which
+//     its Read fails with an error wrapping ErrInvalidBody), and parses
+//     each byte the handler reads once more.
 //
 // A form that another middleware parsed before (a CSRF check calling
 // ParseForm, say), whose body is gone, is read from Request.Form,

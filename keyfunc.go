@@ -47,8 +47,8 @@ var ErrNoKey = errors.New("floodgate: request carries no key")
 // under every error policy. It does not wrap ErrNoKey, so a
 // PolicySelector never falls back to a weaker limit for it. A multipart
 // field repeated with another value past the first MaxFormBytes of the
-// body is found as the handler reads it: the body's Read then fails with
-// an error wrapping ErrAmbiguousKey (see KeyByForm).
+// body is found only as the handler reads it: the body then ends before
+// that part (see KeyByForm).
 var ErrAmbiguousKey = errors.New("floodgate: request gives its key more than one value")
 
 // ErrInvalidBody reports a request body a key function could not use: too

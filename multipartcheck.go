@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,11 @@ const (
 	// longer than MaxFormBytes when it repeats the value that had to fit
 	// there), or a part's headers. More is ErrInvalidBody.
 	checkMaxPending = MaxFormBytes + 2*checkHoldback
+	// checkLookBack is how far before the last byte it has read when a
+	// part ends the check looks for the next part's delimiter: more than
+	// mime/multipart's read-ahead (4 KiB), less than checkHoldback, so
+	// that none of those bytes has been handed on yet.
+	checkLookBack = checkHoldback / 2
 )
 
 // errCheckFull is what the check's tap gives mime/multipart when the
@@ -32,45 +38,54 @@ var errCheckFull = errors.New("floodgate: multipart check full")
 // As the handler reads the body, it parses the multipart stream with
 // mime/multipart, as ParseMultipartForm will, and checks that every part
 // that is a value of field (not a file) gives want, the key counted. A
-// part that gives another value makes Read fail with an error wrapping
-// ErrAmbiguousKey, before the handler has any byte of that value: the
-// handler's ParseMultipartForm fails, and FormValue, PostFormValue, Form,
-// PostForm and MultipartForm then hold nothing from the body. A repeat of
-// want is harmless.
+// repeat of want is harmless. At a part that gives another value, the
+// body the handler reads ends, before any byte of that part: the check
+// hands on the bytes up to the delimiter that part begins with (or an
+// earlier one) and then closes the form there ("--boundary--" and the end of the body), so the
+// handler's ParseMultipartForm succeeds with the parts before it, as
+// sent, and every accessor gives want or nothing (a handler that ignores
+// the parse's error cannot be handed a nil MultipartForm by the check).
+// Where it cannot place that end on a delimiter mime/multipart
+// recognises, Read fails with an error wrapping ErrAmbiguousKey instead.
 //
 // Files and other fields stream through, in 4 KiB steps: the check holds
 // checkHoldback bytes behind what it has parsed, and at most
 // checkMaxPending. It parses the body once more than the handler does,
-// and only as far as the handler reads it. The error is sticky: the
+// and only as far as the handler reads it. An error is sticky: the
 // handler's later reads fail too.
 type multipartCheck struct {
-	src     io.ReadCloser // the body: what the key function peeked, then the rest
-	field   string
-	want    string
-	mr      *multipart.Reader // reads src through tap
-	part    *multipart.Part   // the part being read, nil between parts
-	keyPart bool              // part is a value of field: nothing is handed on until it ends
-	matched int               // the bytes of want the key part has given so far
-	pending []byte            // bytes mr has read from src; the handler has had pending[:off]
-	off     int
-	full    bool          // the tap refused mr more bytes
-	srcErr  error         // the error src gave, if not io.EOF
-	done    bool          // mr found the closing boundary: the rest is handed on as is
-	err     error         // what Read returns from then on
-	buf     [4 << 10]byte // where a part is read
+	src      io.ReadCloser // the body: what the key function peeked, then the rest
+	boundary string
+	field    string
+	want     string
+	read     int64             // the bytes of src the tap has read
+	mark     int64             // the next part's delimiter starts at this byte of src or after it
+	ended    bool              // a part has ended: mark is set
+	cut      bool              // the form was closed before a part giving another value
+	mr       *multipart.Reader // reads src through tap
+	part     *multipart.Part   // the part being read, nil between parts
+	keyPart  bool              // part is a value of field: nothing is handed on until it ends
+	matched  int               // the bytes of want the key part has given so far
+	pending  []byte            // bytes mr has read from src; the handler has had pending[:off]
+	off      int
+	full     bool          // the tap refused mr more bytes
+	srcErr   error         // the error src gave, if not io.EOF
+	done     bool          // mr found the closing boundary: the rest is handed on as is
+	err      error         // what Read returns from then on
+	buf      [4 << 10]byte // where a part is read
 }
 
 // newMultipartCheck returns body wrapped in a multipartCheck of the
 // parts named field in a multipart body with boundary.
 func newMultipartCheck(body io.ReadCloser, boundary, field, want string) *multipartCheck {
-	c := &multipartCheck{src: body, field: field, want: want, pending: make([]byte, 0, 2*checkHoldback)}
+	c := &multipartCheck{src: body, boundary: boundary, field: field, want: want, pending: make([]byte, 0, 2*checkHoldback)}
 	c.mr = multipart.NewReader(checkTap{c}, boundary)
 	return c
 }
 
 // Read hands on the bytes of the body the check has parsed.
 func (c *multipartCheck) Read(p []byte) (int, error) {
-	for c.ready() == 0 && !c.done && c.err == nil {
+	for c.ready() == 0 && !c.done && !c.cut && c.err == nil {
 		c.step()
 	}
 	if n := c.ready(); n > 0 {
@@ -78,8 +93,11 @@ func (c *multipartCheck) Read(p []byte) (int, error) {
 		c.off += n
 		return n, nil
 	}
-	if c.err != nil {
+	switch {
+	case c.err != nil:
 		return 0, c.err
+	case c.cut:
+		return 0, io.EOF
 	}
 	return c.src.Read(p) // done: the epilogue, which no parser reads
 }
@@ -91,7 +109,7 @@ func (c *multipartCheck) Close() error { return c.src.Close() }
 func (c *multipartCheck) ready() int {
 	held := len(c.pending) - c.off
 	switch {
-	case c.done:
+	case c.done, c.cut:
 		return held
 	case c.err != nil, c.keyPart:
 		return 0
@@ -114,15 +132,77 @@ func (c *multipartCheck) step() {
 	}
 	n, err := c.part.Read(c.buf[:])
 	if c.keyPart && !c.match(c.buf[:n], err == io.EOF) {
-		c.err = fmt.Errorf("%w: multipart field %q is given again, past the first %d bytes of the body, with another value than the one counted", ErrAmbiguousKey, c.field, MaxFormBytes)
+		c.closeBefore()
 		return
 	}
 	switch {
 	case err == io.EOF:
 		c.part, c.keyPart = nil, false
+		// mime/multipart has found the next delimiter in what it has
+		// read ahead.
+		c.mark, c.ended = max(c.read-checkLookBack, 0), true
 	case err != nil:
 		c.stop(err)
 	}
+}
+
+// closeBefore ends the body handed on before the part being read, which
+// gives the field another value: at the first delimiter from where that
+// part's may start, which it closes as the end of the form.
+func (c *multipartCheck) closeBefore() {
+	at, ok := c.delimiterBefore()
+	if !ok {
+		c.err = fmt.Errorf("%w: multipart field %q is given again, past the first %d bytes of the body, with another value than the one counted", ErrAmbiguousKey, c.field, MaxFormBytes)
+		return
+	}
+	// "\n--boundary--" and the end of the body: the close of the form in
+	// either line-end mode (a '\r' before it ends the last part's content
+	// in one, is part of it in the other, as in the body sent).
+	c.pending = append(append(append(c.pending[:at], "\n--"...), c.boundary...), "--"...)
+	c.cut = true
+}
+
+// delimiterBefore returns the index in pending of the '\n' that starts
+// the first delimiter from mark on, which is that of the part being read
+// or of one before it. A delimiter is "\n--boundary" followed by white
+// space, a line end or "--", as mime/multipart ends a part's content
+// there; the bytes before it are handed on as sent, so every part before
+// it is parsed whole, as it was sent. Before any part has ended, the
+// part being read is the first: the index is 0 (nothing has been handed
+// on). It reports false where the delimiter may already be handed on.
+func (c *multipartCheck) delimiterBefore() (int, bool) {
+	handed := c.read - int64(len(c.pending)-c.off)
+	if !c.ended {
+		return c.off, handed == 0
+	}
+	if c.mark < handed {
+		return 0, false
+	}
+	delim := []byte("\n--" + c.boundary)
+	for i := c.off + int(c.mark-handed); i < len(c.pending); {
+		j := bytes.Index(c.pending[i:], delim)
+		if j < 0 {
+			return 0, false
+		}
+		i += j
+		if endsContent(c.pending[i+len(delim):]) {
+			return i, true
+		}
+		i++
+	}
+	return 0, false
+}
+
+// endsContent reports whether after, the bytes after "\n--boundary",
+// make it a delimiter for mime/multipart: white space, a line end, "--".
+func endsContent(after []byte) bool {
+	switch {
+	case len(after) == 0:
+		return false
+	case after[0] == ' ', after[0] == '\t', after[0] == '\r', after[0] == '\n':
+		return true
+	}
+	return len(after) > 1 && after[0] == '-' && after[1] == '-'
 }
 
 // match reports whether b, the next bytes of a value of the field, still
@@ -169,6 +249,7 @@ func (t checkTap) Read(p []byte) (int, error) {
 		c.off = 0
 	}
 	n, err := c.src.Read(p)
+	c.read += int64(n)
 	c.pending = append(c.pending, p[:n]...)
 	if err != nil && err != io.EOF && c.srcErr == nil {
 		c.srcErr = err

@@ -21,9 +21,11 @@ var pastWindow = strings.Repeat("A", 70<<10)
 // check, "user=x1, a 70 KB file, user=victim" was counted under x1 and
 // served as victim to a handler reading the last value of Form or
 // PostForm, or any of MultipartForm.Value. Now the request is counted
-// under the first value and the handler's ParseMultipartForm fails with
-// ErrAmbiguousKey: no accessor gives it the other value. A repeat of the
-// value counted, or a file of the field's name, is harmless.
+// under the first value and the body the handler reads ends before the
+// part giving the other value: its ParseMultipartForm succeeds with the
+// parts before (the file whole), and no accessor gives it the other
+// value. A repeat of the value counted, or a file of the field's name,
+// is harmless: the handler gets the whole form.
 func TestMultipartCheckRefusesAnotherValue(t *testing.T) {
 	qp := "Content-Transfer-Encoding: quoted-printable"
 	tests := []struct {
@@ -33,7 +35,7 @@ func TestMultipartCheckRefusesAnotherValue(t *testing.T) {
 		parts  []string // name, filename, content; "qp:" before a name encodes the value
 		key    string
 		keyErr error // of the key function
-		refuse bool  // the handler's parse must fail with ErrAmbiguousKey
+		refuse bool  // the body must end before the other value
 	}{
 		{"x1, file, victim", mustKey(KeyByForm("user")), "/login", []string{"user", "", "x1", "avatar", "a.png", pastWindow, "user", "", "victim"}, "x1", nil, true},
 		{"empty, file, victim", mustKey(KeyByForm("user")), "/login", []string{"user", "", "", "avatar", "a.png", pastWindow, "user", "", "victim"}, "", ErrNoKey, true},
@@ -66,34 +68,37 @@ func TestMultipartCheckRefusesAnotherValue(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(perr, ErrAmbiguousKey) {
-				t.Fatalf("handler's ParseMultipartForm: %v; want ErrAmbiguousKey", perr)
+			if perr != nil {
+				t.Fatalf("handler's ParseMultipartForm: %v; want the form closed before the other value", perr)
 			}
-			checkNothingFromTheBody(t, r, key)
+			checkOnlyCounted(t, r, key)
 		})
 	}
 }
 
-// checkNothingFromTheBody: after a failed parse, every accessor gives
-// the value counted (from the query), or nothing.
-func checkNothingFromTheBody(t *testing.T, r *http.Request, key string) {
+// checkOnlyCounted: after a parse of a body closed before a part giving
+// another value, every accessor gives the value counted or nothing, the
+// parts before (the file) are whole, and the body has nothing more.
+func checkOnlyCounted(t *testing.T, r *http.Request, key string) {
 	t.Helper()
-	if v := r.FormValue("user"); v != key && v != "" {
+	if v := r.FormValue("user"); v != key {
 		t.Errorf("FormValue %q; counted %q", v, key)
 	}
-	if v := r.PostFormValue("user"); v != "" {
-		t.Errorf("PostFormValue %q; want nothing from the body", v)
+	if v := r.PostFormValue("user"); v != key && v != "" {
+		t.Errorf("PostFormValue %q; counted %q", v, key)
 	}
-	for _, v := range r.Form["user"] {
-		if v != key {
-			t.Errorf("Form holds %q; counted %q", v, key)
+	for _, vals := range [][]string{r.Form["user"], r.PostForm["user"], r.MultipartForm.Value["user"]} {
+		for _, v := range vals {
+			if v != key {
+				t.Errorf("the form holds %q; counted %q", v, key)
+			}
 		}
 	}
-	if len(r.PostForm["user"]) != 0 || r.MultipartForm != nil {
-		t.Errorf("PostForm %q, MultipartForm %v; want nothing from the body", r.PostForm["user"], r.MultipartForm)
+	if f := r.MultipartForm.File["avatar"]; len(f) != 1 || f[0].Size != int64(len(pastWindow)) {
+		t.Errorf("avatar %v; want the whole file, sent before the other value", f)
 	}
-	if err := r.ParseMultipartForm(1 << 20); !errors.Is(err, ErrAmbiguousKey) {
-		t.Errorf("ParseMultipartForm again: %v; want the same error", err)
+	if rest, err := io.ReadAll(r.Body); len(rest) != 0 || err != nil {
+		t.Errorf("after the form: %q, %v; want the end of the body", rest, err)
 	}
 }
 
@@ -324,10 +329,13 @@ func TestMultipartCheckBodyErrors(t *testing.T) {
 }
 
 // FuzzMultipartCheck: over any body, a handler that parses the form
-// through the check gets the form it would get without it, or an error;
-// an error only where the body gives field another value than the one
-// counted (ErrAmbiguousKey) or cannot be parsed (ErrInvalidBody); and
-// never a form with another value. The bytes handed on are the body's.
+// through the check never gets another value of field than the one
+// counted. Where the form it would get without the check gives only that
+// value, it gets that form, whole. Otherwise it gets the form closed at a
+// part boundary (each field's values a prefix of those sent, every part
+// before whole), or an error: ErrAmbiguousKey, ErrInvalidBody, or one
+// the body gives without the check too. The bytes handed on are the
+// body's, then the close of the form where it was closed early.
 func FuzzMultipartCheck(f *testing.F) {
 	mp := func(vals ...string) []byte {
 		var b strings.Builder
@@ -340,6 +348,9 @@ func FuzzMultipartCheck(f *testing.F) {
 	f.Add(mp("x1", "victim"), "x1")
 	f.Add(mp("victim", "victim1"), "victim")
 	f.Add(mp("", "victim"), "")
+	f.Add(mp("victim--XX ", "x1"), "victim--XX ")
+	f.Add(mp("victim\r\n--XXy", "x1"), "victim\r\n--XXy")
+	f.Add([]byte("--XX\nContent-Disposition: form-data; name=user\n\nvictim\r\n--XX\nContent-Disposition: form-data; name=user\n\nx1\n--XX--\n"), "victim\r")
 	f.Add([]byte("pre\r\n--XX\r\nContent-Disposition: form-data; name=\"user\"; filename=\"f\"\r\n\r\nvictim\r\n--XX\r\nContent-Disposition: form-data; name=user\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nx=31\r\n--XX--\r\nepi"), "x1")
 	f.Add([]byte("--XX\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nx1\r\n--XX"), "x1")
 	f.Fuzz(func(t *testing.T, body []byte, want string) {
@@ -353,21 +364,40 @@ func FuzzMultipartCheck(f *testing.F) {
 		if cerr == nil {
 			defer checked.RemoveAll()
 		}
-		if !bytes.HasPrefix(body, handed.Bytes()) {
-			t.Fatalf("handed on %q, not a prefix of the body", handed.Bytes())
+		sent, closing := handed.Bytes(), []byte("\n--XX--")
+		if c.cut {
+			if !bytes.HasSuffix(sent, closing) {
+				t.Fatalf("closed early, handed on %q", sent)
+			}
+			sent = sent[:len(sent)-len(closing)]
 		}
-		agree := derr == nil && allEqual(direct.Value["user"], want)
+		if !bytes.HasPrefix(body, sent) {
+			t.Fatalf("handed on %q, not a prefix of the body", sent)
+		}
+		honest := derr == nil && allEqual(direct.Value["user"], want)
 		switch {
-		case cerr == nil && (derr != nil || !sameValues(direct.Value, checked.Value)):
-			t.Fatalf("through the check %v; without %v (%v)", checked.Value, direct.Value, derr)
 		case cerr == nil && !allEqual(checked.Value["user"], want):
 			t.Fatalf("through the check, user %q; counted %q", checked.Value["user"], want)
-		case cerr != nil && agree:
-			t.Fatalf("through the check: %v; without it the form %v gives only %q", cerr, direct.Value, want)
+		case honest && (cerr != nil || c.cut || !sameValues(direct.Value, checked.Value)):
+			t.Fatalf("through the check %v, %v (closed early %v); without it the form %v gives only %q", checked, cerr, c.cut, direct.Value, want)
+		case cerr == nil && derr == nil && !prefixValues(checked.Value, direct.Value):
+			t.Fatalf("through the check %v; sent %v", checked.Value, direct.Value)
+		case cerr == nil && !c.cut && (derr != nil || !sameValues(direct.Value, checked.Value)):
+			t.Fatalf("through the check, not closed early, %v; without it %v (%v)", checked.Value, direct.Value, derr)
 		case cerr != nil && !errors.Is(cerr, ErrAmbiguousKey) && !errors.Is(cerr, ErrInvalidBody) && derr == nil:
 			t.Fatalf("through the check: %v, undocumented", cerr)
 		}
 	})
+}
+
+// prefixValues reports whether each field's values in a begin those in b.
+func prefixValues(a, b map[string][]string) bool {
+	for k, va := range a {
+		if len(va) > len(b[k]) || strings.Join(va, "\x00") != strings.Join(b[k][:len(va)], "\x00") {
+			return false
+		}
+	}
+	return true
 }
 
 func allEqual(vals []string, want string) bool {
@@ -423,6 +453,36 @@ func BenchmarkMultipartCheck(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestMultipartCheckClosesOnDelimiterOnly: the form is closed only at a
+// delimiter mime/multipart ends a part's content at, never inside a
+// value. A counted value holding the boundary where it is not a
+// delimiter ("victim\r\n--XXy"), just before the part giving another
+// value, with part headers padded to move it across the check's
+// look-back, must reach the handler whole or not at all: never cut to
+// "victim".
+func TestMultipartCheckClosesOnDelimiterOnly(t *testing.T) {
+	for _, want := range []string{"victim--XX", "victim\r\n--XXy", "victim\n--XX-x", "victim\r\n--XX"} {
+		for pad := 0; pad < 3*checkHoldback; pad += 509 {
+			var b strings.Builder
+			b.WriteString("--XX\r\nContent-Disposition: form-data; name=\"avatar\"; filename=\"a.png\"\r\n\r\n" + pastWindow + "\r\n")
+			b.WriteString("--XX\r\nX-Pad: " + strings.Repeat("p", pad) + "\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\n" + want + "\r\n")
+			b.WriteString("--XX\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nz\r\n--XX--\r\n")
+			c := newMultipartCheck(io.NopCloser(strings.NewReader(b.String())), "XX", "user", want)
+			form, err := multipart.NewReader(c, "XX").ReadForm(1 << 20)
+			if err != nil {
+				if !errors.Is(err, ErrAmbiguousKey) && !errors.Is(err, ErrInvalidBody) {
+					t.Fatalf("%q, pad %d: %v", want, pad, err)
+				}
+				continue
+			}
+			form.RemoveAll()
+			if !allEqual(form.Value["user"], want) || !c.cut {
+				t.Fatalf("%q, pad %d: the handler's form holds user %q (closed early %v); counted %q", want, pad, form.Value["user"], c.cut, want)
+			}
 		}
 	}
 }
