@@ -486,3 +486,44 @@ func TestMultipartCheckClosesOnDelimiterOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestMultipartCheckStacked: two form key functions (JoinKeys of the
+// user and the org) each hand the body on through a check of their own
+// field, the second reading through the first. An honest upload past
+// MaxFormBytes reaches the handler whole; one repeating either field
+// with another value past the window reaches it without that value.
+func TestMultipartCheckStacked(t *testing.T) {
+	kf := mustKey(JoinKeys(mustKey(KeyByForm("user")), mustKey(KeyByForm("org"))))
+	tests := []struct {
+		name  string
+		parts []string
+		whole bool
+	}{
+		{"honest", []string{"user", "", "ann", "org", "", "acme", "avatar", "a.png", pastWindow, "password", "", "pw"}, true},
+		{"user again", []string{"user", "", "ann", "org", "", "acme", "avatar", "a.png", pastWindow, "user", "", "victim", "password", "", "pw"}, false},
+		{"org again", []string{"user", "", "ann", "org", "", "acme", "avatar", "a.png", pastWindow, "org", "", "evil", "password", "", "pw"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body, ct := multipartBody(t, tc.parts...)
+			r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(body))
+			r.Header.Set("Content-Type", ct)
+			if k, err := kf(r); k != "3:ann4:acme" || err != nil {
+				t.Fatalf("key %q, %v", k, err)
+			}
+			if err := r.ParseMultipartForm(1 << 20); err != nil {
+				t.Fatalf("handler's ParseMultipartForm: %v", err)
+			}
+			defer removeForm(r)
+			if fmt.Sprint(r.PostForm["user"], r.PostForm["org"]) != "[ann] [acme]" {
+				t.Errorf("the handler's form: user %q, org %q; counted ann, acme", r.PostForm["user"], r.PostForm["org"])
+			}
+			if got := r.PostForm.Get("password") == "pw"; got != tc.whole {
+				t.Errorf("the handler got the password part: %v; want %v", got, tc.whole)
+			}
+			if f := r.MultipartForm.File["avatar"]; len(f) != 1 || f[0].Size != int64(len(pastWindow)) {
+				t.Errorf("avatar %v; want the whole file", f)
+			}
+		})
+	}
+}
