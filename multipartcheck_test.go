@@ -348,6 +348,7 @@ func FuzzMultipartCheck(f *testing.F) {
 	f.Add(mp("x1", "victim"), "x1")
 	f.Add(mp("victim", "victim1"), "victim")
 	f.Add(mp("", "victim"), "")
+	f.Add(mp("victim", "x1"), "x1")
 	f.Add(mp("victim--XX ", "x1"), "victim--XX ")
 	f.Add(mp("victim\r\n--XXy", "x1"), "victim\r\n--XXy")
 	f.Add([]byte("--XX\nContent-Disposition: form-data; name=user\n\nvictim\r\n--XX\nContent-Disposition: form-data; name=user\n\nx1\n--XX--\n"), "victim\r")
