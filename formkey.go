@@ -277,7 +277,7 @@ const manyPairs = 100
 // or body, by the rules of url.ParseQuery: pairs that do not decode, or
 // hold a semicolon, are skipped.
 func queryValues(q, param string, add func(string)) {
-	if strings.Count(q, "&") >= manyPairs {
+	if len(q) >= manyPairs && strings.Count(q, "&") >= manyPairs { // the length first: a short query costs no count
 		vals, _ := url.ParseQuery(q) // what it could parse, as the handler gets it
 		for _, s := range vals[param] {
 			add(s)
