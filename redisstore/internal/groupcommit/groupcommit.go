@@ -158,6 +158,20 @@ func latestDeadline[V any](calls []*Call[V]) *Call[V] {
 	return best
 }
 
+// EarliestDeadline returns the earliest deadline of the calls' contexts,
+// and false if none has one: the time by which a batch must have answered
+// all of them.
+func EarliestDeadline[V any](calls []*Call[V]) (time.Time, bool) {
+	var earliest time.Time
+	found := false
+	for _, c := range calls {
+		if dl, ok := c.Ctx.Deadline(); ok && (!found || dl.Before(earliest)) {
+			earliest, found = dl, true
+		}
+	}
+	return earliest, found
+}
+
 // Detached returns a context with the deadline and values of ctx that
 // one caller's cancellation does not end: a batch carrying other callers'
 // commands must not fail because the caller who sends it hung up. It ends

@@ -182,3 +182,21 @@ func waitQueued(t *testing.T, b *Batcher[int], n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestEarliestDeadline: the batch must answer by its earliest deadline;
+// calls without one do not count.
+func TestEarliestDeadline(t *testing.T) {
+	base := time.Now().Add(time.Hour)
+	ctx := func(d time.Duration) context.Context {
+		c, cancel := context.WithDeadline(context.Background(), base.Add(d))
+		t.Cleanup(cancel)
+		return c
+	}
+	calls := []*Call[int]{{Ctx: context.Background()}, {Ctx: ctx(3 * time.Second)}, {Ctx: ctx(time.Second)}, {Ctx: ctx(2 * time.Second)}}
+	if dl, ok := EarliestDeadline(calls); !ok || !dl.Equal(base.Add(time.Second)) {
+		t.Errorf("EarliestDeadline = %v, %v; want %v", dl, ok, base.Add(time.Second))
+	}
+	if _, ok := EarliestDeadline(calls[:1]); ok {
+		t.Error("EarliestDeadline of calls without deadlines reports one")
+	}
+}
