@@ -37,10 +37,18 @@ func stalledReplicaMaster(t *testing.T, master *redistest.Server, wait time.Dura
 	}
 }
 
-// waitSweep is the WAIT timeouts TestWaitReplicasTimeoutSweep tries,
-// around the default 100 ms decision timeout.
-var waitSweep = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 80 * time.Millisecond,
-	100 * time.Millisecond, 500 * time.Millisecond}
+// decisionTimeout is the decision timeout of the WAIT tests: 5 times the
+// default, so that a round trip slowed by a machine loaded with parallel
+// builds does not time a decision out by itself (seen at 100 and 250 ms
+// under -count=20), while the sweep below keeps the review's ratios of
+// WAIT timeout to decision timeout.
+const decisionTimeout = 500 * time.Millisecond
+
+// waitSweep is the WAIT timeouts TestWaitReplicasTimeoutSweep tries: a
+// tenth, a half, 0.8, 1 and 5 times the decision timeout, as the review
+// tried 10, 50, 80, 100 and 500 ms against the default 100 ms.
+var waitSweep = []time.Duration{decisionTimeout / 10, decisionTimeout / 2, decisionTimeout * 8 / 10,
+	decisionTimeout, 5 * decisionTimeout}
 
 // TestWaitReplicasTimeoutSweep (issue 18, item 2, second round): with
 // WithWaitReplicas and a stopped replica, a WAIT timeout at or above the
@@ -50,7 +58,7 @@ var waitSweep = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 80
 // 500 ms, 10 of 11 at 80 ms, some even at 10 ms, since Redis checks WAIT's
 // timeout only every 100 ms at hz 10). Now WAIT is bounded by each call's
 // remaining deadline and the client stops waiting for it in time: at every
-// WAIT setting, on both clients, under fail-open and with a fallback that
+// WAIT setting (scaled to a 500 ms decision timeout), on both clients, under fail-open and with a fallback that
 // allows everything, the one allowed request runs the handler (charged on
 // the master, reported ErrNotReplicated) and every other request is a 429.
 func TestWaitReplicasTimeoutSweep(t *testing.T) {
@@ -58,12 +66,12 @@ func TestWaitReplicasTimeoutSweep(t *testing.T) {
 	if err := redistest.StartReplica(t, master).Pause(); err != nil {
 		t.Fatal(err)
 	}
-	const requests = 6
+	const requests = 4
 	for _, wait := range waitSweep {
 		for _, c := range stalledReplicaMaster(t, master, wait) {
 			for _, fb := range []bool{false, true} {
 				name := fmt.Sprintf("wait=%v/%s", wait, c.name)
-				opts := []redisstore.Option{redisstore.WithPrefix(prefix(t))} // the default 100 ms decision timeout
+				opts := []redisstore.Option{redisstore.WithPrefix(prefix(t)), redisstore.WithTimeout(decisionTimeout)}
 				if fb {
 					name += "/fallback"
 					opts = append(opts, redisstore.WithFallback(allowAll{}))
@@ -105,19 +113,20 @@ func failOpenRequests(t *testing.T, l floodgate.Limiter, n int) (ran int, status
 
 // TestWaitReplicasConcurrentDenials: the same attack from 16 concurrent
 // callers, whose calls share batches (group commit) and so one WAIT, with
-// a WAIT timeout of 500 ms and the default decision timeout: each batch's
-// WAIT is bounded by the earliest deadline among its callers, so no
-// caller's denial arrives after its deadline, and under fail-open the
-// handler runs exactly once on a quota of 1.
+// a WAIT timeout of 5 times the decision timeout: each batch's WAIT is
+// bounded by the earliest deadline among its callers, a caller whose
+// deadline passes while its batch still waits for WAIT gets its script's
+// reply all the same, and under fail-open the handler runs exactly once on
+// a quota of 1.
 func TestWaitReplicasConcurrentDenials(t *testing.T) {
 	master := redistest.Start(t)
 	if err := redistest.StartReplica(t, master).Pause(); err != nil {
 		t.Fatal(err)
 	}
 	const callers, each = 16, 3
-	for _, c := range stalledReplicaMaster(t, master, 500*time.Millisecond) {
+	for _, c := range stalledReplicaMaster(t, master, 5*decisionTimeout) {
 		t.Run(c.name, func(t *testing.T) {
-			l, err := redisstore.NewSlidingLog(c.s, floodgate.PerHour(1), redisstore.WithPrefix(prefix(t)))
+			l, err := redisstore.NewSlidingLog(c.s, floodgate.PerHour(1), redisstore.WithPrefix(prefix(t)), redisstore.WithTimeout(decisionTimeout))
 			if err != nil {
 				t.Fatal(err)
 			}

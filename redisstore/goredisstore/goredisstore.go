@@ -245,6 +245,11 @@ func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args
 	}
 	c.V.cmd = c.V.newCmd(ctx)
 	if err := s.batch.Do(c); err != nil {
+		if c.Released() {
+			// The script replied, and only WAIT was outstanding: the
+			// reply (a denial, maybe) stands, not replicated.
+			return c.V.cmd.Val(), waitreplicas.Late(err)
+		}
 		return nil, err
 	}
 	if err := c.V.cmd.Err(); err != nil {
@@ -302,7 +307,10 @@ func (s *Scripter) sendWaiting(lead *groupcommit.Call[scriptCmd], batch []*group
 	_, _ = p.Exec(ctx)
 	ran := false
 	for _, c := range batch {
-		ran = ran || c.V.cmd.Err() == nil
+		if c.V.cmd.Err() == nil {
+			ran = true
+			c.Release()
+		}
 	}
 	if !ran {
 		return // no script ran: nothing to wait for

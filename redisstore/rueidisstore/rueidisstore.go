@@ -248,6 +248,11 @@ func (s *Scripter) do(ctx context.Context, c rueidis.Client, cmd rueidis.Complet
 	}
 	call := &groupcommit.Call[scriptCmd]{Ctx: ctx, V: scriptCmd{client: c, cmd: cmd}}
 	if err := s.batch.Do(call); err != nil {
+		if call.Released() {
+			// The script replied, and only WAIT was outstanding: the
+			// reply (a denial, maybe) stands, not replicated.
+			return call.V.reply, waitreplicas.Late(err)
+		}
 		return nil, err
 	}
 	return call.V.reply, call.V.err
@@ -296,7 +301,10 @@ func (s *Scripter) sendWaiting(lead *groupcommit.Call[scriptCmd], batch []*group
 	ran := false
 	for i, call := range batch {
 		call.V.reply, call.V.err = rs[i].AsIntSlice()
-		ran = ran || call.V.err == nil
+		if call.V.err == nil {
+			ran = true
+			call.Release()
+		}
 	}
 	if !ran {
 		return // no script ran: nothing to wait for

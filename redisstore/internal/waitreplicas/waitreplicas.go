@@ -27,7 +27,11 @@
 //
 // A batch reported not replicated keeps its replies: the limiter returns a
 // denial as the denial it is, and only an allowed decision as
-// ErrNotReplicated (see redisstore.ErrNotReplicated).
+// ErrNotReplicated (see redisstore.ErrNotReplicated). So does a caller
+// whose deadline passes while its batch, sent by another caller, still
+// waits for WAIT: its script's reply is released to it before WAIT is
+// sent (groupcommit's Release), and it returns that reply with Late's
+// error rather than its deadline's.
 package waitreplicas
 
 import (
@@ -98,4 +102,13 @@ func (c *Config) Check(p Plan, got int64, err error) error {
 		return fmt.Errorf("%w: %d of %d replicas acknowledged within %d ms", redisstore.ErrNotReplicated, got, c.N, p.Millis)
 	}
 	return nil
+}
+
+// Late returns the error of a call whose script replied but whose
+// caller's context ended (err) while its batch still waited for WAIT: it
+// wraps redisstore.ErrNotReplicated, so that the limiter reads the reply
+// and reports a denial as a denial, and not err, for the deadline passed
+// after the decision was made.
+func Late(err error) error {
+	return fmt.Errorf("%w: the call's deadline came before WAIT's reply (%v)", redisstore.ErrNotReplicated, err)
 }
