@@ -28,6 +28,10 @@
 // rates), and each option may be given once: anything else is an error
 // from the constructor.
 //
+// [NewInFlight] and [NewServiceInFlight] are in-flight (concurrency)
+// limits: at most n calls of a key, or of the whole service, in the
+// handler at once; a slot is released when the call settles.
+//
 // [All] combines limits on one key (10 per minute and 100 per hour), and
 // [FromRateLimiter] turns one *rate.Limiter into a server-wide cap (at
 // rate.Inf, no cap at all, also inside All). The
@@ -59,9 +63,12 @@
 // IETF RateLimit-Policy and RateLimit headers. A failing limiter or store
 // follows an explicit policy: fail closed (503) by default, or fail open;
 // what the client caused (no key, a bad address or body) is a 400 under
-// either, a misconfiguration a 500, and a client that hangs up mid-decision
-// never reaches the handler ([ErrorStatus], [WithFailOpen]). A browser's
-// CORS preflight passes uncounted ([WithLimitPreflights]).
+// either, a misconfiguration a 500, any other error of a key or cost
+// function a 503 under either — fail-open forgives only the limiter — and
+// a client that hangs up mid-decision never reaches the handler
+// ([ErrorStatus], [WithFailOpen]). A browser's
+// CORS preflight costs nothing once a CORS handler has answered it, and a
+// request merely dressed as one is counted ([WithLimitPreflights]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the
@@ -70,8 +77,26 @@
 // matched by an http.ServeMux itself so that the rule that applies is the
 // route that runs (HEAD with GET, most specific pattern first);
 // [MatchPattern] scopes a middleware to one pattern the same way. The
-// nested modules contrib/grpclimit and contrib/ginlimit carry the same
-// limits to gRPC servers and gin.
+// nested modules contrib/grpclimit, contrib/connectlimit and
+// contrib/ginlimit carry the same limits to gRPC servers, connect and gin.
+//
+// # Beyond a rate
+//
+// Three admission kinds work the same on every transport and store:
+//
+//   - The cost known after the response ([WithCostAfter]): a request is
+//     admitted at an estimate and charged its real cost once answered —
+//     what its handler reports ([ReportCost]), the bytes it sent
+//     ([CostBytes]), a header ([CostHeader]). The key may go into debt
+//     ([Charger]), and waits until it is paid; what concurrent requests
+//     can over-spend is bounded by what was in flight.
+//   - In-flight limits ([NewInFlight], [NewServiceInFlight], [Releaser]):
+//     a slot held from admission until the call settles, also on a panic
+//     or a hang-up; a service-wide cap answers 503 ([Decision].Overloaded).
+//   - Waiting instead of refusing ([WithWait], [Reserver]): a request whose
+//     turn comes within a maximum wait is held until then, within bounds
+//     per key and in total, and gives its turn back if its client hangs
+//     up.
 //
 // # Adapters: the admission core
 //
@@ -87,21 +112,26 @@
 //     WithCost), and the method and path for the log lines.
 //  2. Admit it. [Gate.Admit] decides and returns an [Outcome] value:
 //     allowed, denied, refused for the client's own error, misconfigured,
-//     the limiter failed, or the client hung up — with the error policy
+//     the limiter failed, the client hung up, or keying or pricing the
+//     call failed with an error of its own — with the error policy
 //     already applied (Outcome.Blocked), the [Decision], and the quota
 //     values formatted once ([Quota]: header or metadata values, shared,
 //     allocation-free). The adapter answers in its transport's terms: a
 //     429 with headers, a ResourceExhausted status with trailers.
-//  3. Settle it. If Outcome.NeedsSettle, the adapter runs the handler and
-//     then calls [Gate.Settle] once with a [Result] — whether the call
-//     counts, whether the handler panicked (it then counts) — also when
-//     the handler panics.
+//  3. Settle it. If Outcome.NeedsSettle, the adapter runs the handler —
+//     with the context [Outcome.Context] returns, which carries the meter
+//     of [ReportCost] — and then calls [Gate.Settle] once with a [Result]
+//     — whether the call counts, whether the handler panicked (it then
+//     counts), what it cost if the adapter reads that from the response —
+//     also when the handler panics. Settling releases in-flight slots and
+//     charges the cost known after the call.
 //
 // The gate holds everything else, once: fail-closed, fail-open and
 // dry-run, the list of errors that are the client's doing ([ErrorStatus]
 // for HTTP), hang-ups, paced logging, the decision hook and the sampling
 // of live evictions. [NewGate] takes the transport-neutral options
 // ([WithCost], [WithFailOpen], [WithDryRun], [WithHeaders], [WithLogger],
-// [WithDecisionHook], [WithRefundUncounted] …). Admit allocates nothing
-// of its own, and needs no *http.Request.
+// [WithDecisionHook], [WithRefundUncounted], [WithSettledCost], [WithWait]
+// …). Admit allocates nothing of its own, and needs no *http.Request;
+// under WithWait it may hold a call until its turn.
 package floodgate

@@ -48,7 +48,13 @@ type gateConfig struct {
 	// priced: the adapter prices calls itself (WithCostFunc), so WithCost's
 	// capacity check does not apply.
 	priced bool
-	now    func() time.Time
+	// costAfter: each call's real cost is charged at settlement, its
+	// reserved cost being an estimate (WithSettledCost, WithCostAfter).
+	costAfter bool
+	// wait: denied calls wait for their turn within these bounds
+	// (WithWait); nil: they are refused at once.
+	wait *waiting
+	now  func() time.Time
 }
 
 // NewGate returns the admission core for the policies of sel, for an
@@ -84,6 +90,12 @@ func newGate(c gateConfig, policies []*policy) (*Gate, error) {
 		if _, ok := p.Limiter.(Refunder); c.settle && !ok {
 			return nil, fmt.Errorf("policy %q: %w: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", p.Name, ErrInvalidOption)
 		}
+		if err := checkKinds(c, p); err != nil {
+			return nil, err
+		}
+	}
+	if c.wait != nil {
+		c.wait = c.wait.clone() // each gate counts its own waiters
 	}
 	g := &Gate{cfg: c, policies: policies}
 	if c.logger != nil {
@@ -102,13 +114,15 @@ type Call struct {
 	// Key is the key the call is counted under; empty when Err is set.
 	Key string
 	// Err is why the call could not be keyed or priced: a key function's
-	// error, or the adapter's cost function's. Admit then answers by the
-	// error policy without asking the limiter.
+	// error, or the adapter's cost function's. Admit then refuses the
+	// call without asking the limiter, whatever the error policy (dry-run
+	// aside): a client error, a misconfiguration, or OutcomeKeyFailed.
 	Err error
 	// Cost is the units the call costs. 0 stands for the gate's cost
 	// (WithCost, default 1), so that no call is free by omission; an
 	// adapter that prices a call at nothing sets Free. A negative cost
-	// is an error (ErrInvalidCost), which goes to the error policy.
+	// is a misconfiguration (an error wrapping ErrInvalidOption and
+	// ErrInvalidCost).
 	Cost int
 	// Free makes the call cost nothing: it is decided with n = 0, which
 	// reports the quota without consuming, and always allowed.
@@ -122,6 +136,10 @@ type Call struct {
 	Request *http.Request
 
 	policy *policy // set by the selector
+	// refundable: the call's cost is reserved until Settle, which gives
+	// it back if the call turns out not to count, when the policy's
+	// limiter can refund (the middleware's CORS preflights).
+	refundable bool
 }
 
 // Policy returns the name of the policy the call was keyed by, or would
@@ -144,7 +162,9 @@ const (
 	// OutcomeDenied: the limiter denied the call. Outcome.Err wraps
 	// ErrCostExceedsLimit when the call can never be allowed (waiting
 	// does not help: Decision.RetryAfter is 0 and no Retry-After is
-	// sent).
+	// sent). Decision.Overloaded marks the denial of a service-wide
+	// capacity rather than of the client's own limit: HTTP answers 503,
+	// gRPC and connect Unavailable, each with the wait.
 	OutcomeDenied
 	// OutcomeClientError: the call could not be keyed for its client's
 	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody,
@@ -158,16 +178,28 @@ const (
 	OutcomeMisconfigured
 	// OutcomeFailed: the limiter or its store failed. The error policy
 	// decides: refused (fail closed, the default; HTTP 503, gRPC
-	// Unavailable) or let through (WithFailOpen, WithDryRun).
+	// Unavailable) or let through (WithFailOpen, WithDryRun). Only the
+	// limiter's own errors are of this kind; see OutcomeKeyFailed.
 	OutcomeFailed
 	// OutcomeHungUp: the client went away while the call was being
 	// decided, and no decision was made. Always refused, under every
 	// policy: nobody is left to serve. Nothing needs to be sent (HTTP
 	// logs it as 499, StatusClientClosedRequest).
 	OutcomeHungUp
+	// OutcomeKeyFailed: keying or pricing the call failed with an error
+	// of its own — a custom key function's lookup that failed, a cost
+	// function that cannot parse the body — that is neither a client
+	// error above nor a misconfiguration. No limiter was asked, so there
+	// is no failure of the limit for the error policy to forgive:
+	// refused under every error policy but dry-run, fail-open included,
+	// since a client that can make keying fail would otherwise pass
+	// uncounted on demand. HTTP answers 503, as ErrorStatus does for an
+	// error it does not know; gRPC Unavailable. A key or cost function
+	// that means the client's fault wraps ErrInvalidBody (400) instead.
+	OutcomeKeyFailed
 )
 
-var outcomeKindNames = [...]string{"allowed", "denied", "client error", "misconfigured", "limiter failed", "hung up"}
+var outcomeKindNames = [...]string{"allowed", "denied", "client error", "misconfigured", "limiter failed", "hung up", "key failed"}
 
 // String returns the kind's name, e.g. "denied".
 func (k OutcomeKind) String() string {
@@ -200,9 +232,11 @@ type Outcome struct {
 	// dry-run, an error outside fail-open's and dry-run's reach, a
 	// hang-up.
 	Blocked bool
-	// NeedsSettle reports that the call's cost is reserved until the
-	// adapter calls Settle after the handler (WithCountStatus,
-	// WithRefundUncounted).
+	// NeedsSettle reports that the adapter must call Settle once the
+	// handler is done, also when it panics: the call's cost is reserved
+	// until then (WithCountStatus, WithRefundUncounted), its real cost is
+	// charged then (WithSettledCost, WithCostAfter), or it holds slots of
+	// an in-flight limit (a limiter that implements Releaser) until then.
 	NeedsSettle bool
 	// Decision is the limiter's decision; zero when it failed.
 	Decision Decision
@@ -214,12 +248,26 @@ type Outcome struct {
 	// and denied calls; Retry-After only on a blocked denial that waiting
 	// cures.
 	Quota Quota
+	// Waited is how long Admit held the call for its turn (WithWait); 0
+	// for a call decided at once.
+	Waited time.Duration
+
+	// What Settle needs beyond the call: when the call's slots were
+	// taken (a policy whose limiter holds slots: Releaser), in Unix ns,
+	// and the meter its handler reports its cost to (WithSettledCost).
+	start   int64
+	metered bool
+	meter   *meter
 }
 
 // Admit decides a call: it asks the policy's limiter for the call's cost
 // under its key, with ctx (the call's context), applies the error policy
 // to whatever went wrong, logs, calls the decision hook, and returns the
-// Outcome. It writes nothing anywhere: answering is the adapter's.
+// Outcome. It writes nothing anywhere: answering is the adapter's. Under
+// WithWait it books the call's units and holds the call until its turn
+// (Outcome.Waited), or returns a denial at once when the turn is too far,
+// too many calls wait, or ctx's deadline comes first; a call whose ctx is
+// done while it waits gives its turn back and is OutcomeHungUp.
 func (g *Gate) Admit(ctx context.Context, c Call) (out Outcome) {
 	out.Call = c
 	g.admit(ctx, &out)
@@ -238,23 +286,34 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 	}
 	switch {
 	case err != nil:
+	case c.Free && g.cfg.costAfter:
+		// An estimate of nothing still needs a unit in hand, so that a
+		// key in debt waits; settlement gives it back if the call cost
+		// nothing.
+		c.Cost = 1
 	case c.Free:
 		c.Cost = 0
 	case c.Cost == 0:
 		c.Cost = g.cfg.cost
 	case c.Cost < 0:
-		err = fmt.Errorf("%w: cost function returned %d", ErrInvalidCost, c.Cost)
+		err = fmt.Errorf("%w: %w: the cost function returned %d", ErrInvalidOption, ErrInvalidCost, c.Cost)
 	}
 	if err != nil {
+		out.Kind = callErrorKind(err)
 		g.refuse(ctx, out, err, evictionSample{})
 		return
 	}
-	out.Decision, out.Err = c.policy.Limiter.AllowN(ctx, c.Key, c.Cost)
+	if g.cfg.wait == nil || c.Cost == 0 {
+		out.Decision, out.Err = c.policy.Limiter.AllowN(ctx, c.Key, c.Cost)
+	} else {
+		out.Err = g.reserve(ctx, out)
+	}
 	var evicted evictionSample
 	if g.logs.denials != nil || (g.cfg.hook != nil && rand.Uint32()%hookWatchOneIn == 0) {
 		evicted = g.sampleEvictions(ctx, out)
 	}
 	if out.Err != nil && !errors.Is(out.Err, ErrCostExceedsLimit) {
+		out.Kind = errorKind(out.Err)
 		g.refuse(ctx, out, out.Err, evicted)
 		return
 	}
@@ -266,11 +325,14 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		d.Allowed, d.RetryAfter = false, 0
 	}
 	if d.Allowed {
-		out.NeedsSettle = g.cfg.settle && c.Cost > 0
+		c.refundable = c.refundable && canRefund(c.policy.Limiter)
+		if c.Cost > 0 && (g.cfg.settle || g.cfg.costAfter || c.policy.holds || c.refundable) {
+			g.settleLater(out)
+		}
 	} else {
 		out.Kind, out.Blocked = OutcomeDenied, !g.cfg.dryRun
 	}
-	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, now: g.cfg.now}
+	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, debts: g.cfg.costAfter, now: g.cfg.now}
 	c.policy.quota(&qr, &out.Quota)
 	if !d.Allowed && g.logs.denials != nil {
 		g.logDenial(ctx, out)
@@ -281,13 +343,13 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 }
 
 // refuse completes the outcome of a call on which no decision could be
-// made. Only a failure of the limiter is the error policy's to decide;
-// the client's own doing, a misconfiguration and a client that went away
-// are refused under every policy (dry-run aside, which lets everything
-// through but the last).
+// made, of the kind out.Kind its caller sorted err into. Only a failure
+// of the limiter is the error policy's to decide; the client's own
+// doing, a misconfiguration, a key or cost function's own error and a
+// client that went away are refused under every policy (dry-run aside,
+// which lets everything through but the last).
 func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evictionSample) {
 	out.Err, out.Blocked, out.Call.Cost = err, true, 0
-	out.Kind = errorKind(err)
 	switch {
 	case ctx.Err() != nil:
 		// The client went away, and the limiter most likely failed
@@ -301,6 +363,9 @@ func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evic
 	case out.Kind == OutcomeMisconfigured:
 		out.Blocked = !g.cfg.dryRun
 		g.logMisconfig(ctx, out)
+	case out.Kind == OutcomeKeyFailed:
+		out.Blocked = !g.cfg.dryRun
+		g.logError(ctx, out, err)
 	default:
 		out.Blocked = !g.cfg.dryRun
 		g.logClient(ctx, out)
@@ -310,10 +375,11 @@ func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evic
 	}
 }
 
-// errorKind sorts an error on which no decision could be made: the
-// client's own doing, a misconfiguration, or a failure of the limiter
-// (everything else: the client can only wait it out). This list is the
-// one place that says what a client may be refused for under fail-open.
+// errorKind sorts an error of the limiter on which no decision could be
+// made: the client's own doing, a misconfiguration, or a failure of the
+// limiter (everything else: the client can only wait it out). This list
+// and callErrorKind are the one place that says what a client may be
+// refused for under fail-open.
 func errorKind(err error) OutcomeKind {
 	switch {
 	case errors.Is(err, ErrInvalidOption):
@@ -325,11 +391,22 @@ func errorKind(err error) OutcomeKind {
 	return OutcomeFailed
 }
 
+// callErrorKind sorts an error of keying or pricing a call, as
+// errorKind does, except that no such error is a failure of the limiter:
+// fail-open forgives only the limiter's own, never one that a request can
+// provoke before the limiter is asked.
+func callErrorKind(err error) OutcomeKind {
+	if k := errorKind(err); k != OutcomeFailed {
+		return k
+	}
+	return OutcomeKeyFailed
+}
+
 // event is the DecisionEvent of an outcome.
 func (out *Outcome) event(s evictionSample) DecisionEvent {
 	c := &out.Call
 	return DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost,
-		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: s.evicted, DebtsLost: s.lost}
+		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: s.evicted, DebtsLost: s.lost, Waited: out.Waited}
 }
 
 // sampleEvictions looks, at most once a second, at the live evictions and
@@ -341,46 +418,6 @@ func (g *Gate) sampleEvictions(ctx context.Context, out *Outcome) evictionSample
 		g.logEvictions(ctx, p, s)
 	}
 	return s
-}
-
-// Result is what an adapter knows of a call once its handler has returned
-// or panicked, for Settle. The zero Result is a call that counts.
-type Result struct {
-	// Uncounted reports that the call does not count (its HTTP status,
-	// or its gRPC code, is not one the adapter's predicate counts):
-	// Settle gives its reserved cost back.
-	Uncounted bool
-	// Panicked reports that the handler panicked. The call counts,
-	// whatever Uncounted says: it may have done its work before the
-	// panic.
-	Panicked bool
-}
-
-// Settle completes a call after its handler, for an Outcome with
-// NeedsSettle (for any other it does nothing): it gives the reserved cost
-// back if res says the call does not count, and reports the refund to
-// the decision hook (DecisionEvent.AfterHandler). The refund is owed even
-// if the client has gone: ctx's cancellation is not passed on. An
-// adapter calls Settle once per call, also when the handler panics
-// (Result.Panicked) — the natural place for what has to happen at the
-// end of every admitted call.
-func (g *Gate) Settle(ctx context.Context, out Outcome, res Result) {
-	if !out.NeedsSettle || res.Panicked || !res.Uncounted {
-		return
-	}
-	c := &out.Call
-	var err error
-	if r, ok := c.policy.Limiter.(Refunder); ok { // checked by newGate
-		err = r.RefundN(context.WithoutCancel(ctx), c.Key, c.Cost)
-	} else {
-		err = fmt.Errorf("%w: policy %q cannot refund", ErrInvalidOption, c.policy.Name)
-	}
-	if err != nil {
-		g.logError(ctx, &out, err)
-	}
-	if g.cfg.hook != nil {
-		g.cfg.hook(DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost, Err: err, AfterHandler: true})
-	}
 }
 
 // DecisionEvent describes one decision of the admission core, for metrics
@@ -413,11 +450,21 @@ type DecisionEvent struct {
 	// called: a denial outside dry-run, an error outside fail-open's and
 	// dry-run's reach, or a client that went away.
 	Blocked bool
-	// AfterHandler marks the second event of a request under
-	// WithCountStatus: the handler's status did not count, so its cost was
-	// given back (Err reports a refund that failed; the cost then stays
-	// consumed). Decision is zero in this event.
+	// AfterHandler marks the second event of a call whose charge
+	// settlement changed: under WithCountStatus, the handler's status did
+	// not count, so its cost (Cost) was given back; under WithCostAfter,
+	// the real cost differed from the estimate, so the difference was
+	// given back (Cost) or charged (Charged). Err reports a correction
+	// that failed (a refund that fails leaves the cost consumed). Decision
+	// is zero in this event.
 	AfterHandler bool
+	// Charged is, in an AfterHandler event, the units charged beyond the
+	// estimate because the call's real cost was higher (WithCostAfter):
+	// the key may be in debt for them.
+	Charged int
+	// Waited is how long the call was held for its turn before it was
+	// allowed (WithWait).
+	Waited time.Duration
 	// EvictedLive is, when this decision sampled its limiter's Stats (at
 	// most once a second; with a logger on the first request after that
 	// second, with a hook alone on one request in 64 picked at random),

@@ -234,6 +234,9 @@ type policy struct {
 	rateLimit [rateLimitSlots]atomic.Pointer[rateLimitValue]
 	// evictions samples the limiter's Stats, if it has them.
 	evictions liveEvictions
+	// holds: the limiter holds slots (Releaser) that a call releases
+	// when it settles.
+	holds bool
 }
 
 // rater is implemented by limiters that report their rate; the middleware
@@ -268,6 +271,7 @@ func newPolicy(name string, l Limiter, hasKey bool) (*policy, error) {
 		cp.rate = r.Rate()
 	}
 	cp.evictions.init(l)
+	cp.holds = holdsSlots(l)
 	return cp, nil
 }
 

@@ -34,7 +34,9 @@ const (
 	// since a Decision does not say when the next single unit arrives.
 	// t never exceeds w: a longer wait (a sliding log's rounded up, a
 	// sliding counter's estimate reaching into the next window) is shown
-	// as w, and Retry-After keeps the exact wait. Waits too long for a
+	// as w, and Retry-After keeps the exact wait. The exception is a key
+	// in debt under WithCostAfter, whose wait really is longer than a
+	// window: there t says so. Waits too long for a
 	// Duration's seconds (about 292 years) saturate, in every header,
 	// instead of wrapping.
 	// When several middlewares limit one request (an IP limit around an
@@ -139,6 +141,9 @@ type quotaRequest struct {
 	// costExceeded: the call can never succeed; only the policy is
 	// advertised, since the Decision carries no real remaining quota.
 	costExceeded bool
+	// debts: the key may owe more than its quota (WithCostAfter), so a
+	// wait beyond the window is the truth, not an estimate's overshoot.
+	debts bool
 	// now is read only for the legacy reset timestamp.
 	now func() time.Time
 }
@@ -152,7 +157,8 @@ type quotaRequest struct {
 // w, so that no client reads a reset beyond the window the policy
 // advertises (a sliding log's wait rounded up, or a sliding counter's
 // estimate across two windows, can exceed it; Retry-After keeps the
-// exact wait).
+// exact wait) — except where the key may be in debt (WithCostAfter):
+// there a wait beyond the window is the truth, and t says it.
 //
 // The values returned are shared with other responses (header values are
 // never written in place: Header.Set and Header.Add replace or reallocate
@@ -175,7 +181,7 @@ func (p *policy) quota(qr *quotaRequest, q *Quota) {
 			if !d.Allowed {
 				t = RetryAfterSeconds(d.RetryAfter)
 			}
-			if window > 0 && t > window {
+			if window > 0 && t > window && !qr.debts {
 				t = window
 			}
 			q.rateLimit = p.rateLimitField(remaining, t)

@@ -276,14 +276,20 @@ func (l *SlidingLog) decide(d *Decision, st *slState, now int64, n int) {
 			l.record(st, now, uint32(n))
 			used += n
 		}
-	case l.countDenied:
+	case !l.countDenied || n == 0:
+	case used > l.limit:
+		// In debt (ChargeN): the attempt counts as a charge would, and
+		// nothing older is dropped.
+		l.charge(st, now, uint32(n))
+		used = int(st.used())
+	default:
 		// Drop the oldest units so that, with the attempt, the log counts
 		// Rate.Limit: the newest Rate.Limit units of attempts count.
 		st.takeOldest(uint32(used + n - l.limit))
 		l.record(st, now, uint32(n))
 		used = l.limit
 	}
-	d.Remaining = l.limit - used
+	d.Remaining = max(l.limit-used, 0) // below 0 in debt (ChargeN)
 	if st.count > 0 {
 		d.ResetAfter = durationNS(l.at(st, int(st.count)-1) + l.period - now)
 	}

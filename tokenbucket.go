@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 )
 
@@ -299,6 +300,9 @@ func (b *TokenBucket) tokensCeil(ns, frac int64) int {
 	}
 	hi, lo := bits.Mul64(uint64(ns), b.limit)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
+	if hi+carry >= b.period { // a debt far beyond the burst (ChargeN)
+		return math.MaxInt
+	}
 	q, r := bits.Div64(hi+carry, lo, b.period)
 	if r > 0 {
 		q++

@@ -198,6 +198,8 @@ func TestNamespaces(t *testing.T) {
 		{algos[1].mustNew(t, s, floodgate.PerHour(100)), `redis keys "floodgate:100/1h0m0s:{*}:log"`},
 		{algos[2].mustNew(t, s, rate, redisstore.WithPrefix("x")), `redis keys "x:{*}:sc"`},
 		{algos[2].mustNew(t, s, rate, redisstore.WithPrefix(redisstore.DefaultPrefix)), `redis keys "floodgate:{*}:sc"`},
+		{mustInFlight(t)(redisstore.NewInFlight(s, 3)), `redis keys "floodgate:{*}:if"`},
+		{mustInFlight(t)(redisstore.NewServiceInFlight(s, 3, redisstore.WithPrefix("svc"))), `redis keys "svc:{*}:if"`},
 	}
 	for _, c := range cases {
 		if got := c.l.(floodgate.Namespacer).Namespace(); got != c.want {
@@ -213,4 +215,15 @@ func mustTokenBucket(t *testing.T, s redisstore.Scripter, r floodgate.Rate, opts
 		t.Fatal(err)
 	}
 	return l
+}
+
+func mustInFlight(t *testing.T) func(*redisstore.InFlight, error) *redisstore.InFlight {
+	return func(l *redisstore.InFlight, err error) *redisstore.InFlight {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
 }

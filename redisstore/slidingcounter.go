@@ -142,7 +142,8 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 		return floodgate.Decision{Limit: sc.rate.Limit}, err
 	}
 	limit := sc.rate.Limit
-	if r[1] < 0 || r[2] < 0 || r[1] > int64(limit) || r[2] > int64(limit) || r[3] < 0 || r[3] >= maxMicros {
+	// A count may exceed the limit in debt (ChargeN), up to maxCount.
+	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros {
 		return floodgate.Decision{Limit: limit}, errBadReply(r)
 	}
 	prev, cur := uint32(r[1]), uint32(r[2])

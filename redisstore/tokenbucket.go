@@ -231,12 +231,24 @@ func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now s
 	if err != nil {
 		return floodgate.Decision{Limit: b.burst}, err
 	}
-	start, used, at := r[1], r[2], r[3]
-	if used < 0 || used > int64(b.burst) || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
+	d, err := b.intervalDecision(r[1:], n, r[0] == 1)
+	if err != nil {
+		return d, err
+	}
+	return d, replicated(d, n, unrepl)
+}
+
+// intervalDecision derives the Decision of an intervally refilled bucket
+// from the state a script replied with, {start, used, now}. used may
+// exceed the burst when the bucket owes tokens charged or booked beyond
+// it (ChargeN, ReserveN).
+func (b *TokenBucket) intervalDecision(r []int64, n int, allowed bool) (floodgate.Decision, error) {
+	start, used, at := r[0], r[1], r[2]
+	if used < 0 || used > b.maxUsed() || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
 		return floodgate.Decision{Limit: b.burst}, errBadReply(r)
 	}
 	limit, period := int64(b.limit), int64(b.period)
-	d := floodgate.Decision{Allowed: r[0] == 1, Limit: b.burst, Remaining: b.burst - int(used)}
+	d := floodgate.Decision{Allowed: allowed, Limit: b.burst, Remaining: max(b.burst-int(used), 0)}
 	if used > 0 {
 		d.ResetAfter = micros(start + (used+limit-1)/limit*period - at)
 	}
@@ -244,7 +256,7 @@ func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now s
 		k := (used + int64(n) - int64(b.burst) + limit - 1) / limit
 		d.RetryAfter = micros(start + k*period - at)
 	}
-	return d, replicated(d, n, unrepl)
+	return d, nil
 }
 
 // tokensCeil returns ceil((us + frac/Limit)·Limit/Period): the whole tokens
@@ -255,7 +267,7 @@ func (b *TokenBucket) tokensCeil(us, frac int64) int {
 	}
 	hi, lo := bits.Mul64(uint64(us), b.limit)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
-	if hi+carry >= b.period { // only a corrupt reply gets here
+	if hi+carry >= b.period { // a debt far beyond the burst (ChargeN)
 		return b.burst
 	}
 	q, r := bits.Div64(hi+carry, lo, b.period)

@@ -3,6 +3,7 @@ package connectlimit
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/floodgate-go/floodgate"
@@ -18,6 +19,7 @@ type config struct {
 	key         KeyFunc
 	policyName  string
 	counts      func(connect.Code) bool
+	cost        func(Response) (int, bool)
 	limitHealth bool
 	given       map[string]bool
 }
@@ -96,8 +98,10 @@ func WithLimitHealth() Option {
 // WithFailOpen lets a call through when the limiter or its store fails.
 // The default is to fail closed with connect.CodeUnavailable. A call
 // refused for its own doing (floodgate.ErrNoKey, ErrNoClientIP,
-// ErrKeyTooLong) is CodeInvalidArgument even so, and a call whose client
-// went away during the decision never runs.
+// ErrKeyTooLong) is CodeInvalidArgument even so, a key function's own
+// error (a lookup that failed) CodeUnavailable, and a call whose client
+// went away during the decision never runs: only the limiter's failures
+// are let through.
 func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
 
 // WithDryRun decides, sends the quota headers, logs and calls the hook,
@@ -125,6 +129,20 @@ func WithCountCodes(counts func(connect.Code) bool) Option {
 		c.gate = append(c.gate, floodgate.WithRefundUncounted())
 		return c.once("WithCountCodes")
 	}
+}
+
+// WithWait holds a call the limit would deny until its turn, when that
+// comes within w.MaxWait, instead of refusing it, as floodgate.WithWait
+// does for HTTP; beyond w's bounds, or when the call's deadline comes
+// before its turn, the call is refused at once. A caller that cancels
+// while waiting gives its turn back. Every policy's limiter must
+// implement floodgate.Reserver.
+func WithWait(w floodgate.WaitLimits) Option { return gateOption("WithWait", floodgate.WithWait(w)) }
+
+// WithWaitTimer sets the timer waiting calls sleep on, for tests (see
+// floodgate.WithWaitTimer); it requires WithWait.
+func WithWaitTimer(after func(time.Duration) (<-chan time.Time, func() bool)) Option {
+	return gateOption("WithWaitTimer", floodgate.WithWaitTimer(after))
 }
 
 func newConfig(opts []Option) (*config, error) {

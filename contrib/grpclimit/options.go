@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"google.golang.org/grpc/codes"
@@ -20,6 +21,7 @@ type config struct {
 	policyName  string
 	skip        []func(ctx context.Context, fullMethod string) bool
 	counts      func(codes.Code) bool
+	cost        func(Response) (int, bool)
 	limitHealth bool
 	given       map[string]bool
 }
@@ -123,8 +125,10 @@ func WithLimitHealth() Option {
 // security control, and failing open hands an attacker who can make it
 // fail an unlimited method. A call refused for its own doing
 // (floodgate.ErrNoKey, ErrNoClientIP, ErrKeyTooLong) is
-// codes.InvalidArgument even so, and a call whose client went away during
-// the decision never runs.
+// codes.InvalidArgument even so, a key function's own error (a lookup
+// that failed) codes.Unavailable, and a call whose client went away
+// during the decision never runs: only the limiter's failures are let
+// through.
 func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
 
 // WithDryRun decides, sends the quota metadata, logs and calls the hook,
@@ -153,6 +157,20 @@ func WithCountCodes(counts func(codes.Code) bool) Option {
 		c.gate = append(c.gate, floodgate.WithRefundUncounted())
 		return c.once("WithCountCodes")
 	}
+}
+
+// WithWait holds a call the limit would deny until its turn, when that
+// comes within w.MaxWait, instead of refusing it, as floodgate.WithWait
+// does for HTTP; beyond w's bounds, or when the call's deadline comes
+// before its turn, the call is refused at once. A caller that cancels
+// while waiting gives its turn back. Every policy's limiter must
+// implement floodgate.Reserver.
+func WithWait(w floodgate.WaitLimits) Option { return gateOption("WithWait", floodgate.WithWait(w)) }
+
+// WithWaitTimer sets the timer waiting calls sleep on, for tests (see
+// floodgate.WithWaitTimer); it requires WithWait.
+func WithWaitTimer(after func(time.Duration) (<-chan time.Time, func() bool)) Option {
+	return gateOption("WithWaitTimer", floodgate.WithWaitTimer(after))
 }
 
 func newConfig(opts []Option) (*config, error) {
