@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -58,9 +60,10 @@ var waitSweep = []time.Duration{decisionTimeout / 10, decisionTimeout / 2, decis
 // 500 ms, 10 of 11 at 80 ms, some even at 10 ms, since Redis checks WAIT's
 // timeout only every 100 ms at hz 10). Now WAIT is bounded by each call's
 // remaining deadline and the client stops waiting for it in time: at every
-// WAIT setting (scaled to a 500 ms decision timeout), on both clients, under fail-open and with a fallback that
-// allows everything, the one allowed request runs the handler (charged on
-// the master, reported ErrNotReplicated) and every other request is a 429.
+// WAIT setting (scaled to a 500 ms decision timeout), on both clients,
+// under fail-open and with a fallback that allows everything, the one
+// allowed request runs the handler (charged on the master, reported
+// ErrNotReplicated) and every other request is a 429.
 func TestWaitReplicasTimeoutSweep(t *testing.T) {
 	master := redistest.Start(t)
 	if err := redistest.StartReplica(t, master).Pause(); err != nil {
@@ -77,13 +80,15 @@ func TestWaitReplicasTimeoutSweep(t *testing.T) {
 					opts = append(opts, redisstore.WithFallback(allowAll{}))
 				}
 				t.Run(name, func(t *testing.T) {
-					l, err := redisstore.NewTokenBucket(c.s, floodgate.PerHour(1), opts...)
+					rec := &errRecorder{Scripter: c.s}
+					l, err := redisstore.NewTokenBucket(rec, floodgate.PerHour(1), opts...)
 					if err != nil {
 						t.Fatal(err)
 					}
 					ran, statuses := failOpenRequests(t, l, requests)
 					if ran != 1 || statuses[http.StatusTooManyRequests] != requests-1 {
-						t.Fatalf("WAIT %v: handler ran %d times, statuses %v; want 1 and %d × 429", wait, ran, statuses, requests-1)
+						t.Fatalf("WAIT %v: handler ran %d times, statuses %v; want 1 and %d × 429; the Scripter's errors: %v",
+							wait, ran, statuses, requests-1, rec.errors())
 					}
 				})
 			}
@@ -126,7 +131,8 @@ func TestWaitReplicasConcurrentDenials(t *testing.T) {
 	const callers, each = 16, 3
 	for _, c := range stalledReplicaMaster(t, master, 5*decisionTimeout) {
 		t.Run(c.name, func(t *testing.T) {
-			l, err := redisstore.NewSlidingLog(c.s, floodgate.PerHour(1), redisstore.WithPrefix(prefix(t)), redisstore.WithTimeout(decisionTimeout))
+			rec := &errRecorder{Scripter: c.s}
+			l, err := redisstore.NewSlidingLog(rec, floodgate.PerHour(1), redisstore.WithPrefix(prefix(t)), redisstore.WithTimeout(decisionTimeout))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,8 +164,46 @@ func TestWaitReplicasConcurrentDenials(t *testing.T) {
 			}
 			wg.Wait()
 			if ran != 1 || statuses[http.StatusTooManyRequests] != callers*each-1 {
-				t.Fatalf("handler ran %d times, statuses %v; want 1 and %d × 429", ran, statuses, callers*each-1)
+				t.Fatalf("handler ran %d times, statuses %v; want 1 and %d × 429; the Scripter's errors: %v", ran, statuses, callers*each-1, rec.errors())
 			}
 		})
 	}
+}
+
+// errRecorder is a Scripter that records the errors (but NOSCRIPT) its
+// calls return, and how long each took, so that a failed WAIT test says
+// what failed.
+type errRecorder struct {
+	redisstore.Scripter
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *errRecorder) EvalSha(ctx context.Context, sha1 string, keys, args []string) ([]int64, error) {
+	start := time.Now()
+	reply, err := r.Scripter.EvalSha(ctx, sha1, keys, args)
+	r.record(start, err)
+	return reply, err
+}
+
+func (r *errRecorder) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
+	start := time.Now()
+	reply, err := r.Scripter.Eval(ctx, script, keys, args)
+	r.record(start, err)
+	return reply, err
+}
+
+func (r *errRecorder) record(start time.Time, err error) {
+	if err == nil || errors.Is(err, redisstore.ErrNoScript) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf("%v after %v", err, time.Since(start).Round(time.Millisecond)))
+}
+
+func (r *errRecorder) errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.errs...)
 }
