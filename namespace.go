@@ -19,7 +19,7 @@ package floodgate
 type Namespacer interface {
 	// Namespace names the place the limiter keeps its per-key state, in
 	// a form fit for an error message (redisstore: `redis keys
-	// "floodgate:10/1m0s:{*}:tb"`). It must be equal for any two limiters whose
+	// "floodgate:{*}:tb"`). It must be equal for any two limiters whose
 	// keys could collide, and should differ otherwise.
 	Namespace() string
 }

@@ -53,9 +53,8 @@
 //
 // # Key layout and expiry
 //
-// A client key k of a limiter with prefix p (WithPrefix; by default
-// DefaultPrefix and the limiter's rate, "floodgate:10/1m0s") is stored in
-// one key: p:{k}:tb (token bucket), p:{k}:log
+// A client key k of a limiter with prefix p (WithPrefix, default
+// DefaultPrefix) is stored in one key: p:{k}:tb (token bucket), p:{k}:log
 // (sliding log: a sorted set of one entry per decision, named by the
 // running total of the units, and a mark of the units no longer counted)
 // or p:{k}:sc (sliding counter: both fixed windows), p:{k}:if (in-flight
@@ -64,13 +63,10 @@
 // one slot and clients spread over every node; '%', '{' and '}' in k are
 // percent-escaped so they cannot move the tag. Give each policy its own
 // prefix: limiters of one algorithm sharing one share their clients'
-// state, whatever their rates. The default prefix names the rate, so that
-// limits of different rates never share state (All of 10 a minute and
-// 100 an hour works on it), but two policies of one rate on it do. Each
-// limiter reports the pattern of its keys as its floodgate.Namespacer
-// namespace, so that floodgate's selectors, route tables and All refuse
-// two limits of one namespace; two such limiters used side by side in
-// business code are not checked.
+// state, whatever their rates. Each limiter reports the pattern of its
+// keys as its floodgate.Namespacer namespace, so that floodgate's
+// selectors, route tables and All refuse two limits of one prefix; two
+// such limiters used side by side in business code are not checked.
 //
 // One key per client means that a maxmemory eviction takes a client's
 // whole state or none of it, so a decision never meets half a state; an

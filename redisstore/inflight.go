@@ -204,9 +204,8 @@ func (l *InFlight) eval(ctx context.Context, key string, n int, now string) (flo
 // Namespace reports where the limit keeps its holders, the pattern of its
 // keys (`redis keys "p:{*}:if"`), as TokenBucket.Namespace does: two
 // in-flight limits of one prefix, keyed or service-wide, are refused
-// together by floodgate's selectors, route tables and All. The default
-// prefix of an in-flight limit is DefaultPrefix itself, whatever its
-// maximum. It makes the limit a floodgate.Namespacer.
+// together by floodgate's selectors, route tables and All. It makes the
+// limit a floodgate.Namespacer.
 func (l *InFlight) Namespace() string { return keySpace(l.slotsKey("*")) }
 
 // slotsKey returns the hash of key's holders.

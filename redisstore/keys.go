@@ -7,18 +7,12 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// DefaultPrefix begins the key prefix of a limiter built without
-// WithPrefix, which goes on with the limiter's rate:
-// "floodgate:10/1m0s" for 10 a minute, "floodgate:10/1m0s:burst20" for a
-// token bucket of burst 20. Two limits of different rates thus never
-// share state, even on the default prefix (All of 10 a minute and 100 an
-// hour used to write one key under both rates' rules), and the clients'
-// state starts afresh when the rate changes. Two limiters of one
-// algorithm and one prefix share their clients' state, so give each
-// policy its own (e.g. "fg:signup", "fg:probe"): floodgate's selectors,
-// route tables and All refuse two such limiters (see
-// TokenBucket.Namespace); limiters used side by side in business code are
-// not checked.
+// DefaultPrefix is the key prefix used unless WithPrefix says otherwise.
+// Two limiters of one algorithm that share a prefix share their clients'
+// state, whatever their rates, so give each policy its own (e.g.
+// "fg:signup", "fg:probe"). floodgate's selectors, route tables and All
+// refuse two such limiters (see Namespace); limiters used side by side
+// in business code are not checked.
 const DefaultPrefix = "floodgate"
 
 // Key layout. A client key k of a limiter with prefix p is stored in one
@@ -79,18 +73,6 @@ func checkPrefix(p string) error {
 		return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", floodgate.ErrInvalidOption, p)
 	}
 	return nil
-}
-
-// setDefaultPrefix gives a limiter of rate r and capacity burst built
-// without WithPrefix its default prefix (see DefaultPrefix).
-func (c *config) setDefaultPrefix(r floodgate.Rate, burst int) {
-	if c.prefixSet {
-		return
-	}
-	c.prefix = fmt.Sprintf("%s:%d/%v", DefaultPrefix, r.Limit, r.Period)
-	if burst != r.Limit {
-		c.prefix += fmt.Sprintf(":burst%d", burst)
-	}
 }
 
 // keySpace is the Namespace of a limiter whose key for client "*" is

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
@@ -71,20 +70,6 @@ func TestPoliciesWithOnePrefixRefused(t *testing.T) {
 			if code := squatAddress(t, sel); code != http.StatusOK {
 				t.Fatalf("a prefix each: the address's owner got %d on its first request", code)
 			}
-			// The default prefix names the rate: two policies of
-			// different rates write different keys. (A period of its
-			// own per run, so that earlier runs on the shared server
-			// have not spent the address.)
-			sel, err = floodgate.NewPolicySelector(
-				floodgate.Policy{Name: "user", Limiter: mustTokenBucket(t, c.s, floodgate.PerHour(5)), Key: user},
-				floodgate.Policy{Name: "ip", Limiter: mustTokenBucket(t, c.s, floodgate.Rate{Limit: 3, Period: time.Hour + time.Duration(time.Now().UnixMicro()%1e6)*time.Microsecond}), Key: ip},
-			)
-			if err != nil {
-				t.Fatalf("default prefix, two rates: %v", err)
-			}
-			if code := squatAddress(t, sel); code != http.StatusOK {
-				t.Fatalf("default prefix, two rates: the address's owner got %d on its first request", code)
-			}
 			counter, err := redisstore.NewSlidingCounter(c.s, rate, redisstore.WithPrefix(p+":mixed"))
 			if err != nil {
 				t.Fatal(err)
@@ -130,60 +115,45 @@ func squatAddress(t *testing.T, sel *floodgate.PolicySelector) int {
 // TestAllWithOnePrefixRefused: the README's "10 a minute and 100 an hour
 // together" on Redis, both token buckets with the default prefix, wrote
 // one key under two rates' rules and allowed 2 requests of 20 at once
-// instead of 10, an honest user locked out. The default prefix now names
-// the rate, so the pair writes two keys and allows exactly 10, as with a
-// prefix each; two limits given one prefix by hand are refused by All,
-// naming the keys and the fix.
+// instead of 10, an honest user locked out. All now refuses the pair,
+// naming the keys and the fix; with a prefix each it allows exactly 10.
 func TestAllWithOnePrefixRefused(t *testing.T) {
 	addr := redistest.Shared(t)
 	for _, c := range clients(t, addr) {
 		t.Run(c.name, func(t *testing.T) {
 			p := prefix(t)
-			_, err := floodgate.All(mustTokenBucket(t, c.s, floodgate.PerMinute(10), redisstore.WithPrefix(p)),
-				mustTokenBucket(t, c.s, floodgate.PerHour(100), redisstore.WithPrefix(p)))
-			if !errors.Is(err, floodgate.ErrInvalidOption) || !strings.Contains(err.Error(), ":{*}:tb") || !strings.Contains(err.Error(), "WithPrefix") {
-				t.Fatalf("one prefix: err = %v; want ErrInvalidOption naming the keys and the fix", err)
+			for _, opts := range [][]redisstore.Option{nil, {redisstore.WithPrefix(p)}} {
+				_, err := floodgate.All(mustTokenBucket(t, c.s, floodgate.PerMinute(10), opts...),
+					mustTokenBucket(t, c.s, floodgate.PerHour(100), opts...))
+				if !errors.Is(err, floodgate.ErrInvalidOption) || !strings.Contains(err.Error(), ":{*}:tb") || !strings.Contains(err.Error(), "WithPrefix") {
+					t.Fatalf("prefix %v: err = %v; want ErrInvalidOption naming the keys and the fix", opts, err)
+				}
 			}
-			// The default prefix: a key of its own for the test, so that
-			// earlier runs on the shared server do not count.
-			user := p + ":alice"
-			for name, prefixes := range map[string][]redisstore.Option{
-				"default prefix": nil,
-				"a prefix each":  {redisstore.WithPrefix(p + ":min"), redisstore.WithPrefix(p + ":hour")},
-			} {
-				opts := func(i int) []redisstore.Option {
-					if prefixes == nil {
-						return []redisstore.Option{patient}
-					}
-					return []redisstore.Option{prefixes[i], patient}
-				}
-				both, err := floodgate.All(
-					mustTokenBucket(t, c.s, floodgate.PerMinute(10), opts(0)...),
-					mustTokenBucket(t, c.s, floodgate.PerHour(100), opts(1)...))
+			both, err := floodgate.All(
+				mustTokenBucket(t, c.s, floodgate.PerMinute(10), redisstore.WithPrefix(p+":min"), patient),
+				mustTokenBucket(t, c.s, floodgate.PerHour(100), redisstore.WithPrefix(p+":hour"), patient))
+			if err != nil {
+				t.Fatal(err)
+			}
+			allowed := 0
+			for range 20 {
+				d, err := both.AllowN(context.Background(), "alice", 1)
 				if err != nil {
-					t.Fatalf("%s: %v", name, err)
+					t.Fatal(err)
 				}
-				allowed := 0
-				for range 20 {
-					d, err := both.AllowN(context.Background(), user, 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if d.Allowed {
-						allowed++
-					}
+				if d.Allowed {
+					allowed++
 				}
-				if allowed != 10 {
-					t.Fatalf("All(10/min, 100/h), %s: %d of 20 allowed at once, want 10", name, allowed)
-				}
+			}
+			if allowed != 10 {
+				t.Fatalf("All(10/min, 100/h), a prefix each: %d of 20 allowed at once, want 10", allowed)
 			}
 		})
 	}
 }
 
 // TestNamespaces: each limiter's Namespace is the pattern of its keys:
-// the prefix and the algorithm's suffix; without WithPrefix the prefix
-// names the rate (and a token bucket's burst).
+// the prefix and the algorithm's suffix, and nothing of its rate.
 func TestNamespaces(t *testing.T) {
 	s := clients(t, redistest.Shared(t))[0].s
 	rate := floodgate.PerMinute(5)
@@ -191,11 +161,10 @@ func TestNamespaces(t *testing.T) {
 		l    floodgate.Limiter
 		want string
 	}{
-		{mustTokenBucket(t, s, rate), `redis keys "floodgate:5/1m0s:{*}:tb"`},
-		{mustTokenBucket(t, s, rate, redisstore.WithBurst(8)), `redis keys "floodgate:5/1m0s:burst8:{*}:tb"`},
+		{mustTokenBucket(t, s, rate), `redis keys "floodgate:{*}:tb"`},
 		{mustTokenBucket(t, s, floodgate.PerHour(1), redisstore.WithPrefix("fg:a")), `redis keys "fg:a:{*}:tb"`},
-		{mustTokenBucket(t, s, rate, redisstore.WithIntervalRefill()), `redis keys "floodgate:5/1m0s:{*}:tbi"`},
-		{algos[1].mustNew(t, s, floodgate.PerHour(100)), `redis keys "floodgate:100/1h0m0s:{*}:log"`},
+		{mustTokenBucket(t, s, rate, redisstore.WithIntervalRefill()), `redis keys "floodgate:{*}:tbi"`},
+		{algos[1].mustNew(t, s, rate), `redis keys "floodgate:{*}:log"`},
 		{algos[2].mustNew(t, s, rate, redisstore.WithPrefix("x")), `redis keys "x:{*}:sc"`},
 		{algos[2].mustNew(t, s, rate, redisstore.WithPrefix(redisstore.DefaultPrefix)), `redis keys "floodgate:{*}:sc"`},
 		{mustInFlight(t)(redisstore.NewInFlight(s, 3)), `redis keys "floodgate:{*}:if"`},

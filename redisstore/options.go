@@ -35,7 +35,6 @@ const (
 
 type config struct {
 	prefix        string
-	prefixSet     bool
 	burst         int
 	burstSet      bool
 	now           func() time.Time
@@ -117,22 +116,19 @@ func newConfig(kind string, opts []Option) (config, error) {
 }
 
 // WithPrefix sets the prefix of every Redis key the limiter writes
-// (default DefaultPrefix followed by the limiter's rate, see
-// DefaultPrefix). Limiters with different policies need different
+// (default DefaultPrefix). Limiters with different policies need different
 // prefixes; see the key layout in the package documentation. Two limiters
 // of one algorithm with one prefix write the same keys, whatever their
 // rates: floodgate.NewPolicySelector, NewSelectorFor, NewRoutes and All
 // refuse them together (see TokenBucket.Namespace), but two such limiters
 // used side by side in business code, or in two services on one Redis,
-// still count together. A prefix of one's own also keeps the clients'
-// state across a change of rate, which the default prefix does not. The
-// prefix must not contain '{' or '}'.
+// still count together. The prefix must not contain '{' or '}'.
 func WithPrefix(p string) Option {
 	return func(c *config) error {
 		if err := checkPrefix(p); err != nil {
 			return err
 		}
-		c.prefix, c.prefixSet = p, true
+		c.prefix = p
 		return c.once("WithPrefix")
 	}
 }

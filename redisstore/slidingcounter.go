@@ -57,7 +57,6 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
 		originArg: "0",
 	}
-	cfg.setDefaultPrefix(r, r.Limit)
 	if err = sc.init(c, r.Limit, cfg); err != nil {
 		return nil, err
 	}

@@ -71,7 +71,6 @@ func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, e
 	if cfg.countDenied {
 		l.countDenied = "1"
 	}
-	cfg.setDefaultPrefix(r, r.Limit)
 	if err = l.init(c, r.Limit, cfg); err != nil {
 		return nil, err
 	}

@@ -81,7 +81,6 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	b.limitArg = strconv.FormatUint(b.limit, 10)
 	b.burstArg = strconv.Itoa(burst)
 	b.periodArg = strconv.FormatUint(b.period, 10)
-	cfg.setDefaultPrefix(r, burst)
 	if err = b.init(c, burst, cfg); err != nil {
 		return nil, err
 	}
