@@ -580,7 +580,7 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 	case u < used:
 		st.takeOldest(used - u)
 	case u > used:
-		st.entry(int(st.count)-1).total += u - used
+		st.entry(int(st.count) - 1).total += u - used
 	}
 }
 

@@ -143,7 +143,7 @@ type slot[S any] struct {
 }
 
 type shard[S any, A algorithm[S, A]] struct {
-	mu    sync.Mutex
+	mu sync.Mutex
 	// alg holds the parameters the shard's keys and debts are in.
 	alg   A
 	last  int64 // latest time seen: an injected clock never goes back
