@@ -255,7 +255,9 @@ func (a *scAlg) decide(d *Decision, st *scState, now int64, n int) {
 	*d = Decision{Limit: a.limit}
 	// estimate + n <= limit ⇔ cur + n <= limit and
 	// prev·(Period − elapsed) <= (limit − cur − n)·Period.
-	if cur+uint32(n) <= limit && !a.est.Above(prev, a.period-elapsed, limit-cur-uint32(n)) {
+	// A report (n == 0) is allowed even when a downgrade left the counts
+	// above the limit (see SetRate).
+	if n == 0 || cur+uint32(n) <= limit && !a.est.Above(prev, a.period-elapsed, limit-cur-uint32(n)) {
 		d.Allowed = true
 		if n > 0 {
 			cur += uint32(n)

@@ -331,7 +331,7 @@ func (a *slAlg) decide(d *Decision, st *slState, now int64, n int) {
 	used := int(st.used())
 	*d = Decision{Limit: a.limit}
 	switch {
-	case used+n <= a.limit:
+	case n == 0 || used+n <= a.limit: // a report is allowed even above the limit (see SetRate)
 		d.Allowed = true
 		if n > 0 {
 			a.record(st, now, uint32(n))

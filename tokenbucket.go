@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/big"
 	"math/bits"
 	"sync/atomic"
@@ -54,8 +55,9 @@ type tbAlg struct {
 	interval bool
 	limit    uint64 // Rate.Limit
 	period   uint64 // Rate.Period in ns
-	// tick is Period/Limit when it divides exactly: then the fraction is
-	// always zero and the hot path needs no 128-bit arithmetic.
+	// tick is Period/Limit when it divides exactly: then a decision adds
+	// no fraction and the hot path needs no 128-bit arithmetic (a change
+	// of rate may leave one, which the decisions carry along).
 	tick int64
 	// tau = burst·Period/Limit = tauQ + tauR/Limit ns: how far the
 	// theoretical arrival time may run ahead of now.
@@ -300,7 +302,9 @@ func (a *tbAlg) decideGreedy(d *Decision, st *tbState, now int64, n int) {
 	ntat, nfrac := a.advance(tat, frac, n)
 	ahead := ntat - now
 	*d = Decision{Limit: a.burst}
-	if ahead < a.tauQ || (ahead == a.tauQ && nfrac <= a.tauR) {
+	// A report (n == 0) is allowed even when a downgrade left the bucket
+	// owing more than its burst (see SetRate).
+	if n == 0 || ahead < a.tauQ || (ahead == a.tauQ && nfrac <= a.tauR) {
 		d.Allowed = true
 		tat, frac = ntat, nfrac
 		st.tat, st.frac = tat, frac
@@ -349,7 +353,7 @@ func (a *tbAlg) refundGreedy(st *tbState, now int64, n int) {
 // advance returns (tat + frac/L) + n·Period/Limit as (ns, fraction).
 func (a *tbAlg) advance(tat, frac int64, n int) (int64, int64) {
 	if a.tick > 0 {
-		return tat + int64(n)*a.tick, 0
+		return tat + int64(n)*a.tick, frac
 	}
 	hi, lo := bits.Mul64(uint64(n), a.period)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
@@ -361,6 +365,9 @@ func (a *tbAlg) advance(tat, frac int64, n int) (int64, int64) {
 // that a debt of that many nanoseconds stands for.
 func (a *tbAlg) tokensCeil(ns, frac int64) int {
 	if a.tick > 0 {
+		if frac > 0 { // a fraction of a ns, left by a change of rate
+			return int(ns/a.tick + 1)
+		}
 		return int((ns + a.tick - 1) / a.tick)
 	}
 	hi, lo := bits.Mul64(uint64(ns), a.limit)
@@ -470,7 +477,7 @@ func (a *tbAlg) decideInterval(d *Decision, st *tbState, now int64, n int) {
 	start, used := a.intervalAt(st, now)
 	period, limit := int64(a.period), int64(a.limit)
 	*d = Decision{Limit: a.burst}
-	if used+int64(n) <= int64(a.burst) {
+	if n == 0 || used+int64(n) <= int64(a.burst) {
 		d.Allowed = true
 		used += int64(n)
 	} else {
@@ -516,31 +523,101 @@ func (a *tbAlg) convert(st *tbState, b *tbAlg, how Inherit, now int64) {
 // convertGreedy converts a greedy bucket exactly: it has used
 // u = ((tat − now)·Limit + frac)/Period tokens, and the new arrival time
 // is now + how(u)·Period'/Limit', rounded up to the 1/Limit' ns the state
-// keeps. The products take up to 172 bits, so they are taken in big
-// integers: a change is rare, a decision never pays for it.
+// keeps. The products fit 128 bits for the rates people use; those that
+// do not are taken in big integers.
 func (a *tbAlg) convertGreedy(st *tbState, b *tbAlg, how Inherit, now int64) {
 	if st.tat < now || st.tat == now && st.frac == 0 {
 		*st = tbState{} // full: nothing used
 		return
 	}
-	var delta, x, y, p big.Int // delta/Period = u tokens; x/Limit' = new ns ahead
+	x, ok := a.aheadFast(st, b, how, now)
+	if !ok {
+		x, ok = a.aheadBig(st, b, how, now)
+	}
+	q, r := x/b.limit, x%b.limit
+	if !ok || q >= maxTau {
+		st.tat, st.frac = now+maxTau, 0 // a wait beyond 73 years is held there
+		return
+	}
+	if q == 0 && r == 0 {
+		*st = tbState{}
+		return
+	}
+	st.tat, st.frac = now+int64(q), int64(r)
+}
+
+// aheadFast returns how(u)·Period', rounded up: the new arrival time
+// ahead of now, in 1/Limit' ns (see convertGreedy), in 64-bit and 128-bit
+// arithmetic, or false if a product does not fit.
+func (a *tbAlg) aheadFast(st *tbState, b *tbAlg, how Inherit, now int64) (uint64, bool) {
+	hi, delta := bits.Mul64(uint64(st.tat-now), a.limit) // u = delta/Period
+	delta, c := bits.Add64(delta, uint64(st.frac), 0)
+	if hi+c != 0 {
+		return 0, false
+	}
+	if how == AddDifference && b.burst < a.burst {
+		hi, d := bits.Mul64(uint64(a.burst-b.burst), a.period)
+		if hi != 0 {
+			return 0, false
+		}
+		if delta <= d {
+			return 0, true
+		}
+		delta -= d
+	}
+	hi, lo := bits.Mul64(delta, b.period) // u·Period'·Period
+	if hi >= a.period {
+		return 0, false
+	}
+	x, rem := bits.Div64(hi, lo, a.period)
+	if rem > 0 {
+		if x == math.MaxUint64 {
+			return 0, false
+		}
+		x++
+	}
+	if how != ScaleUsed {
+		return x, true
+	}
+	// u·burst'/burst, but no more than max(u, burst') tokens.
+	h1, den := bits.Mul64(a.period, uint64(a.burst))
+	h2, l2 := bits.Mul64(lo, uint64(b.burst))
+	h3, m := bits.Mul64(hi, uint64(b.burst))
+	m, c = bits.Add64(m, h2, 0)
+	if h1 != 0 || h3+c != 0 || m >= den {
+		return 0, false
+	}
+	s, rem := bits.Div64(m, l2, den)
+	if rem > 0 {
+		if s == math.MaxUint64 {
+			return 0, false
+		}
+		s++
+	}
+	if hi, most := bits.Mul64(uint64(b.burst), b.period); hi == 0 && s > max(x, most) {
+		s = max(x, most)
+	}
+	return s, true
+}
+
+// aheadBig is aheadFast in big integers; false if the result does not
+// fit 64 bits.
+func (a *tbAlg) aheadBig(st *tbState, b *tbAlg, how Inherit, now int64) (uint64, bool) {
+	var delta, x, y, p big.Int // delta/Period = u tokens
 	delta.SetInt64(st.tat - now)
 	delta.Mul(&delta, p.SetUint64(a.limit))
 	delta.Add(&delta, x.SetInt64(st.frac))
 	if how == AddDifference && b.burst < a.burst {
-		// u − (burst − burst') tokens, at least none.
 		x.SetInt64(int64(a.burst - b.burst))
 		delta.Sub(&delta, x.Mul(&x, p.SetUint64(a.period)))
 		if delta.Sign() <= 0 {
-			*st = tbState{}
-			return
+			return 0, true
 		}
 	}
-	var num big.Int // u·Period·Period': u·Period' = num/Period
+	var num big.Int // u·Period'·Period
 	num.Mul(&delta, p.SetUint64(b.period))
 	ceilDiv(&x, &num, y.SetUint64(a.period))
 	if how == ScaleUsed {
-		// u·burst'/burst, but no more than max(u, burst') tokens.
 		var s big.Int
 		num.Mul(&num, p.SetInt64(int64(b.burst)))
 		ceilDiv(&s, &num, y.Mul(y.SetUint64(a.period), p.SetInt64(int64(a.burst))))
@@ -553,12 +630,10 @@ func (a *tbAlg) convertGreedy(st *tbState, b *tbAlg, how Inherit, now int64) {
 		}
 		x.Set(&s)
 	}
-	x.QuoRem(&x, p.SetUint64(b.limit), &y)
-	if !x.IsInt64() || x.Int64() >= maxTau {
-		st.tat, st.frac = now+maxTau, 0 // a wait beyond 73 years is held there
-		return
+	if !x.IsUint64() {
+		return 0, false
 	}
-	st.tat, st.frac = now+x.Int64(), y.Int64()
+	return x.Uint64(), true
 }
 
 // ceilDiv sets z to ceil(x/y) for non-negative x and positive y, and

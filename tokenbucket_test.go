@@ -567,3 +567,46 @@ func TestTokenBucketHotPathDoesNotAllocate(t *testing.T) {
 		assert.Zero(t, allocs, "peek at an untracked key, %s", r)
 	}
 }
+
+// TestConvertGreedyFastMatchesBig: the 128-bit conversion of a greedy
+// bucket agrees with the big-integer one wherever it answers, on random
+// rates, bursts, states and strategies, and answers for the common ones.
+func TestConvertGreedyFastMatchesBig(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	periods := []time.Duration{time.Nanosecond * 7, time.Millisecond, time.Second, 1001 * time.Millisecond, time.Minute, time.Hour, 24 * time.Hour, 365 * 24 * time.Hour}
+	answered := 0
+	for i := 0; i < 20000; i++ {
+		pick := func() *tbAlg {
+			r := Rate{Limit: 1 + rng.Intn(1<<uint(rng.Intn(25))), Period: periods[rng.Intn(len(periods))]}
+			burst := max(1, r.Limit+rng.Intn(3)-1)
+			if rng.Intn(4) == 0 {
+				burst = 1 + rng.Intn(maxLimit)
+			}
+			a, err := newTBAlg(r, burst, false)
+			if err != nil {
+				return nil
+			}
+			return a
+		}
+		a, b := pick(), pick()
+		if a == nil || b == nil {
+			continue
+		}
+		now := int64(1_000_000)
+		ahead := rng.Int63n(a.tauQ + 1)
+		st := tbState{tat: now + ahead, frac: rng.Int63n(int64(a.limit))}
+		how := Inherit(rng.Intn(3))
+		fast, okFast := a.aheadFast(&st, b, how, now)
+		slow, okBig := a.aheadBig(&st, b, how, now)
+		if !okFast {
+			continue
+		}
+		answered++
+		if !okBig || fast != slow {
+			t.Fatalf("%v from %+v to %+v, state %+v: fast %d, big %d (%v)", how, *a, *b, st, fast, slow, okBig)
+		}
+	}
+	if answered < 5000 {
+		t.Fatalf("the fast path answered %d times of 20000", answered)
+	}
+}

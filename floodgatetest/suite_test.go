@@ -124,7 +124,7 @@ type modelLimiter struct {
 func newModelLimiter(alg Algorithm, c Config) *modelLimiter {
 	l := &modelLimiter{clock: c.Clock, start: c.Clock.Now(), models: map[string]model{}}
 	if alg == TokenBucket {
-		l.newModel = func() model { return newTokenBucketModel(c.Rate, c.Burst) }
+		l.newModel = func() model { return newTokenBucketModel(c.Rate, c.Burst, 0) }
 	} else {
 		l.newModel = func() model { return newSlidingLogModel(c.Rate) }
 	}
