@@ -286,8 +286,8 @@ type env struct {
 	versions map[string]int
 	pending  rateChange
 	labels   map[string]string
-	step   string // where in a sequence the subtest is, for messages
-	ctx    context.Context
+	step     string // where in a sequence the subtest is, for messages
+	ctx      context.Context
 }
 
 func (s *Suite) newEnv(t tester, ks *keySpace, cfg setup) *env {
