@@ -15,9 +15,8 @@ import (
 )
 
 // Algorithm names the semantics a limiter under test promises. The suite
-// holds a reference model for the exact algorithms and compares every
-// decision with it; for the others it checks only what every Limiter
-// promises.
+// holds a reference model of each and compares every decision with it,
+// besides checking what every Limiter promises.
 type Algorithm int
 
 const (
@@ -351,16 +350,20 @@ func (e *env) model(key string) model {
 	return m
 }
 
-func (e *env) newModel() model {
-	switch e.suite.Algorithm {
+func (e *env) newModel() model { return modelFor(e.suite.Algorithm, e.cfg, e.suite.Resolution) }
+
+// modelFor returns a fresh model of alg for c; res is the resolution of
+// the store's time (see Suite.Resolution).
+func modelFor(alg Algorithm, c setup, res time.Duration) model {
+	switch alg {
 	case TokenBucket:
-		return newTokenBucketModel(e.cfg.rate, e.cfg.burst, e.suite.Resolution)
+		return newTokenBucketModel(c.rate, c.burst, res)
 	case IntervalTokenBucket:
-		return newIntervalBucketModel(e.cfg.rate, e.cfg.burst)
+		return newIntervalBucketModel(c.rate, c.burst)
 	case SlidingCounter:
-		return newSlidingCounterModel(e.cfg.rate)
+		return newSlidingCounterModel(c.rate)
 	}
-	return newSlidingLogModel(e.cfg.rate)
+	return newSlidingLogModel(c.rate)
 }
 
 // allow asks the limiter for n units of key, checks the answer against
