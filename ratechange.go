@@ -3,6 +3,8 @@ package floodgate
 import (
 	"context"
 	"fmt"
+
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // Inherit says what a change of rate does to the units each key has
@@ -79,22 +81,8 @@ func (how Inherit) check() error {
 }
 
 // units returns the units a key that has used u of capacity c keeps
-// under capacity c2, rounded up. u and c2 are below 2^26 and 2^25, so
-// no product overflows.
-func (how Inherit) units(u, c, c2 uint64) uint64 {
-	switch how {
-	case KeepUsed:
-		return u
-	case ScaleUsed:
-		return min((u*c2+c-1)/c, max(u, c2))
-	case AddDifference:
-		if c2 >= c {
-			return u
-		}
-		return u - min(u, c-c2)
-	}
-	return 0
-}
+// under capacity c2, rounded up (see inherit.Strategy.Units).
+func (how Inherit) units(u, c, c2 uint64) uint64 { return inherit.Strategy(how).Units(u, c, c2) }
 
 // RateChange is a new rate for a limiter that is serving (SetRate).
 type RateChange struct {

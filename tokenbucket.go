@@ -3,10 +3,10 @@ package floodgate
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/big"
 	"math/bits"
 	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // TokenBucket is an in-memory token-bucket limiter with one bucket per key.
@@ -440,21 +440,7 @@ func (a *tbAlg) restore(st *tbState, v debt, now int64) {
 // start having given Limit tokens back. A full bucket (used == 0) starts
 // its period now.
 func (a *tbAlg) intervalAt(st *tbState, now int64) (start, used int64) {
-	start, used = st.tat, st.frac
-	period, limit := int64(a.period), int64(a.limit)
-	if used > 0 && now-start >= period {
-		k := (now - start) / period
-		if k >= (used+limit-1)/limit {
-			used = 0
-		} else {
-			used -= k * limit
-			start += k * period
-		}
-	}
-	if used == 0 {
-		start = now
-	}
-	return start, used
+	return a.intervalRate().Roll(st.tat, st.frac, now)
 }
 
 // blocked is the frac of an interval bucket that allows nothing until tat.
@@ -523,22 +509,13 @@ func (a *tbAlg) convert(st *tbState, b *tbAlg, how Inherit, now int64) {
 // convertGreedy converts a greedy bucket exactly: it has used
 // u = ((tat − now)·Limit + frac)/Period tokens, and the new arrival time
 // is now + how(u)·Period'/Limit', rounded up to the 1/Limit' ns the state
-// keeps. The products fit 128 bits for the rates people use; those that
-// do not are taken in big integers.
+// keeps (see inherit.Greedy).
 func (a *tbAlg) convertGreedy(st *tbState, b *tbAlg, how Inherit, now int64) {
-	if st.tat < now || st.tat == now && st.frac == 0 {
+	if st.tat < now {
 		*st = tbState{} // full: nothing used
 		return
 	}
-	x, ok := a.aheadFast(st, b, how, now)
-	if !ok {
-		x, ok = a.aheadBig(st, b, how, now)
-	}
-	q, r := x/b.limit, x%b.limit
-	if !ok || q >= maxTau {
-		st.tat, st.frac = now+maxTau, 0 // a wait beyond 73 years is held there
-		return
-	}
+	q, r := inherit.Greedy(uint64(st.tat-now), uint64(st.frac), a.bucket(), b.bucket(), inherit.Strategy(how), maxTau)
 	if q == 0 && r == 0 {
 		*st = tbState{}
 		return
@@ -546,105 +523,9 @@ func (a *tbAlg) convertGreedy(st *tbState, b *tbAlg, how Inherit, now int64) {
 	st.tat, st.frac = now+int64(q), int64(r)
 }
 
-// aheadFast returns how(u)·Period', rounded up: the new arrival time
-// ahead of now, in 1/Limit' ns (see convertGreedy), in 64-bit and 128-bit
-// arithmetic, or false if a product does not fit.
-func (a *tbAlg) aheadFast(st *tbState, b *tbAlg, how Inherit, now int64) (uint64, bool) {
-	hi, delta := bits.Mul64(uint64(st.tat-now), a.limit) // u = delta/Period
-	delta, c := bits.Add64(delta, uint64(st.frac), 0)
-	if hi+c != 0 {
-		return 0, false
-	}
-	if how == AddDifference && b.burst < a.burst {
-		hi, d := bits.Mul64(uint64(a.burst-b.burst), a.period)
-		if hi != 0 {
-			return 0, false
-		}
-		if delta <= d {
-			return 0, true
-		}
-		delta -= d
-	}
-	hi, lo := bits.Mul64(delta, b.period) // u·Period'·Period
-	if hi >= a.period {
-		return 0, false
-	}
-	x, rem := bits.Div64(hi, lo, a.period)
-	if rem > 0 {
-		if x == math.MaxUint64 {
-			return 0, false
-		}
-		x++
-	}
-	if how != ScaleUsed {
-		return x, true
-	}
-	// u·burst'/burst, but no more than max(u, burst') tokens.
-	h1, den := bits.Mul64(a.period, uint64(a.burst))
-	h2, l2 := bits.Mul64(lo, uint64(b.burst))
-	h3, m := bits.Mul64(hi, uint64(b.burst))
-	m, c = bits.Add64(m, h2, 0)
-	if h1 != 0 || h3+c != 0 || m >= den {
-		return 0, false
-	}
-	s, rem := bits.Div64(m, l2, den)
-	if rem > 0 {
-		if s == math.MaxUint64 {
-			return 0, false
-		}
-		s++
-	}
-	if hi, most := bits.Mul64(uint64(b.burst), b.period); hi == 0 && s > max(x, most) {
-		s = max(x, most)
-	}
-	return s, true
-}
-
-// aheadBig is aheadFast in big integers; false if the result does not
-// fit 64 bits.
-func (a *tbAlg) aheadBig(st *tbState, b *tbAlg, how Inherit, now int64) (uint64, bool) {
-	var delta, x, y, p big.Int // delta/Period = u tokens
-	delta.SetInt64(st.tat - now)
-	delta.Mul(&delta, p.SetUint64(a.limit))
-	delta.Add(&delta, x.SetInt64(st.frac))
-	if how == AddDifference && b.burst < a.burst {
-		x.SetInt64(int64(a.burst - b.burst))
-		delta.Sub(&delta, x.Mul(&x, p.SetUint64(a.period)))
-		if delta.Sign() <= 0 {
-			return 0, true
-		}
-	}
-	var num big.Int // u·Period'·Period
-	num.Mul(&delta, p.SetUint64(b.period))
-	ceilDiv(&x, &num, y.SetUint64(a.period))
-	if how == ScaleUsed {
-		var s big.Int
-		num.Mul(&num, p.SetInt64(int64(b.burst)))
-		ceilDiv(&s, &num, y.Mul(y.SetUint64(a.period), p.SetInt64(int64(a.burst))))
-		y.Mul(y.SetInt64(int64(b.burst)), p.SetUint64(b.period))
-		if y.Cmp(&x) < 0 {
-			y.Set(&x)
-		}
-		if s.Cmp(&y) > 0 {
-			s.Set(&y)
-		}
-		x.Set(&s)
-	}
-	if !x.IsUint64() {
-		return 0, false
-	}
-	return x.Uint64(), true
-}
-
-// ceilDiv sets z to ceil(x/y) for non-negative x and positive y, and
-// returns it.
-func ceilDiv(z, x, y *big.Int) *big.Int {
-	var m big.Int
-	z.QuoRem(x, y, &m)
-	if m.Sign() > 0 {
-		z.Add(z, big.NewInt(1))
-	}
-	return z
+// bucket returns the rate as inherit takes it.
+func (a *tbAlg) bucket() inherit.Bucket {
+	return inherit.Bucket{Limit: a.limit, Period: a.period, Burst: uint64(a.burst)}
 }
 
 // convertInterval converts an intervally refilled bucket: it keeps the
@@ -656,13 +537,14 @@ func ceilDiv(z, x, y *big.Int) *big.Int {
 // bucket that allows nothing until that many, converted, are back under b,
 // counting from now.
 func (a *tbAlg) convertInterval(st *tbState, b *tbAlg, how Inherit, now int64) {
+	from, to := a.intervalRate(), b.intervalRate()
 	if st.frac == blocked {
 		if now >= st.tat {
 			*st = tbState{}
 			return
 		}
 		most := a.limit * uint64((st.tat-now+int64(a.period)-1)/int64(a.period))
-		u := b.heldUsed(how.units(most, uint64(a.burst), uint64(b.burst)))
+		u := inherit.IntervalUsed(most, from, to, inherit.Strategy(how), maxTau)
 		if u == 0 {
 			*st = tbState{}
 			return
@@ -670,8 +552,8 @@ func (a *tbAlg) convertInterval(st *tbState, b *tbAlg, how Inherit, now int64) {
 		st.tat = now + int64((u+b.limit-1)/b.limit)*int64(b.period)
 		return
 	}
-	start, used := a.intervalAt(st, now)
-	u := b.heldUsed(how.units(uint64(used), uint64(a.burst), uint64(b.burst)))
+	start, used := from.Roll(st.tat, st.frac, now)
+	u := inherit.IntervalUsed(uint64(used), from, to, inherit.Strategy(how), maxTau)
 	if u == 0 {
 		*st = tbState{}
 		return
@@ -679,12 +561,7 @@ func (a *tbAlg) convertInterval(st *tbState, b *tbAlg, how Inherit, now int64) {
 	st.tat, st.frac = start, int64(u)
 }
 
-// heldUsed returns u, or fewer tokens if u would take more than 2^61 ns
-// (73 years) of periods to come back: a wait beyond that is held there.
-func (b *tbAlg) heldUsed(u uint64) uint64 {
-	hi, most := bits.Mul64(b.limit, maxTau/b.period)
-	if hi != 0 {
-		return u
-	}
-	return min(u, most)
+// interval returns the rate as inherit takes it.
+func (a *tbAlg) intervalRate() inherit.Interval {
+	return inherit.Interval{Limit: a.limit, Period: a.period, Burst: uint64(a.burst)}
 }

@@ -23,6 +23,9 @@ func TestConformance(t *testing.T) {
 		{floodgatetest.TokenBucket, true, func(s redisstore.Scripter, c floodgatetest.Config, opts ...redisstore.Option) (floodgatetest.Limiter, error) {
 			return redisstore.NewTokenBucket(s, c.Rate, append(opts, redisstore.WithBurst(c.Burst))...)
 		}},
+		{floodgatetest.IntervalTokenBucket, true, func(s redisstore.Scripter, c floodgatetest.Config, opts ...redisstore.Option) (floodgatetest.Limiter, error) {
+			return redisstore.NewTokenBucket(s, c.Rate, append(opts, redisstore.WithBurst(c.Burst), redisstore.WithIntervalRefill())...)
+		}},
 		{floodgatetest.SlidingLog, false, func(s redisstore.Scripter, c floodgatetest.Config, opts ...redisstore.Option) (floodgatetest.Limiter, error) {
 			return redisstore.NewSlidingLog(s, c.Rate, opts...)
 		}},
