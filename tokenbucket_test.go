@@ -567,4 +567,3 @@ func TestTokenBucketHotPathDoesNotAllocate(t *testing.T) {
 		assert.Zero(t, allocs, "peek at an untracked key, %s", r)
 	}
 }
-
