@@ -46,6 +46,7 @@ type config struct {
 	countDenied   bool
 	interval      bool
 	maxKeyLen     int
+	rateRefresh   time.Duration // 0: DefaultRateRefresh
 	given         map[string]bool // options seen, each allowed once
 }
 
