@@ -46,7 +46,7 @@ type config struct {
 	countDenied   bool
 	interval      bool
 	maxKeyLen     int
-	rateRefresh   time.Duration // 0: DefaultRateRefresh
+	rateRefresh   time.Duration   // 0: DefaultRateRefresh
 	given         map[string]bool // options seen, each allowed once
 }
 

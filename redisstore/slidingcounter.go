@@ -190,6 +190,7 @@ func (sc *SlidingCounter) decision(v *rateView, r []int64, n int) (floodgate.Dec
 	}
 	return d, nil
 }
+
 // ceilMicros rounds a non-negative wait in nanoseconds up to the
 // microsecond, the resolution every Redis limiter reports in.
 func ceilMicros(ns int64) time.Duration {
