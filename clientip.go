@@ -309,6 +309,67 @@ func ClientIP(opts ...IPOption) (func(*http.Request) (netip.Addr, error), error)
 	}, nil
 }
 
+// IPResolver resolves the client of a call of any transport by the rules
+// of KeyByIP and ClientIP, for the adapters of transports other than
+// net/http (contrib/grpclimit, contrib/connectlimit): the adapter hands it
+// the call's peer and the lines of the forwarding header the options name
+// (Header), read from its own metadata, and gets the key KeyByIP would
+// give an HTTP request with that RemoteAddr and header. An IPResolver is
+// immutable and safe for concurrent use.
+type IPResolver struct{ c *ipConfig }
+
+// NewIPResolver returns a resolver for opts, checked as KeyByIP checks
+// them: an error wrapping ErrInvalidOption for a forwarding source
+// without trusted proxies, or the reverse.
+func NewIPResolver(opts ...IPOption) (*IPResolver, error) {
+	c, err := newIPConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &IPResolver{c: c}, nil
+}
+
+// Header returns the name, in canonical form, of the forwarding header
+// the resolver believes from a trusted peer ("X-Forwarded-For",
+// "Forwarded", FromHeader's name), or "" when it reads none, the peer
+// alone being the client.
+func (r *IPResolver) Header() string {
+	if r.c.source == sourcePeer {
+		return ""
+	}
+	return r.c.header
+}
+
+// Key returns the key of a call from peer, written as
+// http.Request.RemoteAddr is ("192.0.2.1:5000", "[2001:db8::1]:5000", a
+// bare address; "@" or "" for a unix socket), whose forwarding header
+// (Header) has the lines forwarded: what KeyByIP returns for such an HTTP
+// request. forwarded is read only when peer is a trusted proxy. An
+// address that cannot be resolved is an error wrapping ErrNoClientIP. It
+// allocates only the key, and nothing for a dotted-quad client under the
+// default /32, whose key is a substring of peer or of forwarded.
+func (r *IPResolver) Key(peer string, forwarded []string) (string, error) {
+	a, text, err := r.c.resolve(peer, forwarded)
+	if err != nil {
+		return "", err
+	}
+	if text != "" && r.c.v4Bits == 32 {
+		return text, nil
+	}
+	return r.c.key(a), nil
+}
+
+// Addr returns the client address of a call, as ClientIP does for an
+// HTTP request: peer and forwarded as for Key.
+func (r *IPResolver) Addr(peer string, forwarded []string) (netip.Addr, error) {
+	a, _, err := r.c.resolve(peer, forwarded)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	client, _ := clientOf(a)
+	return client, nil
+}
+
 // SkipClients returns a predicate for WithSkip that exempts the clients
 // whose address, resolved as ClientIP resolves it with opts, lies in one
 // of prefixes: monitoring probes, an office range. Give it the options of
@@ -394,22 +455,41 @@ type ipText struct {
 // clientAddr resolves the client address of r, unmapped and without
 // zone, and its text if it was written as a dotted quad (see ipText). The
 // results are separate values, not an ipText, so that they stay in
-// registers on the hot path.
+// registers on the hot path. The forwarding header is looked up only for
+// a trusted peer.
 func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, string, error) {
 	peer, text, ok := parseIP(r.RemoteAddr, false)
+	if ok && (c.source == sourcePeer || !c.isTrusted(peer)) {
+		return peer, text, nil
+	}
+	// Indexing the map with the pre-canonicalized key avoids
+	// Header.Values' per-call canonicalization.
+	return c.viaProxy(r.RemoteAddr, ipText{peer, text}, ok, r.Header[c.header])
+}
+
+// resolve is clientAddr for a call of any transport: remote is its peer
+// as RemoteAddr writes it, lines its forwarding header's lines.
+func (c *ipConfig) resolve(remote string, lines []string) (netip.Addr, string, error) {
+	peer, text, ok := parseIP(remote, false)
+	if ok && (c.source == sourcePeer || !c.isTrusted(peer)) {
+		return peer, text, nil
+	}
+	return c.viaProxy(remote, ipText{peer, text}, ok, lines)
+}
+
+// viaProxy resolves the client of a peer that is not a plain untrusted
+// address: a trusted proxy (ok), a unix socket, or garbage.
+func (c *ipConfig) viaProxy(remote string, peer ipText, ok bool, lines []string) (netip.Addr, string, error) {
 	switch {
 	case ok:
-		if c.source == sourcePeer || !c.isTrusted(peer) {
-			return peer, text, nil
-		}
-	case r.RemoteAddr != "@" && r.RemoteAddr != "":
-		return netip.Addr{}, "", fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
+	case remote != "@" && remote != "":
+		return netip.Addr{}, "", fmt.Errorf("%w: peer address %q", ErrNoClientIP, clip(remote))
 	case !c.trustUnix:
-		return netip.Addr{}, "", fmt.Errorf("%w: RemoteAddr %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, r.RemoteAddr)
+		return netip.Addr{}, "", fmt.Errorf("%w: peer address %q is a unix-socket peer; behind a proxy on a unix socket, use TrustUnixSocket with the header it sets", ErrNoClientIP, remote)
 	}
 	// The peer is a trusted proxy. A unix-socket peer leaves peer invalid:
 	// it has no address to fall back on.
-	a, err := c.forwardedAddr(r, ipText{peer, text})
+	a, err := c.forwardedAddr(lines, peer)
 	if err == nil && !a.addr.IsValid() {
 		return netip.Addr{}, "", fmt.Errorf("%w: the unix-socket peer sent no %s", ErrNoClientIP, c.header)
 	}
@@ -418,10 +498,7 @@ func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, string, error) {
 
 // forwardedAddr reads the client address from the forwarding header of a
 // trusted peer; peer is the answer when the header names no client.
-func (c *ipConfig) forwardedAddr(r *http.Request, peer ipText) (ipText, error) {
-	// Indexing the map with the pre-canonicalized key avoids
-	// Header.Values' per-call canonicalization.
-	lines := r.Header[c.header]
+func (c *ipConfig) forwardedAddr(lines []string, peer ipText) (ipText, error) {
 	switch c.source {
 	case sourceXFF:
 		return c.walk(lines, peer, false)

@@ -843,3 +843,77 @@ func TestSkipClientsMiddleware(t *testing.T) {
 		t.Fatalf("forged office claims: statuses %v; want 200, 429, 429", codes)
 	}
 }
+
+// TestIPResolverAgreesWithKeyByIP: an adapter that hands IPResolver a
+// call's peer and forwarding lines gets exactly the key and address that
+// KeyByIP and ClientIP give an HTTP request carrying the same, including
+// the refusals: forged headers from an untrusted peer are not believed,
+// garbage and unix sockets are ErrNoClientIP.
+func TestIPResolverAgreesWithKeyByIP(t *testing.T) {
+	lb := netip.MustParsePrefix("10.0.0.0/8")
+	configs := map[string][]IPOption{
+		"peer":      nil,
+		"xff":       {TrustProxies(lb), FromXForwardedFor()},
+		"xff-hops":  {TrustProxies(lb), FromXForwardedForHops(2)},
+		"header":    {TrustProxies(lb), FromHeader("X-Real-IP")},
+		"forwarded": {TrustProxies(lb), FromForwarded()},
+		"unix":      {TrustUnixSocket(), FromXForwardedFor()},
+		"v6-48":     {WithIPv6Prefix(48), WithIPv4Prefix(24)},
+	}
+	peers := []string{"203.0.113.7:5000", "10.1.2.3:443", "[2001:db8:1:2::9]:80", "2001:db8::1", "@", "", "not-an-ip", "[::ffff:10.1.2.3]:1"}
+	lines := [][]string{nil, {"198.51.100.1"}, {"198.51.100.1, 10.9.9.9"}, {"for=198.51.100.2"}, {"garbage"}, {"1.1.1.1", "2.2.2.2"}}
+	for name, opts := range configs {
+		res, err := NewIPResolver(opts...)
+		if err != nil {
+			t.Fatalf("%s: NewIPResolver: %v", name, err)
+		}
+		header := res.Header()
+		if (header == "") != (name == "peer" || name == "v6-48") {
+			t.Errorf("%s: Header() = %q", name, header)
+		}
+		key, client := mustKeyByIP(t, opts...), mustClientIP(t, opts...)
+		for _, peer := range peers {
+			for _, ls := range lines {
+				r := ipReq(peer)
+				if header != "" {
+					r.Header[header] = ls
+				}
+				wantKey, wantKeyErr := key(r)
+				gotKey, gotKeyErr := res.Key(peer, ls)
+				wantAddr, wantAddrErr := client(r)
+				gotAddr, gotAddrErr := res.Addr(peer, ls)
+				if gotKey != wantKey || (gotKeyErr == nil) != (wantKeyErr == nil) || gotAddr != wantAddr || (gotAddrErr == nil) != (wantAddrErr == nil) {
+					t.Errorf("%s, peer %q, %s %q: Key = %q, %v; Addr = %v, %v; KeyByIP gives %q, %v; ClientIP %v, %v",
+						name, peer, header, ls, gotKey, gotKeyErr, gotAddr, gotAddrErr, wantKey, wantKeyErr, wantAddr, wantAddrErr)
+				}
+				if gotKeyErr != nil && !errors.Is(gotKeyErr, ErrNoClientIP) {
+					t.Errorf("%s, peer %q: error %v does not wrap ErrNoClientIP", name, peer, gotKeyErr)
+				}
+			}
+		}
+	}
+	if k, err := mustIPResolver(t).Key("203.0.113.7:5000", []string{"198.51.100.1"}); k != "203.0.113.7" || err != nil {
+		t.Errorf("default resolver believed a forwarding header: %q, %v", k, err)
+	}
+	if _, err := NewIPResolver(FromXForwardedFor()); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("a source without trusted proxies: %v, want ErrInvalidOption", err)
+	}
+}
+
+func mustIPResolver(t *testing.T, opts ...IPOption) *IPResolver {
+	t.Helper()
+	r, err := NewIPResolver(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustClientIP(t *testing.T, opts ...IPOption) func(*http.Request) (netip.Addr, error) {
+	t.Helper()
+	f, err := ClientIP(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

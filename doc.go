@@ -60,7 +60,8 @@
 // follows an explicit policy: fail closed (503) by default, or fail open;
 // what the client caused (no key, a bad address or body) is a 400 under
 // either, a misconfiguration a 500, and a client that hangs up mid-decision
-// never reaches the handler ([ErrorStatus], [WithFailOpen]).
+// never reaches the handler ([ErrorStatus], [WithFailOpen]). A browser's
+// CORS preflight passes uncounted ([WithLimitPreflights]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the
@@ -70,5 +71,37 @@
 // route that runs (HEAD with GET, most specific pattern first);
 // [MatchPattern] scopes a middleware to one pattern the same way. The
 // nested modules contrib/grpclimit and contrib/ginlimit carry the same
-// middleware to gRPC servers and gin.
+// limits to gRPC servers and gin.
+//
+// # Adapters: the admission core
+//
+// The middleware is an adapter over a transport-neutral core, [Gate],
+// which other transports use in their own terms (no adapter builds
+// another transport's request). An adapter does three things per call:
+//
+//  1. Key it. A [SelectorFor] holds [PolicyFor] values whose key functions
+//     read the transport's own call type C (a gRPC interceptor's read the
+//     peer and the metadata); its Call method returns the [Call] with the
+//     policy that applies and the key, or why there is none. The adapter
+//     adds the cost if it prices calls itself (0 stands for the gate's
+//     WithCost), and the method and path for the log lines.
+//  2. Admit it. [Gate.Admit] decides and returns an [Outcome] value:
+//     allowed, denied, refused for the client's own error, misconfigured,
+//     the limiter failed, or the client hung up — with the error policy
+//     already applied (Outcome.Blocked), the [Decision], and the quota
+//     values formatted once ([Quota]: header or metadata values, shared,
+//     allocation-free). The adapter answers in its transport's terms: a
+//     429 with headers, a ResourceExhausted status with trailers.
+//  3. Settle it. If Outcome.NeedsSettle, the adapter runs the handler and
+//     then calls [Gate.Settle] once with a [Result] — whether the call
+//     counts, whether the handler panicked (it then counts) — also when
+//     the handler panics.
+//
+// The gate holds everything else, once: fail-closed, fail-open and
+// dry-run, the list of errors that are the client's doing ([ErrorStatus]
+// for HTTP), hang-ups, paced logging, the decision hook and the sampling
+// of live evictions. [NewGate] takes the transport-neutral options
+// ([WithCost], [WithFailOpen], [WithDryRun], [WithHeaders], [WithLogger],
+// [WithDecisionHook], [WithRefundUncounted] …). Admit allocates nothing
+// of its own, and needs no *http.Request.
 package floodgate

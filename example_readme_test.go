@@ -62,8 +62,9 @@ func limitProbe(mux http.Handler, logger *slog.Logger) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Outermost, before authentication: a refused probe costs nothing. The
-	// client's own limit comes first, so that it cannot spend its network's.
+	// Outermost, before authentication (inside a CORS handler, if any): a
+	// refused probe costs nothing. The client's own limit comes first, so
+	// that it cannot spend its network's.
 	return byIP(byNet(mux)), nil
 }
 

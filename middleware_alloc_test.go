@@ -3,6 +3,7 @@
 package floodgate
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -40,6 +41,39 @@ func TestMiddlewareHotPathsDoNotAllocate(t *testing.T) {
 		}
 		if allocs != 0 {
 			t.Errorf("%s: %.1f allocations per request, want 0", tt.name, allocs)
+		}
+	}
+}
+
+// The admission core allocates nothing of its own for a transport that is
+// not HTTP either: keying, admitting and settling a call of a plain
+// struct type, allowed or denied.
+func TestGateDoesNotAllocate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		lim  *TokenBucket
+		kind OutcomeKind
+	}{
+		{"allowed", mustTokenBucket(t, Rate{Limit: 1 << 24, Period: time.Second}), OutcomeAllowed},
+		{"denied", mustTokenBucket(t, PerHour(1)), OutcomeDenied},
+	} {
+		g, sel := mustGate(t, tt.lim, WithRefundUncounted())
+		ctx := context.Background()
+		run := func() Outcome {
+			c := sel.Call(call{client: "203.0.113.7"})
+			c.Method, c.Path = "POST", "/pkg.Service/Method"
+			out := g.Admit(ctx, c)
+			g.Settle(ctx, out, Result{})
+			return out
+		}
+		run() // format this second's values; spend the denying bucket
+		var out Outcome
+		allocs := testing.AllocsPerRun(1000, func() { out = run() })
+		if out.Kind != tt.kind {
+			t.Fatalf("%s: %s", tt.name, out.Kind)
+		}
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per call, want 0", tt.name, allocs)
 		}
 	}
 }

@@ -700,3 +700,53 @@ func TestHookAloneSeesLiveEvictions(t *testing.T) {
 		t.Fatalf("hook saw %v within one second, want one report", seen)
 	}
 }
+
+// A spray past the size of the store's debt memory is visible through the
+// middleware too: the hook's DebtsLost counts the debts that had to share
+// a bound (so that fresh keys may start limited), and the WARN names
+// WithDebtMemory instead of WithMaxKeys alone.
+func TestMiddlewareReportsLostDebts(t *testing.T) {
+	clk := newFakeClock()
+	lim, err := NewTokenBucket(Rate{Limit: 1, Period: time.Hour},
+		WithMaxKeys(8), WithShards(1), WithDebtMemory(1), WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var evicted, lost uint64
+	h := mustMiddleware(t, lim, WithWallClock(clk.Now),
+		WithKeyFunc(func(r *http.Request) (string, error) { return r.Header.Get("K"), nil }),
+		WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+		WithDecisionHook(func(e DecisionEvent) { evicted += e.EvictedLive; lost += e.DebtsLost }))(&countingHandler{})
+	req := func(key string) int {
+		r := newRequest("GET", "/", "192.0.2.1:1")
+		r.Header.Set("K", key)
+		return serve(h, r).Code
+	}
+	// Each key spends its whole quota: every eviction is live, and 64 keys
+	// through an 8-key store overflow a debt memory of about 8 entries
+	// (past that, fresh keys may start limited: the codes do not matter).
+	for i := range 64 {
+		req(fmt.Sprint("spray", i))
+	}
+	clk.Advance(time.Second)
+	req("sample")
+	st := lim.Stats()
+	if st.Merged == 0 {
+		t.Fatalf("the spray must overflow the debt memory: %+v", st)
+	}
+	if evicted != st.EvictedLive || lost != st.Merged+st.Forgotten {
+		t.Fatalf("hook saw EvictedLive %d, DebtsLost %d; Stats %+v", evicted, lost, st)
+	}
+	lines := logLines(t, &logs)
+	var warn map[string]any
+	for _, l := range lines {
+		if l["level"] == "WARN" && l["debts_lost"] != nil {
+			warn = l
+		}
+	}
+	if warn == nil || warn["debts_lost"] != float64(st.Merged+st.Forgotten) ||
+		!strings.Contains(warn["msg"].(string), "WithDebtMemory") {
+		t.Fatalf("log %v: want a WARN with debts_lost = %d naming WithDebtMemory", lines, st.Merged+st.Forgotten)
+	}
+}

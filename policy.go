@@ -3,9 +3,8 @@ package floodgate
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,9 @@ import (
 // counts a request under. The name identifies the policy to clients in the
 // RateLimit-Policy and RateLimit headers, so it should be stable and must
 // be printable ASCII.
+//
+// Policy is the net/http form of PolicyFor: its key function reads an
+// *http.Request.
 type Policy struct {
 	// Name is shown in the quota headers, e.g. "nickname".
 	Name string
@@ -46,46 +48,191 @@ type Policy struct {
 //	)
 //
 // Use it from business code (Select, AllowN) or as middleware
-// (NewPolicyMiddleware). A PolicySelector is safe for concurrent use.
+// (NewPolicyMiddleware). It is SelectorFor over *http.Request. A
+// PolicySelector is safe for concurrent use.
 type PolicySelector struct {
-	policies []*policy
+	sel *SelectorFor[*http.Request]
 }
 
-// policy is a validated Policy with what the middleware needs of it
-// precomputed: its header parts, ready to be written, and its limiter's
-// optional interfaces.
+// NewPolicySelector returns a selector over policies, tried in order. Each
+// needs a valid, unique Name, a Limiter and a non-nil Key, and its own
+// Limiter: two policies sharing one (alone or inside a Composite made
+// with All) would count their keys together, so that a user named
+// "198.51.100.10" spends the quota of that address. Only a SharedLimiter,
+// which ignores keys, may be shared. The error wraps ErrInvalidOption
+// otherwise.
+func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
+	generic := make([]PolicyFor[*http.Request], len(policies))
+	for i, p := range policies {
+		generic[i] = PolicyFor[*http.Request]{Name: p.Name, Limiter: p.Limiter, Key: p.Key}
+	}
+	sel, err := NewSelectorFor(generic...)
+	if err != nil {
+		return nil, err
+	}
+	return &PolicySelector{sel: sel}, nil
+}
+
+// Select returns the first policy that applies to r and the key r is
+// counted under. If no policy yields a key the error wraps ErrNoKey; if a
+// key function fails otherwise, its error is returned.
+func (s *PolicySelector) Select(r *http.Request) (Policy, string, error) {
+	i, key, err := s.sel.pick(r)
+	if err != nil {
+		return Policy{}, "", err
+	}
+	p := s.sel.policies[i]
+	return Policy{Name: p.Name, Limiter: p.Limiter, Key: s.sel.keys[i]}, key, nil
+}
+
+// AllowN selects the policy for r and asks its limiter for n units under
+// the selected key, with r's context. It returns the name of the policy
+// that decided along with the decision; errors are those of Select and of
+// the limiter (ErrCostExceedsLimit among them).
+func (s *PolicySelector) AllowN(r *http.Request, n int) (string, Decision, error) {
+	i, key, err := s.sel.pick(r)
+	if err != nil {
+		return "", Decision{}, err
+	}
+	p := s.sel.policies[i]
+	d, err := p.Limiter.AllowN(r.Context(), key, n)
+	return p.Name, d, err
+}
+
+// PolicyFor is a named limit for a transport whose calls are of type C:
+// what Policy is to net/http, with a key function that reads the
+// transport's own call (a gRPC adapter's keys read the peer and the
+// metadata, say). See Policy for the fields.
+type PolicyFor[C any] struct {
+	// Name is sent with the quota values; printable ASCII.
+	Name string
+	// Limiter decides for the key.
+	Limiter Limiter
+	// Key returns the key of a call, or an error wrapping ErrNoKey when
+	// this policy does not apply to it.
+	Key func(C) (string, error)
+}
+
+// SelectorFor is PolicySelector for a transport whose calls are of type
+// C: an ordered list of policies, of which the first whose key function
+// yields a key applies, with the same rules (ErrNoKey passes the call on,
+// any other error stops the selection). Its Call method hands the result
+// to the admission core (Gate). A SelectorFor is safe for concurrent use.
+type SelectorFor[C any] struct {
+	policies []*policy
+	keys     []func(C) (string, error)
+}
+
+// NewSelectorFor returns a selector over policies, tried in order, with
+// the rules of NewPolicySelector: each needs a valid, unique Name, a Key
+// and a Limiter of its own (a SharedLimiter aside); the error wraps
+// ErrInvalidOption otherwise.
+func NewSelectorFor[C any](policies ...PolicyFor[C]) (*SelectorFor[C], error) {
+	if len(policies) == 0 {
+		return nil, fmt.Errorf("%w: no policies", ErrInvalidOption)
+	}
+	s := &SelectorFor[C]{policies: make([]*policy, 0, len(policies)), keys: make([]func(C) (string, error), 0, len(policies))}
+	seen := make(map[string]bool, len(policies))
+	owners := limiterOwners{}
+	for _, p := range policies {
+		cp, err := newPolicy(p.Name, p.Limiter, p.Key != nil)
+		if err != nil {
+			return nil, err
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("policy %q: %w: the name is used twice", p.Name, ErrInvalidOption)
+		}
+		seen[p.Name] = true
+		if err := owners.claim(Policy{Name: p.Name, Limiter: p.Limiter}, ""); err != nil {
+			return nil, err
+		}
+		s.policies = append(s.policies, cp)
+		s.keys = append(s.keys, p.Key)
+	}
+	return s, nil
+}
+
+// Call keys c: it returns the Call for Gate.Admit with the first policy
+// that applies and its key, or, when none does, with the policy whose key
+// function failed (for ErrNoKey, the last one tried) and the error, so
+// that the error is reported under its name. The adapter adds the cost
+// (unless the gate's applies) and where the call goes.
+func (s *SelectorFor[C]) Call(c C) Call {
+	i, key, err := s.pick(c)
+	return Call{Key: key, Err: err, policy: s.policies[i]}
+}
+
+// pick returns the index of the policy that applies to c and c's key, or
+// the index of the policy to report an error under.
+func (s *SelectorFor[C]) pick(c C) (int, string, error) {
+	var last error
+	for i, key := range s.keys {
+		k, err := key(c)
+		if err == nil {
+			return i, k, nil
+		}
+		// A misconfigured key function stops the selection even if it
+		// also says ErrNoKey: falling through to a weaker policy would
+		// hide the mistake.
+		if errors.Is(err, ErrInvalidOption) || !errors.Is(err, ErrNoKey) {
+			return i, "", fmt.Errorf("policy %q: %w", s.policies[i].Name, err)
+		}
+		last = err
+	}
+	i := len(s.policies) - 1
+	if len(s.policies) == 1 {
+		return i, "", fmt.Errorf("policy %q: %w", s.policies[i].Name, last)
+	}
+	return i, "", fmt.Errorf("policy %q: no policy applies (the last of %d tried): %w", s.policies[i].Name, len(s.policies), last)
+}
+
+// JoinKeysFor is JoinKeys for the key functions of a transport whose
+// calls are of type C (a gRPC or connect adapter's): the key combines the
+// keys of fns, in order, each written as its length in decimal, a colon
+// and the component, so that no component can forge a boundary. The first
+// component error is returned, wrapped. No functions, or a nil one, is an
+// error wrapping ErrInvalidOption.
+func JoinKeysFor[C any](fns ...func(C) (string, error)) (func(C) (string, error), error) {
+	if len(fns) == 0 {
+		return nil, fmt.Errorf("%w: JoinKeys: no key functions: pass the key functions whose keys to combine", ErrInvalidOption)
+	}
+	for i, fn := range fns {
+		if fn == nil {
+			return nil, fmt.Errorf("%w: JoinKeys: key function %d is nil: check the error of the constructor that built it", ErrInvalidOption, i)
+		}
+	}
+	fns = slices.Clone(fns)
+	return func(c C) (string, error) {
+		var buf [128]byte // most joined keys fit: the result is the only allocation
+		b := buf[:0]
+		for i, fn := range fns {
+			k, err := fn(c)
+			if err != nil {
+				return "", fmt.Errorf("JoinKeys component %d: %w", i, err)
+			}
+			b = strconv.AppendInt(b, int64(len(k)), 10)
+			b = append(b, ':')
+			b = append(b, k...)
+		}
+		return string(b), nil
+	}, nil
+}
+
+// policy is a validated policy as the admission core knows it, whatever
+// the transport: its name and limiter, its quota values' parts ready to
+// be written, and its limiter's optional interfaces.
 type policy struct {
-	Policy
-	quoted string // Name as an sf-string
-	rate   Rate   // the limiter's rate, if it reports one
-	field  atomic.Pointer[policyFieldCache]
+	Name    string
+	Limiter Limiter
+	quoted  string // Name as an sf-string
+	rate    Rate   // the limiter's rate, if it reports one
+	field   atomic.Pointer[policyFieldCache]
 	// rateLimit remembers the RateLimit values of recent (remaining, t)
 	// pairs, so that the requests of one second share one string. A
 	// fixed table: values an attacker chooses only cause misses.
 	rateLimit [rateLimitSlots]atomic.Pointer[rateLimitValue]
 	// evictions samples the limiter's Stats, if it has them.
 	evictions liveEvictions
-}
-
-// policyFieldCache memoizes the RateLimit-Policy value for one quota, so the
-// hot path formats it once rather than on every request.
-type policyFieldCache struct {
-	limit  int
-	window int64     // w in seconds; 0 when unknown
-	value  [1]string // value[:] is the header value
-}
-
-// rateLimitSlots is the size of each policy's table of RateLimit values:
-// enough for the pairs one busy second produces on a small quota.
-const (
-	rateLimitBits  = 6
-	rateLimitSlots = 1 << rateLimitBits
-)
-
-type rateLimitValue struct {
-	remaining int
-	t         int64
-	value     [1]string
 }
 
 // rater is implemented by limiters that report their rate; the middleware
@@ -96,188 +243,31 @@ type rater interface{ Rate() Rate }
 // live limits their store had to evict.
 type statser interface{ Stats() Stats }
 
-// NewPolicySelector returns a selector over policies, tried in order. Each
-// needs a valid, unique Name, a Limiter and a non-nil Key, and its own
-// Limiter: two policies sharing one (alone or inside a Composite made
-// with All) would count their keys together, so that a user named
-// "198.51.100.10" spends the quota of that address. Only a SharedLimiter,
-// which ignores keys, may be shared. The error wraps ErrInvalidOption
-// otherwise.
-func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
-	if len(policies) == 0 {
-		return nil, fmt.Errorf("%w: no policies", ErrInvalidOption)
+// checkPolicy refuses a policy without a valid name, a limiter or a key
+// function.
+func checkPolicy(name string, l Limiter, hasKey bool) error {
+	if err := validPolicyName(name); err != nil {
+		return err
 	}
-	s := &PolicySelector{policies: make([]*policy, 0, len(policies))}
-	seen := make(map[string]bool, len(policies))
-	owners := limiterOwners{}
-	for _, p := range policies {
-		cp, err := newPolicy(p)
-		if err != nil {
-			return nil, err
-		}
-		if seen[p.Name] {
-			return nil, fmt.Errorf("policy %q: %w: the name is used twice", p.Name, ErrInvalidOption)
-		}
-		seen[p.Name] = true
-		if err := owners.claim(p, ""); err != nil {
-			return nil, err
-		}
-		s.policies = append(s.policies, cp)
+	if l == nil {
+		return fmt.Errorf("policy %q: %w: no limiter", name, ErrInvalidOption)
 	}
-	return s, nil
+	if !hasKey {
+		return fmt.Errorf("policy %q: %w: no key function (a key function constructor returns nil with its error: check it)", name, ErrInvalidOption)
+	}
+	return nil
 }
 
-func newPolicy(p Policy) (*policy, error) {
-	if err := validPolicyName(p.Name); err != nil {
+func newPolicy(name string, l Limiter, hasKey bool) (*policy, error) {
+	if err := checkPolicy(name, l, hasKey); err != nil {
 		return nil, err
 	}
-	if p.Limiter == nil {
-		return nil, fmt.Errorf("policy %q: %w: no limiter", p.Name, ErrInvalidOption)
-	}
-	if p.Key == nil {
-		return nil, fmt.Errorf("policy %q: %w: no key function (a key function constructor returns nil with its error: check it)", p.Name, ErrInvalidOption)
-	}
-	cp := &policy{Policy: p, quoted: quotedSFString(p.Name)}
-	if r, ok := p.Limiter.(rater); ok && r.Rate().Validate() == nil {
+	cp := &policy{Name: name, Limiter: l, quoted: quotedSFString(name)}
+	if r, ok := l.(rater); ok && r.Rate().Validate() == nil {
 		cp.rate = r.Rate()
 	}
-	cp.evictions.init(p.Limiter)
+	cp.evictions.init(l)
 	return cp, nil
-}
-
-// policyField returns the RateLimit-Policy value for a quota of limit
-// units, as a header value, and its window w in seconds (0 when unknown).
-// The window is the time the limiter takes to refill limit units from
-// empty: Period for a window, burst·Period/Limit for a token bucket.
-func (p *policy) policyField(limit int) ([]string, int64) {
-	if c := p.field.Load(); c != nil && c.limit == limit {
-		return c.value[:], c.window
-	}
-	var window time.Duration
-	if p.rate.Limit > 0 && limit > 0 {
-		// limit·Period in 128 bits: a long period times a large quota
-		// overflows int64. A window beyond int64 is left out.
-		hi, lo := bits.Mul64(uint64(limit), uint64(p.rate.Period))
-		if hi < uint64(p.rate.Limit) {
-			if q, _ := bits.Div64(hi, lo, uint64(p.rate.Limit)); q <= math.MaxInt64 {
-				window = time.Duration(q)
-			}
-		}
-	}
-	c := &policyFieldCache{limit: limit, window: ceilSeconds(window)}
-	c.value[0] = formatPolicyField(p.quoted, limit, c.window)
-	p.field.Store(c)
-	return c.value[:], c.window
-}
-
-// rateLimitField returns the RateLimit value for remaining units and t
-// seconds, from the policy's table when a recent request had the same.
-func (p *policy) rateLimitField(remaining int, t int64) []string {
-	// Fibonacci hashing of the pair: remaining and t both vary in their
-	// low bits, which the top bits of the product mix.
-	h := (uint64(remaining)*31 + uint64(t)) * 0x9e3779b97f4a7c15
-	slot := &p.rateLimit[h>>(64-rateLimitBits)]
-	if v := slot.Load(); v != nil && v.remaining == remaining && v.t == t {
-		return v.value[:]
-	}
-	v := &rateLimitValue{remaining: remaining, t: t}
-	v.value[0] = formatRateLimit(p.quoted, remaining, t)
-	slot.Store(v)
-	return v.value[:]
-}
-
-// headers computes the quota headers of style for decision d: Retry-After
-// if retry is set, and the policy's fields. costExceeded reports a
-// request that can never succeed: only the policy is advertised then,
-// since the Decision carries no real remaining quota. now is read only for
-// the legacy reset timestamp.
-//
-// The values never lie, whatever the limiter reports: counts are clamped
-// to what they can mean (Remaining within [0, Limit]), waits saturate
-// instead of wrapping, and RateLimit's t is at most the policy's window
-// w, so that no client reads a reset beyond the window the policy
-// advertises (a sliding log's wait rounded up, or a sliding counter's
-// estimate across two windows, can exceed it; Retry-After keeps the
-// exact wait).
-//
-// The values returned are shared with other responses (header values are
-// never written in place: Header.Set and Header.Add replace or reallocate
-// them), so this allocates nothing once the values of the current second
-// have been formatted.
-func (p *policy) headers(style HeaderStyle, d Decision, retry, costExceeded bool, now func() time.Time) quotaHeaders {
-	var q quotaHeaders
-	limit := max(d.Limit, 0)
-	remaining := min(max(d.Remaining, 0), limit)
-	if retry {
-		q.retryAfter = intHeader(RetryAfterSeconds(d.RetryAfter))
-	}
-	if style.ietf() {
-		var window int64
-		q.rateLimitPolicy, window = p.policyField(limit)
-		if !costExceeded {
-			// t: on a denial, when the request can be retried; otherwise
-			// when the full quota is back.
-			t := ceilSeconds(d.ResetAfter)
-			if !d.Allowed {
-				t = RetryAfterSeconds(d.RetryAfter)
-			}
-			if window > 0 && t > window {
-				t = window
-			}
-			q.rateLimit = p.rateLimitField(remaining, t)
-		}
-	}
-	if style.legacy() {
-		q.limit = intHeader(int64(limit))
-		if !costExceeded {
-			q.remaining = intHeader(int64(remaining))
-			// The full quota is back after ResetAfter, whether or not this
-			// request was denied; rounded up to the second. Both terms are
-			// below 2^34 for any real clock: the sum cannot wrap.
-			q.reset = intHeader(now().Unix() + ceilSeconds(d.ResetAfter))
-		}
-	}
-	return q
-}
-
-// intSlots is the size of the table of integer header values.
-const intSlots = 256
-
-type intValue struct {
-	n     int64
-	value [1]string
-}
-
-// intValues holds recently formatted integer header values (Retry-After,
-// the legacy headers), one per slot: a denial of one second shares its
-// Retry-After with the other denials of that second.
-var intValues [intSlots]atomic.Pointer[intValue]
-
-// intHeader returns n formatted as a header value.
-func intHeader(n int64) []string {
-	slot := &intValues[uint64(n)%intSlots]
-	if v := slot.Load(); v != nil && v.n == n {
-		return v.value[:]
-	}
-	v := &intValue{n: n}
-	v.value[0] = strconv.FormatInt(n, 10)
-	slot.Store(v)
-	return v.value[:]
-}
-
-// quotedSFString returns name as an sf-string of RFC 9651 (Structured Field
-// Values): quoted, with backslash and quote escaped. validPolicyName must
-// have accepted it.
-func quotedSFString(name string) string {
-	b := make([]byte, 0, len(name)+2)
-	b = append(b, '"')
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, name[i])
-	}
-	return string(append(b, '"'))
 }
 
 // validPolicyName reports whether name can be sent as an sf-string: a
@@ -295,111 +285,49 @@ func validPolicyName(name string) error {
 	return nil
 }
 
-// formatPolicyField formats the RateLimit-Policy value of a policy whose
-// quota is limit units, refilled from empty in window seconds (0:
-// unknown, w is left out).
-func formatPolicyField(quoted string, limit int, window int64) string {
-	b := make([]byte, 0, len(quoted)+32)
-	b = append(b, quoted...)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, int64(limit), 10)
-	if window > 0 {
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, window, 10)
-	}
-	return string(b)
-}
-
-// formatRateLimit formats the RateLimit value: quoted;r=remaining;t=seconds.
-// It builds the value in a stack buffer so that the only allocation is the
-// resulting string. 64 bytes hold a 20-character name with the largest
-// numbers; a longer name spills to the heap, which is only slower.
-func formatRateLimit(quoted string, remaining int, t int64) string {
-	var buf [64]byte
-	b := append(buf[:0], quoted...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, int64(remaining), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, t, 10)
-	return string(b)
-}
-
 // liveEvictions samples a limiter's Stats at most once a second, from the
 // request path (no goroutine of its own), and reports how many live
-// limits were evicted since the previous sample.
+// limits were evicted, and how many debts the debt memory could not keep
+// apart, since the previous sample.
 type liveEvictions struct {
 	stats func() Stats // nil: the limiter keeps no Stats
 	next  atomic.Int64 // Unix ns before which no sample is taken
 	seen  atomic.Uint64
+	lost  atomic.Uint64 // Merged + Forgotten at the previous sample
+}
+
+// evictionSample is what one sample of a store's Stats found: the growth
+// of EvictedLive and of Merged + Forgotten.
+type evictionSample struct {
+	evicted, lost uint64
 }
 
 func (e *liveEvictions) init(l Limiter) {
 	if s, ok := l.(statser); ok {
 		e.stats = s.Stats
-		e.seen.Store(s.Stats().EvictedLive)
+		st := s.Stats()
+		e.seen.Store(st.EvictedLive)
+		e.lost.Store(st.Merged + st.Forgotten)
 	}
 }
 
-// sample returns the growth of Stats().EvictedLive since the previous
-// sample, if a second has passed since it (now in Unix ns); 0 otherwise.
-// Of concurrent callers, one samples.
-func (e *liveEvictions) sample(now int64) uint64 {
+// sample returns the growth of Stats().EvictedLive and of the debts lost
+// (Merged + Forgotten) since the previous sample, if a second has passed
+// since it (now in Unix ns); zero otherwise. Of concurrent callers, one
+// samples.
+func (e *liveEvictions) sample(now int64) evictionSample {
 	next := e.next.Load()
 	if e.stats == nil || now < next || !e.next.CompareAndSwap(next, now+int64(time.Second)) {
-		return 0
+		return evictionSample{}
 	}
-	cur := e.stats().EvictedLive
-	if prev := e.seen.Swap(cur); cur > prev {
+	st := e.stats()
+	return evictionSample{evicted: growth(&e.seen, st.EvictedLive), lost: growth(&e.lost, st.Merged+st.Forgotten)}
+}
+
+// growth stores cur in seen and returns how much it grew.
+func growth(seen *atomic.Uint64, cur uint64) uint64 {
+	if prev := seen.Swap(cur); cur > prev {
 		return cur - prev
 	}
 	return 0
-}
-
-// Select returns the first policy that applies to r and the key r is
-// counted under. If no policy yields a key the error wraps ErrNoKey; if a
-// key function fails otherwise, its error is returned.
-func (s *PolicySelector) Select(r *http.Request) (Policy, string, error) {
-	p, key, err := s.selectPolicy(r)
-	if err != nil {
-		return Policy{}, "", err
-	}
-	return p.Policy, key, nil
-}
-
-// selectPolicy returns the policy that applies to r and r's key. On an
-// error it returns the policy whose key function failed (for ErrNoKey,
-// the last one tried), so that the error is reported under its name.
-func (s *PolicySelector) selectPolicy(r *http.Request) (*policy, string, error) {
-	var last error
-	for _, p := range s.policies {
-		key, err := p.Key(r)
-		if err == nil {
-			return p, key, nil
-		}
-		// A misconfigured key function stops the selection even if it
-		// also says ErrNoKey: falling through to a weaker policy would
-		// hide the mistake.
-		if errors.Is(err, ErrInvalidOption) || !errors.Is(err, ErrNoKey) {
-			return p, "", fmt.Errorf("policy %q: %w", p.Name, err)
-		}
-		last = err
-	}
-	p := s.policies[len(s.policies)-1]
-	if len(s.policies) == 1 {
-		return p, "", fmt.Errorf("policy %q: %w", p.Name, last)
-	}
-	return p, "", fmt.Errorf("policy %q: no policy applies (the last of %d tried): %w", p.Name, len(s.policies), last)
-}
-
-// AllowN selects the policy for r and asks its limiter for n units under
-// the selected key, with r's context. It returns the name of the policy
-// that decided along with the decision; errors are those of Select and of
-// the limiter (ErrCostExceedsLimit among them).
-func (s *PolicySelector) AllowN(r *http.Request, n int) (string, Decision, error) {
-	p, key, err := s.selectPolicy(r)
-	if err != nil {
-		return "", Decision{}, err
-	}
-	d, err := p.Limiter.AllowN(r.Context(), key, n)
-	return p.Name, d, err
 }

@@ -185,7 +185,7 @@ func TestPolicyWindow(t *testing.T) {
 		{Rate{}, 5, `"p";q=5`}, // an invalid rate is not advertised
 	}
 	for _, tt := range tests {
-		p, err := newPolicy(Policy{Name: "p", Limiter: &rateLimiter{rate: tt.rate}, Key: headerKey("X")})
+		p, err := newPolicy("p", &rateLimiter{rate: tt.rate}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,9 +214,9 @@ func TestPolicySelectorStopsAtMisconfiguration(t *testing.T) {
 	}
 	r := newRequest("GET", "/", "192.0.2.1:1")
 	r.Header.Set("X-Ip", "1.2.3.4")
-	p, _, err := sel.selectPolicy(r)
-	if !errors.Is(err, ErrInvalidOption) || p.Name != "route" || !strings.Contains(err.Error(), `policy "route"`) {
-		t.Fatalf("selected %q, %v: want the misconfiguration of policy route", p.Name, err)
+	c := sel.sel.Call(r)
+	if err := c.Err; !errors.Is(err, ErrInvalidOption) || c.Policy() != "route" || !strings.Contains(err.Error(), `policy "route"`) {
+		t.Fatalf("selected %q, %v: want the misconfiguration of policy route", c.Policy(), c.Err)
 	}
 	sel, err = NewPolicySelector(
 		Policy{Name: "user", Limiter: &fakeLimiter{}, Key: headerKey("X-User")},
@@ -225,8 +225,38 @@ func TestPolicySelectorStopsAtMisconfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err = sel.selectPolicy(newRequest("GET", "/", "192.0.2.1:1"))
-	if !errors.Is(err, ErrNoKey) || p.Name != "ip" || !strings.Contains(err.Error(), `policy "ip"`) {
-		t.Fatalf("no key: %q, %v: want ErrNoKey under the last policy tried", p.Name, err)
+	c = sel.sel.Call(newRequest("GET", "/", "192.0.2.1:1"))
+	if err := c.Err; !errors.Is(err, ErrNoKey) || c.Policy() != "ip" || !strings.Contains(err.Error(), `policy "ip"`) {
+		t.Fatalf("no key: %q, %v: want ErrNoKey under the last policy tried", c.Policy(), c.Err)
+	}
+}
+
+// TestJoinKeysFor: the generic join encodes as JoinKeys does, so that no
+// component can forge a boundary, for a transport's own call type.
+func TestJoinKeysFor(t *testing.T) {
+	type call struct{ a, b string }
+	first := func(c call) (string, error) { return c.a, nil }
+	second := func(c call) (string, error) {
+		if c.b == "" {
+			return "", ErrNoKey
+		}
+		return c.b, nil
+	}
+	join, err := JoinKeysFor(first, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, _ := join(call{"ab", "c"})
+	k2, _ := join(call{"a", "bc"})
+	if k1 != "2:ab1:c" || k2 != "1:a2:bc" {
+		t.Errorf("keys %q, %q; want 2:ab1:c and 1:a2:bc", k1, k2)
+	}
+	if _, err := join(call{"a", ""}); !errors.Is(err, ErrNoKey) {
+		t.Errorf("component error %v does not wrap ErrNoKey", err)
+	}
+	for _, fns := range [][]func(call) (string, error){nil, {first, nil}} {
+		if f, err := JoinKeysFor(fns...); f != nil || !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("JoinKeysFor(%d fns, a nil one?) = %v, %v; want ErrInvalidOption", len(fns), f != nil, err)
+		}
 	}
 }

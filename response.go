@@ -7,58 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
-	"time"
 )
-
-// HeaderStyle selects the quota headers the middleware sets on allowed and
-// denied responses.
-//
-// The header values (and the Content-Type of the bodies written here) are
-// shared between responses, so that a request allocates nothing for them:
-// a handler may replace them (Header.Set, Header.Add, Header.Del) but must
-// not write into their slices in place.
-type HeaderStyle int
-
-// Header styles.
-const (
-	// HeadersIETF sets the structured fields of
-	// draft-ietf-httpapi-ratelimit-headers-11:
-	//
-	//	RateLimit-Policy: "default";q=10;w=600
-	//	RateLimit: "default";r=3;t=42
-	//
-	// q is Decision.Limit; w, in seconds, is the time the limiter takes to
-	// refill q units from empty, shown only when the limiter reports its
-	// Rate (as the in-memory limiters do); r is Decision.Remaining. t is
-	// the number of seconds until more quota is available: on a denial the
-	// same value as Retry-After, on an allowed request the time until the
-	// full quota is back (Decision.ResetAfter rounded up), an upper bound
-	// since a Decision does not say when the next single unit arrives.
-	// t never exceeds w: a longer wait (a sliding log's rounded up, a
-	// sliding counter's estimate reaching into the next window) is shown
-	// as w, and Retry-After keeps the exact wait. Waits too long for a
-	// Duration's seconds (about 292 years) saturate, in every header,
-	// instead of wrapping.
-	// When several middlewares limit one request (an IP limit around an
-	// account limit, say), each adds its member to both lists, as the
-	// draft allows; the legacy headers and Retry-After, which cannot
-	// hold more than one limit, are those of the innermost.
-	//
-	// This is the default.
-	HeadersIETF HeaderStyle = iota
-	// HeadersLegacy sets X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset, the last one as a Unix time in seconds at which
-	// the full quota is back, as GitHub's API does.
-	HeadersLegacy
-	// HeadersBoth sets the IETF fields and the legacy headers.
-	HeadersBoth
-	// HeadersNone sets no quota headers. Denied responses still carry
-	// Retry-After.
-	HeadersNone
-)
-
-func (s HeaderStyle) ietf() bool   { return s == HeadersIETF || s == HeadersBoth }
-func (s HeaderStyle) legacy() bool { return s == HeadersLegacy || s == HeadersBoth }
 
 // Header keys in canonical form (textproto.CanonicalMIMEHeaderKey), so that
 // the middleware can assign to the http.Header map directly: Header.Set
@@ -87,63 +36,40 @@ var (
 	jsonContentType    = []string{contentTypeJSON}[:1:1]
 )
 
-// RetryAfterSeconds returns the Retry-After value for a wait: the wait in
-// whole seconds, rounded up, and at least 1 (a client told to retry after 0
-// seconds would retry at once and be denied again). It cannot overflow:
-// the longest Duration gives 9223372037.
-func RetryAfterSeconds(wait time.Duration) int64 {
-	return max(ceilSeconds(wait), 1)
-}
+// SetHeaders writes the quota values into h under their HTTP header
+// names (RateLimit-Policy, RateLimit, the legacy X-RateLimit-*,
+// Retry-After), as the middleware does: for an adapter whose transport
+// speaks HTTP headers (connect) or reads them from an http.Header. A
+// RateLimit or RateLimit-Policy list already in h gets the values as a
+// further member.
+func (q Quota) SetHeaders(h http.Header) { writeQuota(h, &q) }
 
-// ceilSeconds rounds a duration up to whole seconds; a negative one is 0.
-// Dividing first keeps the longest durations from wrapping, as adding
-// time.Second-1 before dividing would.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// quotaHeaders are the header values of one decision, computed by its
-// policy; nil fields are not set. Each value is a one-element slice that
-// may be shared with other responses.
-type quotaHeaders struct {
-	retryAfter                 []string
-	rateLimitPolicy, rateLimit []string // IETF
-	limit, remaining           []string // legacy
-	reset                      []string // legacy
-}
-
-// write sets q's headers on h. The IETF fields are lists: when an outer
-// middleware has set them already, the value is added as a member of its
-// own, so each limit a request passed through shows. The other headers,
-// which hold one limit, are replaced.
-func (q *quotaHeaders) write(h http.Header) {
+// writeQuota sets the quota values of an outcome as headers on h. The
+// IETF fields are lists: when an outer middleware has set them already,
+// the value is added as a member of its own, so each limit a request
+// passed through shows. The other headers, which hold one limit, are
+// replaced.
+func writeQuota(h http.Header, q *Quota) {
 	// A response without headers yet (the common case) has no list to
 	// append to: skip the lookups, which cost as much as the assignment.
 	fresh := len(h) == 0
 	if q.retryAfter != nil {
-		h[headerRetryAfter] = q.retryAfter
+		h[headerRetryAfter] = q.retryAfter[:]
 	}
-	if q.rateLimitPolicy != nil {
-		addMember(h, fresh, headerRateLimitPolicy, q.rateLimitPolicy)
+	if q.ratePolicy != nil {
+		addMember(h, fresh, headerRateLimitPolicy, q.ratePolicy[:])
 	}
 	if q.rateLimit != nil {
-		addMember(h, fresh, headerRateLimit, q.rateLimit)
+		addMember(h, fresh, headerRateLimit, q.rateLimit[:])
 	}
 	if q.limit != nil {
-		h[headerLegacyLimit] = q.limit
+		h[headerLegacyLimit] = q.limit[:]
 	}
 	if q.remaining != nil {
-		h[headerLegacyRemaining] = q.remaining
+		h[headerLegacyRemaining] = q.remaining[:]
 	}
 	if q.reset != nil {
-		h[headerLegacyReset] = q.reset
+		h[headerLegacyReset] = q.reset[:]
 	}
 }
 
@@ -254,7 +180,8 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 //   - 400 Bad Request for what the client caused: no key (ErrNoKey, once
 //     no policy applies), an unusable client address (ErrNoClientIP), a
 //     key too long to store (ErrKeyTooLong), a body a key function cannot
-//     read (ErrInvalidBody). A long key gets 400 rather than 431 because
+//     read (ErrInvalidBody), a key the request gives two ways
+//     (ErrAmbiguousKey). A long key gets 400 rather than 431 because
 //     the key may come from the path, the query or the body as well as a
 //     header, and 431 would tell the client to shrink its headers.
 //   - 413 Content Too Large for a body above a key function's bound
@@ -267,16 +194,14 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 // Only the last is a failure of the limit itself; WithFailOpen applies to
 // it alone.
 func ErrorStatus(err error) int {
-	switch {
-	case errors.Is(err, ErrInvalidOption):
+	switch errorKind(err) {
+	case OutcomeMisconfigured:
 		return http.StatusInternalServerError
-	case errors.Is(err, ErrInvalidBody):
+	case OutcomeClientError:
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		if errors.Is(err, ErrInvalidBody) && errors.As(err, &tooLarge) {
 			return http.StatusRequestEntityTooLarge
 		}
-		return http.StatusBadRequest
-	case errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong), errors.Is(err, ErrAmbiguousKey):
 		return http.StatusBadRequest
 	}
 	return http.StatusServiceUnavailable

@@ -38,7 +38,7 @@ func FuzzQuotaHeaders(f *testing.F) {
 		}
 		d := Decision{Allowed: allowed, Limit: limit, Remaining: remaining,
 			RetryAfter: time.Duration(retryNS), ResetAfter: time.Duration(resetNS)}
-		p := &policy{Policy: Policy{Name: name}, quoted: quotedSFString(name),
+		p := &policy{Name: name, quoted: quotedSFString(name),
 			rate: Rate{Limit: rateLimit, Period: time.Duration(periodNS)}}
 		if p.rate.Validate() != nil {
 			p.rate = Rate{}
@@ -46,8 +46,9 @@ func FuzzQuotaHeaders(f *testing.F) {
 		hs := HeaderStyle(style % 4)
 		h := http.Header{}
 		now := time.Unix(1_700_000_000, 0)
-		q := p.headers(hs, d, !allowed, false, func() time.Time { return now })
-		q.write(h)
+		var q Quota
+		p.quota(&quotaRequest{style: hs, d: &d, retry: !allowed, now: func() time.Time { return now }}, &q)
+		writeQuota(h, &q)
 
 		if !allowed {
 			if got, want := h.Get("Retry-After"), strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10); got != want {

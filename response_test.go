@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -506,7 +507,7 @@ func BenchmarkMiddlewareBaseline(b *testing.B) {
 // BenchmarkQuotaHeaders isolates the HTTP face of an allowed request: the
 // IETF fields for one decision, into a reused header map, no limiter.
 func BenchmarkQuotaHeaders(b *testing.B) {
-	p, err := newPolicy(Policy{Name: DefaultPolicyName, Limiter: mustBenchBucket(b), Key: func(*http.Request) (string, error) { return "", nil }})
+	p, err := newPolicy(DefaultPolicyName, mustBenchBucket(b), true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -515,8 +516,9 @@ func BenchmarkQuotaHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		clear(h)
-		q := p.headers(HeadersIETF, d, false, false, time.Now)
-		q.write(h)
+		var q Quota
+		p.quota(&quotaRequest{style: HeadersIETF, d: &d, now: time.Now}, &q)
+		writeQuota(h, &q)
 	}
 	if h.Get("RateLimit") != `"default";r=3;t=42` {
 		b.Fatalf("RateLimit %q", h.Get("RateLimit"))
@@ -526,7 +528,7 @@ func BenchmarkQuotaHeaders(b *testing.B) {
 // BenchmarkDeniedResponse isolates the HTTP face of a denial: headers,
 // Retry-After and the problem+json body, no limiter.
 func BenchmarkDeniedResponse(b *testing.B) {
-	p, err := newPolicy(Policy{Name: DefaultPolicyName, Limiter: mustBenchBucket(b), Key: func(*http.Request) (string, error) { return "", nil }})
+	p, err := newPolicy(DefaultPolicyName, mustBenchBucket(b), true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -535,8 +537,9 @@ func BenchmarkDeniedResponse(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		w.reset()
-		q := p.headers(HeadersIETF, d, true, false, time.Now)
-		q.write(w.h)
+		var q Quota
+		p.quota(&quotaRequest{style: HeadersIETF, d: &d, retry: true, now: time.Now}, &q)
+		writeQuota(w.h, &q)
 		ProblemDetails(w, nil, d)
 	}
 	if w.status != http.StatusTooManyRequests {
@@ -566,4 +569,48 @@ func TestResponseDoesNotCallBackIntoPolicy(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestQuotaSetHeaders: an adapter writing an Outcome's Quota into an
+// http.Header gets exactly what the middleware sends.
+func TestQuotaSetHeaders(t *testing.T) {
+	lim, err := NewTokenBucket(Rate{Limit: 2, Period: time.Minute}, WithClock(func() time.Time { return time.Unix(1e9, 0) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := NewSelectorFor(PolicyFor[string]{Name: "p", Limiter: lim, Key: func(k string) (string, error) { return k, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := NewGate(sel, WithHeaders(HeadersBoth), WithWallClock(func() time.Time { return time.Unix(1e9, 0) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []http.Header{
+		{"Ratelimit-Policy": {`"p";q=2;w=60`}, "Ratelimit": {`"p";r=1;t=30`}, "X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"1"}, "X-Ratelimit-Reset": {"1000000030"}},
+		{"Ratelimit-Policy": {`"p";q=2;w=60`}, "Ratelimit": {`"p";r=0;t=60`}, "X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1000000060"}},
+		{"Ratelimit-Policy": {`"p";q=2;w=60`}, "Ratelimit": {`"p";r=0;t=30`}, "X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1000000060"}, "Retry-After": {"30"}},
+	} {
+		out := gate.Admit(context.Background(), sel.Call("k"))
+		h := http.Header{}
+		out.Quota.SetHeaders(h)
+		if fmt.Sprint(h) != fmt.Sprint(want) {
+			t.Errorf("call %d: %v, want %v", i, h, want)
+		}
+	}
+}
+
+// The quota values are the core's, for every transport (issue 20 §5):
+// quota.go formats them and knows nothing of HTTP, which only
+// response.go writes.
+func TestQuotaValuesKnowNoTransport(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "quota.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		if strings.Contains(imp.Path.Value, "net/http") {
+			t.Errorf("quota.go imports %s", imp.Path.Value)
+		}
+	}
 }

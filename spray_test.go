@@ -13,13 +13,16 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// sprayKeys is how many distinct client addresses each spray sends: the
-// issue's ten million, or one million under the race detector or -short.
-func sprayKeys() int {
-	if raceEnabled || testing.Short() {
-		return 1_000_000
+// sprayKeys is how many distinct client addresses each spray of
+// TestKeySpray sends, and its store's bound: the issue's ten million into
+// 100,000 keys (fullSize), else ten times the bound on an eighth of that
+// store.
+func sprayKeys() (n, maxKeys int) {
+	maxKeys = sprayStoreKeys(100_000)
+	if fullSize() {
+		return 100 * maxKeys, maxKeys
 	}
-	return 10_000_000
+	return 10 * maxKeys, maxKeys
 }
 
 // sprayBytesPerKey is the heap bound the spray holds the store to, per
@@ -35,27 +38,29 @@ const sprayBytesPerKey = 100
 // are counted (their debts are remembered: TestSprayDoesNotFreeLimitedClients
 // checks that). Run the full ten million with
 //
-//	go test -run TestKeySpray -v .
+//	FLOODGATE_FULL=1 go test -run TestKeySpray -v .
 func TestKeySpray(t *testing.T) {
-	const maxKeys = 100_000
+	n, maxKeys := sprayKeys()
+	// With a clock step of 20 s / maxKeys (200 µs for 100,000 keys), a
+	// spray key's single token (8.64 s at this rate) is back long before
+	// the key reaches the end of its shard's LRU (20 s on average, and the
+	// shards of a small store fill unevenly), so it is idle when evicted.
+	idleStep := 20 * time.Second / time.Duration(maxKeys)
 	cases := []struct {
 		name string
 		addr func(r *rand.Rand, i int) netip.Addr
-		// step is how far the clock moves per request. With 100 µs, a spray
-		// key's single token (8.64 s at this rate) is back before the key
-		// reaches the end of the LRU, so it is idle when evicted. With 0 the
-		// whole spray happens at one instant and every entry is live.
+		// step is how far the clock moves per request: idleStep, or 0 for
+		// a spray at one instant, in which every entry is live.
 		step     time.Duration
 		wantKeys int // -1: the bound
 		idle     bool
 	}{
-		{"random IPv4, idle entries available", randomIPv4, 100 * time.Microsecond, -1, true},
+		{"random IPv4, idle entries available", randomIPv4, idleStep, -1, true},
 		{"random IPv6 /64s, every entry live", randomIPv6, 0, -1, false},
-		{"one IPv6 /64", oneIPv6Slash64, 100 * time.Microsecond, 2, true},
+		{"one IPv6 /64", oneIPv6Slash64, idleStep, 2, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			n := sprayKeys()
 			now := time.Unix(1_700_000_000, 0)
 			clock := func() time.Time { return now }
 			// 10,000 per day: a victim that spent its whole burst stays
@@ -198,11 +203,11 @@ func Example_keySprayStats() {
 	// Output: 2 2 1
 }
 
-// sprayStoreKeys is the store size of the spray tests: n, or an eighth of
-// it under the race detector or -short, to keep their time in bounds (the
-// sprays are 2 and 20 times as many keys).
+// sprayStoreKeys is the store size of the spray tests: n (fullSize), or
+// an eighth of it, to keep their time in bounds (the sprays are 2 and 20
+// times as many keys).
 func sprayStoreKeys(n int) int {
-	if raceEnabled || testing.Short() {
+	if !fullSize() {
 		return n / 8
 	}
 	return n

@@ -91,8 +91,12 @@ func TestSlidingLogBoundedWork(t *testing.T) {
 			if removed > 16 {
 				t.Errorf("a decision after half the log aged out removed %d of %d entries, want at most 16", removed, held)
 			}
-			if d.Remaining < limit/2-2 || d.Remaining > limit/2 {
-				t.Errorf("after half the log aged out: %+v, want Remaining about %d", d, limit/2)
+			// The fill's 32 goroutines read the clock and reach Redis in
+			// different orders, so the entries' times around mid are only
+			// nearly in request order: a few more or fewer than half may
+			// have aged out. Exactness is TestSlidingLogLongRunMatchesMemory's.
+			if d.Remaining < limit/2-64 || d.Remaining > limit/2+64 {
+				t.Errorf("after half the log aged out: %+v, want Remaining within 64 of %d", d, limit/2)
 			}
 		})
 	}

@@ -155,4 +155,73 @@
 // instances consume meanwhile, the true RetryAfter may be later.
 // WithCountDenied cannot be combined with it: denials answered in process
 // would not be recorded.
+//
+// # Leased quota
+//
+// WithLease turns on an opt-in mode of the token bucket and the sliding
+// counter for hot keys: a decision that goes to Redis takes, in the same
+// round trip, a share of the key's quota (charged in Redis at once), and
+// the instance allows the key's next requests from that share in memory,
+// with no round trip, until it is spent or its time is up. A lease is
+// sized to the key's local rate over Lease.Horizon (50 ms by default),
+// grows at most to twice the last lease (or twice the requests that waited
+// for it) and shrinks to one unit when Redis denies or fails: a key with
+// few requests here, or a small limit, leases one unit, which is the
+// plain round trip. When a lease holds less than the key spends in about
+// four round trips, the caller that took the unit also takes the next
+// lease before it returns, so that the key's other callers never wait.
+// WithIntervalRefill cannot be combined with it (no GCRA slots), and with
+// WithWaitReplicas a lease the replicas did not acknowledge is never used.
+//
+// Leases never let more through than one exact limiter, whatever the
+// number of instances. Token bucket: GCRA gives each unit a slot on one
+// timeline; a leased unit is allowed only until its slot begins, so every
+// unit allowed anywhere starts its slot no earlier than it was allowed and
+// ends it no later than burst·Period/Limit after: any interval of length d
+// holds at most burst + d·Limit/Period allowed units, the exact bound.
+// Sliding counter: leased units are counted in the window they were leased
+// in and allowed only before it ends, so each window counts everything
+// allowed in it and every local decision fits the estimate the lease was
+// checked against. With the server's clock lease times are shortened by
+// 1/1024 against drift between the local and the Redis clock.
+//
+// What the mode can cost is quota, never more of it: a leased unit that is
+// not allowed in time (its instance stopped, went idle, was evicted from
+// the local table, or reset the key) is lost as if used, until it would
+// have refilled. A lease is at most max(1, capacity/Lease.MaxShare) units
+// (1/16 of the burst or limit by default), and an instance holds of a key
+// at most a lease and the next one, taken when the first holds less than
+// half: 1.5 times that, which is the most an instance that stops costs
+// each key, once.
+// The unused tail of a lease goes back to Redis with the instance's next
+// lease when that is safe (the counter: same window; the bucket: no slot
+// handed out after it). A token bucket lease is placed up to
+// min(Horizon, capacity/MaxShare units) ahead when the key's local rate is
+// below its refill rate, so that its units last until they are used:
+// quota spent on purpose, none under saturation. LeaseStats counts all of
+// it, and the README gives the figures.
+//
+// Denials always come from Redis, in which leased units count as taken,
+// so RetryAfter is Redis's exact answer (an upper bound when units are
+// given back before it passes). Remaining and ResetAfter of a local
+// decision are Redis's as of the lease plus the units this instance still
+// holds, aged by the time passed: for one instance, the plain limiter's.
+// Reset forgets the key in Redis and drops this instance's lease; other
+// instances' leases keep their units until their time is up, so right
+// after a Reset the key can allow its capacity plus at most the units
+// they hold. RefundN gives units back to the instance's own lease when
+// it allowed them from it, and otherwise to Redis, never below what
+// leases may still allow: the client's one key carries a mark after its
+// plain state while a lease may allow units (the bucket: the end of the
+// latest lease's slots; the counter: the units leased in the current
+// window), which the plain scripts read past and drop when they write.
+// Run every instance of a policy in the same mode: a plain limiter's
+// RefundN or Reset does not know of leases.
+//
+// The sliding log does not lease (NewSlidingLog refuses WithLease). It
+// could: a leased entry scored at the lease's end would keep its units
+// counted a Period after their last possible use, at the price of holding
+// them that much longer. It is not built: the log is the choice for
+// exact small quotas (sign-up: 5 a minute), whose keys are not hot enough
+// to lease, and there a lease could only hold units back.
 package redisstore

@@ -71,6 +71,8 @@ type base struct {
 	deny     *denyCache
 	counts   counters // behind Stats
 	rates    rates    // the rate decided under, and its record in Redis
+	// lease holds the leases (WithLease, lease.go); nil in the plain mode.
+	lease *leaseTable
 }
 
 // init sets up l in place (it holds atomics, which must not be copied).

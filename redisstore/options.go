@@ -48,6 +48,8 @@ type config struct {
 	maxKeyLen     int
 	rateRefresh   time.Duration   // 0: DefaultRateRefresh
 	given         map[string]bool // options seen, each allowed once
+	// lease is WithLease's setting (lease.go).
+	lease *Lease
 }
 
 // once records that option name was given, and refuses it the second
@@ -94,6 +96,13 @@ func newConfig(kind string, opts []Option) (config, error) {
 		// A denial answered in process is not recorded in Redis, so a
 		// persistent client would be released sooner than the log says.
 		return c, fmt.Errorf("%w: WithDenyCache cannot be combined with WithCountDenied", floodgate.ErrInvalidOption)
+	case c.lease != nil && kind == kindSlidingLog:
+		// Why: see "Leased quota" in the package documentation.
+		return c, fmt.Errorf("%w: WithLease applies to a token bucket or a sliding counter, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.lease != nil && c.interval:
+		// A leased unit lasts until its GCRA slot begins; an interval
+		// bucket hands a period's tokens out at once and has no slots.
+		return c, fmt.Errorf("%w: WithLease needs the greedy refill, not WithIntervalRefill", floodgate.ErrInvalidOption)
 	case c.probeSet && c.fallback == nil:
 		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
 	}

@@ -141,11 +141,15 @@ func (l *base) adopt(rec rateRecord) error {
 	}
 	v := &rateView{rec: rec, ver: strconv.FormatInt(rec.v, 10), alg: alg}
 	if rec.v > 0 {
-		v.suffix = fmt.Sprintf(" %d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
+		v.suffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
 	}
 	l.rates.view.Store(v)
 	if l.deny != nil {
 		l.deny.clear() // its denials were under the old rate
+	}
+	if l.lease != nil {
+		// Leases taken under the old rate allow nothing from now on.
+		l.lease.reconfigure(l.lease.algo.rate(l.lease.cfg.MaxShare))
 	}
 	return nil
 }
@@ -282,9 +286,10 @@ func parseRecord(r []int64) (rateRecord, error) {
 		initial: rateParams{r[6], r[7], r[8]}}, nil
 }
 
-// stateRate returns the rate a state of version v carries (p: its
-// numbers after the version), or the initial one for version 0.
-func (rec rateRecord) stateRate(v int64, p []int64) rateParams {
+// stateRate returns the rate of a state a conversion reply carried (see
+// splitState): its own, or the initial one for version 0.
+func (rec rateRecord) stateRate(st []int64) rateParams {
+	_, v, p := splitState(st)
 	if v == 0 {
 		return rec.initial
 	}
@@ -342,7 +347,7 @@ func (l *base) evalRated(ctx context.Context, keys []string, n int,
 				return floodgate.Decision{Limit: l.limit()}, err
 			}
 			conv = conversion{}
-		case len(r) >= 6 && r[0] == replyConvert:
+		case len(r) >= 7 && r[0] == replyConvert:
 			conv = conversion{expect: stateString(r[1:]), with: convert(v, r[1:])}
 		case len(r) != want:
 			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, want)
@@ -374,7 +379,7 @@ func (l *base) refundRated(ctx context.Context, keys []string, now string,
 			if err := l.readRate(ctx, true); err != nil {
 				return err
 			}
-		case len(r) >= 6 && r[0] == replyConvert:
+		case len(r) >= 7 && r[0] == replyConvert:
 			if _, err := eval(ctx, key, 0, now); err != nil {
 				return err
 			}
@@ -389,16 +394,44 @@ func (l *base) refundRated(ctx context.Context, keys []string, now string,
 // then version, rate and burst) as the script stored it: the numbers
 // alone for version 0.
 func stateString(st []int64) string {
-	k := len(st) - 4
-	if st[k] == 0 {
-		st = st[:k]
-	}
+	body, v, rate := splitState(st)
 	var b strings.Builder
-	for i, x := range st {
-		if i > 0 {
-			b.WriteByte(' ')
+	join := func(xs []int64) {
+		for i, x := range xs {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(strconv.FormatInt(x, 10))
 		}
-		b.WriteString(strconv.FormatInt(x, 10))
+	}
+	join(body)
+	if v > 0 {
+		b.WriteByte('|')
+		join(append([]int64{v}, rate...))
 	}
 	return b.String()
+}
+
+// splitState splits a state a conversion reply carried into its numbers
+// (the algorithm's, and a leasing limiter's after them), its version and
+// the numbers of its rate.
+func splitState(st []int64) (body []int64, v int64, rate []int64) {
+	k := len(st) - 4
+	return st[:k], st[k], st[k+1:]
+}
+
+// rateMet handles a reply of a script that met a state of another
+// version (see prelude_rate.lua) without converting it itself (the lease
+// scripts): for a newer one it reads the record again, for an older one
+// it has a report decision (cost 0, the plain script) convert it. It
+// reports whether the script should run again.
+func (l *base) rateMet(ctx context.Context, key, now string, r []int64) (bool, error) {
+	switch {
+	case len(r) == 1 && r[0] == replyStale:
+		return true, l.readRate(ctx, true)
+	case len(r) >= 7 && r[0] == replyConvert:
+		_, err := l.lease.algo.eval(ctx, key, 0, now)
+		return true, err
+	}
+	return false, nil
 }

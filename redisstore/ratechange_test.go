@@ -286,3 +286,74 @@ func mustNot(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseRateChange: leasing instances (WithLease) spend a hot key from
+// sixteen goroutines at a frozen clock while one of them changes the
+// rate. A change drops the leases taken under the old rate, in every
+// instance by the time SetRate returns: the hot key is never allowed
+// more than the larger quota, and what it loses is bounded by the
+// leases dropped, a lease and half per instance.
+func TestLeaseRateChange(t *testing.T) {
+	addr := redistest.Shared(t)
+	for _, alg := range changingAlgos {
+		if alg.name != "TokenBucket" && alg.name != "SlidingCounter" {
+			continue // the modes that lease
+		}
+		for _, to := range []int{80, 20} {
+			t.Run(fmt.Sprintf("%s/40_to_%d", alg.name, to), func(t *testing.T) {
+				clock := &fakeClock{t0}
+				p := prefix(t)
+				lease := redisstore.Lease{MaxShare: 4}
+				var lims []changing
+				for _, c := range leaseClients(t, addr) {
+					l, err := alg.new(c.s, floodgate.PerHour(40), redisstore.WithPrefix(p), redisstore.WithClock(clock.Now),
+						redisstore.WithRateRefresh(5*time.Millisecond), redisstore.WithLease(lease), patient)
+					mustNot(t, err)
+					lims = append(lims, l)
+				}
+				var allowed, denied, failed atomic.Int64
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				for g := range 16 {
+					l := lims[g%2]
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							d, err := l.AllowN(context.Background(), "hot", 1)
+							switch {
+							case err != nil:
+								failed.Add(1)
+							case d.Allowed:
+								allowed.Add(1)
+							default:
+								denied.Add(1)
+							}
+						}
+					}()
+				}
+				for denied.Load() < 10 {
+					time.Sleep(time.Millisecond) // until the hot key is spent: the clock is frozen
+				}
+				mustNot(t, lims[0].SetRate(context.Background(), floodgate.RateChange{Rate: floodgate.PerHour(to)}))
+				for d := denied.Load(); denied.Load() < d+50; {
+					time.Sleep(time.Millisecond)
+				}
+				close(stop)
+				wg.Wait()
+				most := int64(max(40, to))
+				lost := int64(len(lims)) * int64(max(40, to)/lease.MaxShare) * 3 / 2
+				if failed.Load() != 0 || allowed.Load() > most || allowed.Load() < most-lost {
+					t.Fatalf("hot key: %d allowed, %d failed across the change; want %d at most, %d at least, and no failure",
+						allowed.Load(), failed.Load(), most, most-lost)
+				}
+				t.Logf("%d allowed of %d", allowed.Load(), most)
+			})
+		}
+	}
+}

@@ -63,6 +63,7 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 	if err := sc.initRates("sc", paramsOf(r, r.Limit), cfg, compileSC); err != nil {
 		return nil, err
 	}
+	sc.setupLease(cfg)
 	if cfg.now != nil {
 		_, origin, err := sc.clock()
 		if err != nil {
@@ -112,6 +113,9 @@ func (sc *SlidingCounter) AllowN(ctx context.Context, key string, n int) (floodg
 	if err := checkCost(n, p.rate.Limit); err != nil {
 		return floodgate.Decision{Limit: p.rate.Limit}, err
 	}
+	if sc.lease != nil {
+		return sc.allowLeased(ctx, key, n)
+	}
 	return sc.decide(ctx, key, n, sc.eval)
 }
 
@@ -128,6 +132,9 @@ func (sc *SlidingCounter) SetRate(ctx context.Context, c floodgate.RateChange) e
 
 // Reset forgets key's counts.
 func (sc *SlidingCounter) Reset(ctx context.Context, key string) error {
+	if sc.lease != nil {
+		return sc.resetLease(ctx, key, sc.leaseKeys(key))
+	}
 	return sc.reset(ctx, key, sc.keys(key))
 }
 
@@ -142,6 +149,9 @@ func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error 
 	}
 	if n == 0 {
 		return nil
+	}
+	if sc.lease != nil {
+		return sc.refundLease(ctx, key, n)
 	}
 	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
 		return sc.refundRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
@@ -200,13 +210,13 @@ func ceilMicros(ns int64) time.Duration {
 	return time.Duration((ns + 999) / 1000 * 1000)
 }
 
-// convert converts a counter's state, replied as {w, prev, cur, v, L, P,
-// B}, to v's rate as of its change, as floodgate.SlidingCounter does in
+// convert converts a counter's state, replied as {w, prev, cur,
+// [leased,] v, L, P, B}, to v's rate as of its change, as floodgate.SlidingCounter does in
 // memory: with the period unchanged the counts stay in their windows,
 // with a new one the units the estimate counts at the change become the
 // count of the new period's current window.
 func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
-	from, to := v.rec.stateRate(st[3], st[4:]), v.rec.rate
+	from, to := v.rec.stateRate(st), v.rec.rate
 	how := inherit.Strategy(v.rec.how)
 	tc := v.rec.tc - sc.origin
 	w := tc / from.period

@@ -78,6 +78,7 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	if err := b.initRates(kind, paramsOf(r, burst), cfg, compileTB); err != nil {
 		return nil, err
 	}
+	b.setupLease(cfg)
 	return b, nil
 }
 
@@ -157,6 +158,9 @@ func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.
 	if err := checkCost(n, p.burst); err != nil {
 		return floodgate.Decision{Limit: p.burst}, err
 	}
+	if b.lease != nil {
+		return b.allowLeased(ctx, key, n)
+	}
 	return b.decide(ctx, key, n, b.eval)
 }
 
@@ -192,6 +196,9 @@ func (b *TokenBucket) SetRate(ctx context.Context, c floodgate.RateChange) error
 
 // Reset refills key's bucket.
 func (b *TokenBucket) Reset(ctx context.Context, key string) error {
+	if b.lease != nil {
+		return b.resetLease(ctx, key, b.leaseKeys(key))
+	}
 	return b.reset(ctx, key, []string{b.key(key)})
 }
 
@@ -208,6 +215,9 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	}
 	if n == 0 {
 		return nil
+	}
+	if b.lease != nil {
+		return b.refundLease(ctx, key, n)
 	}
 	return b.refund(ctx, key, func(ctx context.Context, now string) error {
 		return b.refundRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
@@ -337,7 +347,7 @@ func checkCost(n, max int) error {
 }
 
 // convertGreedy converts a greedy bucket's state, replied as
-// {tat, frac, v, L, P, B}, to v's rate as of its change (see
+// {tat, frac, [lease mark,] v, L, P, B}, to v's rate as of its change (see
 // inherit.Greedy), and returns the converted state, "" for a full
 // bucket.
 func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
@@ -345,7 +355,7 @@ func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
 	if tat < v.rec.tc {
 		return ""
 	}
-	from := v.rec.stateRate(st[2], st[3:])
+	from := v.rec.stateRate(st)
 	q, r := inherit.Greedy(uint64(tat-v.rec.tc), uint64(frac), from.bucket(), v.rec.rate.bucket(), inherit.Strategy(v.rec.how), maxHorizon)
 	if q == 0 && r == 0 {
 		return ""
@@ -358,7 +368,7 @@ func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
 // current period as of the change, with its tokens used converted (see
 // inherit.IntervalUsed).
 func (b *TokenBucket) convertInterval(v *rateView, st []int64) string {
-	from := v.rec.stateRate(st[2], st[3:]).interval()
+	from := v.rec.stateRate(st).interval()
 	start, used := from.Roll(st[0], st[1], v.rec.tc)
 	u := inherit.IntervalUsed(uint64(used), from, v.rec.rate.interval(), inherit.Strategy(v.rec.how), maxHorizon)
 	if u == 0 {

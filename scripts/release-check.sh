@@ -14,8 +14,9 @@
 # github.com address onto it) and so builds the module zips exactly as the
 # public proxy would — nested modules and vendor directories left out of
 # their parent's zip, .info/.mod/.zip as served. Those files become a
-# file-based GOPROXY. Then, for each module, a fresh consumer module with an
-# empty module cache, GOPROXY=file://<that proxy>,<the real proxy>,
+# file-based GOPROXY. Then, for each module, a fresh consumer module (their
+# module cache empty at the start of the check, and shared among them),
+# GOPROXY=file://<that proxy>,<the real proxy>,
 # GOSUMDB=off, GOFLAGS=-mod=mod and GOWORK=off runs "go get module@vX.Y.Z",
 # builds every package of the module and runs a small program that imports
 # each of its public packages.
@@ -32,6 +33,10 @@
 #                      modules require of the root module)
 #   RELEASE_PROXY_DIR  keep the built proxy in this directory (test.sh uses
 #                      it for its "go mod tidy" check of nested modules)
+#   RELEASE_MODCACHE   the consumers' module cache (default: a temporary
+#                      one); test.sh shares it with that tidy check. It
+#                      must not be your own module cache, since it receives
+#                      the unreleased versions of the in-repo modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_path="$(go mod edit -json | sed -n 's/^\t\t"Path": "\(.*\)"$/\1/p' | head -n1)"
@@ -176,15 +181,22 @@ consumer_proxy="file://$proxy"
 [[ -d "$local_cache" ]] && consumer_proxy+=",file://$local_cache"
 consumer_proxy+=",$fallback"
 
-# One consumer per module, each with an empty module cache.
+# One consumer module per module. They share one module cache, empty when
+# the check starts (RELEASE_MODCACHE, if set, must be new or hold only
+# what an earlier consumer put there): the in-repo modules in it can only
+# have come from the proxy built above, exactly as a user's would, and a
+# third-party module is downloaded once rather than once per consumer (the
+# same files either way: a module cache holds what the proxy served).
+now_ms() { local t="${EPOCHREALTIME/./}"; echo $((t / 1000)); }
 for i in "${!paths[@]}"; do
 	path="${paths[$i]}"
 	dir="$work/consumer$i"
 	mkdir -p "$dir"
 	log="$dir/log"
 	consumer=(env -C "$dir" GOPROXY="$consumer_proxy" GOSUMDB=off GOFLAGS="-mod=mod -trimpath"
-		GOWORK=off GOMODCACHE="$dir/modcache" GOPRIVATE= GONOPROXY= GONOSUMDB=
+		GOWORK=off GOMODCACHE="${RELEASE_MODCACHE:-$work/modcache}" GOPRIVATE= GONOPROXY= GONOSUMDB=
 		GOTOOLCHAIN=local go)
+	t0="$(now_ms)"
 	if ! {
 		"${consumer[@]}" mod init example.com/consumer &&
 			"${consumer[@]}" get "$path@$version" &&
@@ -229,6 +241,7 @@ func init() {
 }
 EOF
 	fi
+	t1="$(now_ms)"
 	mapfile -t pkgs < <(cut -d' ' -f1 "$dir/packages")
 	if ! {
 		"${consumer[@]}" build "${pkgs[@]}" &&
@@ -242,7 +255,8 @@ EOF
 		echo "release-check: the root module's program decided wrongly: $(cat "$dir/out")" >&2
 		exit 1
 	fi
-	printf '  %-55s go get, build of %d packages, run: %s\n' "$path@$version" \
-		"$(wc -l <"$dir/packages")" "$(tr '\n' ' ' <"$dir/out")"
+	t2="$(now_ms)"
+	printf '  %-55s go get %ds, build of %d packages and run %ds: %s\n' "$path@$version" \
+		$(((t1 - t0) / 1000)) "$(wc -l <"$dir/packages")" $(((t2 - t1) / 1000)) "$(tr '\n' ' ' <"$dir/out")"
 done
 echo "release-check: every module installs from a proxy at $version"

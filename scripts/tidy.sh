@@ -10,8 +10,9 @@
 # proxy has before the tag: it is tidied outside the workspace against a
 # proxy that serves them, built from the working tree by
 # scripts/release-check.sh (or taken from RELEASE_PROXY_DIR if that holds
-# one already), with a module cache of its own so the unreleased versions
-# never reach yours. Their go.sum lines are dropped: their hashes are only
+# one already), with a module cache of its own (RELEASE_MODCACHE, the
+# release check's, when scripts/test.sh sets it; else a temporary one) so
+# the unreleased versions never reach yours. Their go.sum lines are dropped: their hashes are only
 # known once the tag exists, and a user's build never reads a dependency's
 # go.sum.
 set -euo pipefail
@@ -39,7 +40,7 @@ for mod in "${modules[@]}"; do
 		RELEASE_PROXY_DIR="$proxy" scripts/release-check.sh --worktree >/dev/null
 	fi
 	rc=0
-	out="$(cd "$mod" && GOWORK=off GOFLAGS=-mod=mod GOSUMDB=off GOMODCACHE="$tmp/modcache" \
+	out="$(cd "$mod" && GOWORK=off GOFLAGS=-mod=mod GOSUMDB=off GOMODCACHE="${RELEASE_MODCACHE:-$tmp/modcache}" \
 		GOPROXY="file://$proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" \
 		GOPRIVATE='' GONOPROXY='' GONOSUMDB='' go mod tidy "${diff[@]}" 2>"$tmp/err")" || rc=$?
 	if ((${#diff[@]} == 0)); then

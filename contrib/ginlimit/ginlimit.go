@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/gin-gonic/gin"
@@ -82,12 +83,87 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 	}
 	gw := &writer{ResponseWriter: orig, mw: w}
 	c.Writer = gw
+	if ds, ok := w.(floodgate.DeferredSettler); ok {
+		// The request is settled by its status (WithCountStatus), and a
+		// middleware registered before the limit may still set it after
+		// this chain returns: gw stays c.Writer, and settles the request
+		// with the status actually sent.
+		gw.settling = &settling{settle: ds.DeferSettle()}
+		c.Next()
+		gw.returned(r.Context())
+		return
+	}
 	defer func() { c.Writer = orig }()
 	c.Next()
 	// A status set but never written (c.Status(401) and return) is sent
 	// by gin after the whole chain: tell the middleware now, which records
 	// it without writing (gin's writer holds the header until then).
 	gw.commit()
+}
+
+// settling settles a request by the status gin sends, once the limit's
+// chain has returned: at once if the response is committed by then,
+// else when it is (a middleware before the limit writes it), or, for a
+// status gin sends without a body after the whole chain (which no
+// writer here sees), when the request's context ends — the server
+// cancels it when the handler is done. Until then the request counts.
+type settling struct {
+	mu        sync.Mutex
+	settle    func(status int) // the middleware's, from DeferSettle
+	status    int              // the status set so far; committed if sent
+	committed bool             // the status is sent: it is final
+	back      bool             // the limit's chain has returned
+	done      bool
+}
+
+// set records a status set before anything is sent, as gin does.
+func (s *settling) set(code int) {
+	s.mu.Lock()
+	if !s.committed && code > 0 {
+		s.status = code
+	}
+	s.mu.Unlock()
+}
+
+// sent records that the response went out with its status.
+func (s *settling) sent(status int) {
+	s.mu.Lock()
+	if !s.committed {
+		s.committed, s.status = true, status
+	}
+	s.mu.Unlock()
+	s.settleIf(false)
+}
+
+// settleIf settles once the chain is back and the status is final, or,
+// with ended, is as final as it will get.
+func (s *settling) settleIf(ended bool) {
+	s.mu.Lock()
+	ready := s.back && !s.done && (s.committed || ended)
+	s.done = s.done || ready
+	status := s.status
+	s.mu.Unlock()
+	if ready {
+		s.settle(status)
+	}
+}
+
+// returned records that the limit's chain is back; the status so far is
+// gin's.
+func (w *writer) returned(ctx context.Context) {
+	s := w.settling
+	s.mu.Lock()
+	s.back = true
+	if !s.committed {
+		s.status = w.ResponseWriter.Status()
+	}
+	committed := s.committed
+	s.mu.Unlock()
+	if committed {
+		s.settleIf(false)
+		return
+	}
+	context.AfterFunc(ctx, func() { s.settleIf(true) })
 }
 
 // writer is the gin.ResponseWriter the handlers see while the middleware
@@ -97,6 +173,7 @@ type writer struct {
 	gin.ResponseWriter
 	mw        http.ResponseWriter // the middleware's writer, around gin's
 	committed bool
+	settling  *settling // nil unless the request is settled by status
 }
 
 // commit passes the status gin will send to the middleware's writer, once,
@@ -105,12 +182,21 @@ type writer struct {
 func (w *writer) commit() {
 	if !w.committed {
 		w.committed = true
-		w.mw.WriteHeader(w.ResponseWriter.Status())
+		status := w.ResponseWriter.Status()
+		w.mw.WriteHeader(status)
+		if w.settling != nil {
+			w.settling.sent(status)
+		}
 	}
 }
 
 // WriteHeader records the status as gin does, sent with the first write.
-func (w *writer) WriteHeader(code int) { w.ResponseWriter.WriteHeader(code) }
+func (w *writer) WriteHeader(code int) {
+	w.ResponseWriter.WriteHeader(code)
+	if w.settling != nil {
+		w.settling.set(w.ResponseWriter.Status())
+	}
+}
 
 // WriteHeaderNow sends the status.
 func (w *writer) WriteHeaderNow() {
@@ -139,7 +225,11 @@ func (w *writer) Flush() {
 // counts it as status 101.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	w.committed = true
-	return http.NewResponseController(w.mw).Hijack()
+	conn, rw, err := http.NewResponseController(w.mw).Hijack()
+	if err == nil && w.settling != nil {
+		w.settling.sent(http.StatusSwitchingProtocols)
+	}
+	return conn, rw, err
 }
 
 // Unwrap returns the middleware's writer, for http.ResponseController.

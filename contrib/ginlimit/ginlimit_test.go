@@ -2,6 +2,7 @@ package ginlimit_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -133,8 +134,14 @@ func TestCountStatusThroughGin(t *testing.T) {
 	}
 	for name, write := range writers {
 		t.Run(name, func(t *testing.T) {
+			refunds := make(chan struct{}, 8)
 			limit, err := ginlimit.New(bucket(t, 2),
-				floodgate.WithCountStatus(func(s int) bool { return s == http.StatusUnauthorized }))
+				floodgate.WithCountStatus(func(s int) bool { return s == http.StatusUnauthorized }),
+				floodgate.WithDecisionHook(func(ev floodgate.DecisionEvent) {
+					if ev.AfterHandler {
+						refunds <- struct{}{}
+					}
+				}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,16 +168,40 @@ func TestCountStatusThroughGin(t *testing.T) {
 				{"right", 200}, {"wrong", 401}, {"right", 429}, {"wrong", 429},
 			}
 			for i, s := range steps {
-				w := httptest.NewRecorder()
-				r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/login", bytes.NewBufferString(`{"Password":"`+s.password+`"}`)))
+				w := serveInProcess(r, httptest.NewRequest(http.MethodPost, "/login", bytes.NewBufferString(`{"Password":"`+s.password+`"}`)))
 				if w.Code != s.want {
 					t.Fatalf("step %d (%s): %d, want %d", i, s.password, w.Code, s.want)
+				}
+				if s.want == http.StatusOK {
+					// A status gin sends without a body, after the chain,
+					// is settled when the request's context ends.
+					waitFor(t, refunds, "the refund of a 200")
 				}
 			}
 			if got := n.handler.Load(); got != 6 {
 				t.Errorf("handler ran %d times, want 6", got)
 			}
 		})
+	}
+}
+
+// serveInProcess serves req as net/http does, whose server cancels the
+// request's context once the handler has returned.
+func serveInProcess(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	ctx, cancel := context.WithCancel(req.Context())
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req.WithContext(ctx))
+	cancel()
+	return w
+}
+
+// waitFor waits for one signal on ch, bounded.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10 s for %s", what)
 	}
 }
 

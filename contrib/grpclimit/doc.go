@@ -1,41 +1,49 @@
 // Package grpclimit rate-limits gRPC servers with floodgate: unary and
-// stream server interceptors over any floodgate.Limiter, PolicySelector or
-// route table.
+// stream server interceptors over any floodgate.Limiter, selector of
+// policies, or table of per-method routes.
 //
-// A gRPC call is an HTTP/2 POST to /package.Service/Method, and grpclimit
-// treats it as one: each call is shown to floodgate's own middleware as an
-// *http.Request whose RemoteAddr is the peer's address, whose Header holds
-// the incoming metadata (keys canonicalized, pseudo-headers left out),
-// whose Host is the :authority and whose URL.Path is the full method. So
-// every floodgate key function works unchanged and with the same rules:
+//	clientIP, err := grpclimit.KeyByIP(floodgate.TrustProxies(lb), floodgate.FromXForwardedFor())
+//	limit, err := grpclimit.New(limiter, grpclimit.WithKeyFunc(clientIP))
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(limit.Unary()), grpc.ChainStreamInterceptor(limit.Stream()))
 //
-//   - floodgate.KeyByIP(...) keys by the peer, reading a trusted proxy's
-//     x-forwarded-for (or x-real-ip, forwarded) metadata exactly as the
-//     HTTP middleware reads the header (the default: the peer only);
-//   - floodgate.KeyByHeader("x-api-key") keys by a metadata value (like
-//     every key function constructor with arguments, it returns the
-//     KeyFunc and an error);
-//   - KeyByFullMethod keys by the method, and floodgate.JoinKeys combines
-//     keys ("per client per method").
+// Each call is keyed from its own data (Call: the context with the peer
+// and the incoming metadata, and the full method):
 //
-// A denied call fails with codes.ResourceExhausted carrying a
-// google.rpc.RetryInfo detail with the exact wait, and the quota travels in
-// the response header metadata under the HTTP header names in lower case
-// (ratelimit, ratelimit-policy, and retry-after on a denial), formatted by
-// floodgate itself and so identical to the HTTP headers. A client honours
-// it by reading the RetryInfo:
+//   - KeyByIP keys by the peer's address, with the rules of
+//     floodgate.KeyByIP for the same options; behind a proxy, the
+//     forwarding metadata the options name (x-forwarded-for, x-real-ip,
+//     forwarded) is believed from the trusted proxies only;
+//   - KeyByMetadata keys by a metadata value, KeyByFullMethod by the
+//     method, and JoinKeys combines keys ("per client per method").
 //
-//	st := status.Convert(err)
-//	for _, d := range st.Details() {
-//		if ri, ok := d.(*errdetails.RetryInfo); ok {
-//			time.Sleep(ri.GetRetryDelay().AsDuration())
-//		}
-//	}
+// floodgate's admission core decides (floodgate.Gate), and the
+// interceptors answer in gRPC's terms:
 //
-// When no decision can be made the interceptors fail closed with
-// codes.Unavailable unless WithFailOpen is given; an error the caller
-// caused (no key, an unusable address, a key that is too long) is
-// codes.InvalidArgument under every policy, and a call whose client has
-// gone away ends with codes.Canceled (or DeadlineExceeded) without the
-// handler running.
+//   - an allowed call gets the quota in its response header metadata,
+//     under floodgate's HTTP header names in lower case (ratelimit-policy
+//     and ratelimit by default), formatted as the HTTP middleware formats
+//     them;
+//   - a denied call is Trailers-Only: codes.ResourceExhausted with a
+//     google.rpc.RetryInfo detail holding the exact wait, and in the
+//     trailers the quota metadata, retry-after and grpc-retry-pushback-ms,
+//     the wait in milliseconds rounded up (gRFC A6), with nothing sent as
+//     headers. So a grpc-go client with a standard retry policy
+//     (RESOURCE_EXHAUSTED retryable) retries after exactly the wait the
+//     limit names; a call that costs more than the limit can ever hold
+//     gets -1 ("do not retry") and no RetryInfo. Put the interceptors
+//     first in the chain: headers sent before them would end the
+//     Trailers-Only form;
+//   - a limiter that fails is codes.Unavailable (fail closed) unless
+//     WithFailOpen; a key error the caller caused (no key, an unusable
+//     address, a key too long) is codes.InvalidArgument under every
+//     policy; a misconfigured key function codes.Internal; a call whose
+//     client went away during the decision ends with codes.Canceled (or
+//     DeadlineExceeded) without its handler running.
+//
+// The standard health service, grpc.health.v1.Health, is not limited
+// unless WithLimitHealth is given: a client using client-side health
+// checking would otherwise lose its whole channel once the quota is spent.
+// A stream is decided once, when it opens. WithCountCodes counts only
+// some outcomes (failed sign-ins), with the cost reserved before the
+// handler and given back after it.
 package grpclimit

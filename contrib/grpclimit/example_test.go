@@ -12,16 +12,15 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// A gRPC server limited to 2 calls per minute per peer address; the client
-// reads the exact wait from the RetryInfo detail of the denial and retries
-// after it. A fake clock stands in for the wait.
+// A gRPC server limited to 2 calls per minute per peer address. Allowed
+// calls carry the quota in their headers; a denial is Trailers-Only, with
+// the quota, retry-after and grpc-retry-pushback-ms in its trailers, and
+// a RetryInfo detail. A fake clock stands in for the wait.
 func ExampleNew() {
 	var now atomic.Int64 // read by the server's goroutines
 	now.Store(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC).UnixNano())
@@ -35,7 +34,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(limit.Unary()), grpc.ChainStreamInterceptor(limit.Stream()))
-	healthgrpc.RegisterHealthServer(srv, health.NewServer())
+	testpb.RegisterTestServiceServer(srv, &testService{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -48,24 +47,25 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer func() { _ = conn.Close() }()
-	client := healthgrpc.NewHealthClient(conn)
+	client := testpb.NewTestServiceClient(conn)
 
 	for range 4 {
-		var md metadata.MD
-		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&md))
-		fmt.Println(status.Code(err), md.Get("ratelimit"))
+		var header, trailer metadata.MD
+		_, err := client.EmptyCall(context.Background(), &testpb.Empty{}, grpc.Header(&header), grpc.Trailer(&trailer))
+		if err == nil {
+			fmt.Println("OK", header.Get("ratelimit"))
+			continue
+		}
+		fmt.Println(status.Code(err), "headers:", len(header), "trailers:", trailer.Get("ratelimit"), trailer.Get("grpc-retry-pushback-ms"))
 		for _, d := range status.Convert(err).Details() {
 			if ri, ok := d.(*errdetails.RetryInfo); ok {
-				wait := ri.GetRetryDelay().AsDuration()
-				fmt.Println("retry after", wait)
-				now.Add(int64(wait)) // time.Sleep(wait) in a real client
+				now.Add(int64(ri.GetRetryDelay().AsDuration())) // a client's retry policy waits the pushback
 			}
 		}
 	}
 	// Output:
 	// OK ["default";r=1;t=30]
 	// OK ["default";r=0;t=60]
-	// ResourceExhausted ["default";r=0;t=30]
-	// retry after 30s
+	// ResourceExhausted headers: 0 trailers: ["default";r=0;t=30] [30000]
 	// OK ["default";r=0;t=60]
 }

@@ -8,7 +8,8 @@
 // Build a Metrics once the provider is set up, and hand its hook to each
 // middleware:
 //
-//	m, err := otelmetrics.New() // or otelmetrics.New(otelmetrics.WithMeterProvider(mp))
+//	m, err := otelmetrics.New(otelmetrics.WithPolicies("user_id_probe", "nickname"))
+//	// and otelmetrics.WithMeterProvider(mp) for a provider other than the global one
 //	if err != nil { … }
 //
 //	limit := floodgate.Middleware(probes,
@@ -35,23 +36,32 @@
 //	floodgate.decisions                 counter {decision}; floodgate.policy, floodgate.outcome
 //	                                    (allowed, denied, dry_run_denied, error, skipped)
 //	floodgate.decision.duration         histogram s; floodgate.limiter (limiters wrapped by Limiter)
-//	floodgate.store.keys                up-down counter {key}; floodgate.limiter
-//	floodgate.store.keys.max            up-down counter {key}; floodgate.limiter
-//	floodgate.store.evictions           counter {key}; floodgate.limiter, floodgate.eviction.kind (idle, live)
-//	floodgate.store.debts.capacity      up-down counter {debt}; floodgate.limiter
-//	floodgate.store.debts.lost          counter {debt}; floodgate.limiter, floodgate.debt.kind (merged, forgotten)
+//	floodgate.store.key.count           up-down counter {key}; floodgate.limiter
+//	floodgate.store.key.limit           up-down counter {key}; floodgate.limiter
+//	floodgate.store.evictions           counter {eviction}; floodgate.limiter, floodgate.eviction.kind (idle, live)
+//	floodgate.store.debt.limit      up-down counter {debt}; floodgate.limiter
+//	floodgate.store.lost_debts          counter {debt}; floodgate.limiter, floodgate.debt.kind (merged, forgotten)
 //	floodgate.redis.fallback.active     gauge 1; floodgate.limiter: 1 while the fallback decides
 //	floodgate.redis.fallback.decisions  counter {decision}; floodgate.limiter
-//	floodgate.redis.deny_cache.hits     counter {decision}; floodgate.limiter
+//	floodgate.redis.deny_cache.hits     counter {hit}; floodgate.limiter
 //	floodgate.redis.errors              counter {error}; floodgate.limiter, error.type (timeout, canceled, other)
+//
+// The names follow OpenTelemetry's naming rules for metrics: no
+// pluralized up-down counter (….key.count, ….key.limit), counters
+// pluralized after the unit they count, no total.
+//
+// Each outcome of each policy named by WithPolicies is reported at 0 from
+// the first collection, so that a rate computed over the counter counts
+// a policy's first burst; a policy not declared is reported from its
+// first decision on.
 //
 // Every instrument but the histogram is observable: the decision counts
 // are kept in atomics by the hook and reported, like the limiters' Stats,
 // by one callback when the SDK collects. A rising
 // floodgate.store.evictions with kind live means the store is too small
 // for the traffic, or that someone is spraying keys; each such debt is
-// remembered exactly until floodgate.store.debts.capacity of them are
-// held, and past that floodgate.store.debts.lost counts those merged into
+// remembered exactly until floodgate.store.debt.limit of them are
+// held, and past that floodgate.store.lost_debts counts those merged into
 // bounds that make new clients wait, or forgotten.
 //
 // # Outcomes

@@ -14,15 +14,17 @@ import (
 )
 
 // The lines a service adds to count its limit's decisions and watch its
-// store. A service with its OpenTelemetry SDK set up globally calls
-// otelmetrics.New() without options; here a ManualReader shows what an
-// exporter would receive.
+// store. A service with its OpenTelemetry SDK set up globally leaves out
+// WithMeterProvider; here a ManualReader shows what an exporter would
+// receive. WithPolicies declares the policy, so that its outcomes are
+// reported at 0 before its first decision.
 func Example() {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = provider.Shutdown(context.Background()) }()
 
-	m, err := otelmetrics.New(otelmetrics.WithMeterProvider(provider))
+	m, err := otelmetrics.New(otelmetrics.WithPolicies("user_id_probe"),
+		otelmetrics.WithMeterProvider(provider))
 	if err != nil {
 		panic(err)
 	}

@@ -85,6 +85,7 @@ var outcomeValues = [metricsbase.NumOutcomes]string{OutcomeAllowed, OutcomeDenie
 type Option func(*config) error
 
 type config struct {
+	policies []string
 	provider metric.MeterProvider
 	buckets  []float64
 }
@@ -98,6 +99,27 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 			return fmt.Errorf("%w: nil meter provider", floodgate.ErrInvalidOption)
 		}
 		c.provider = p
+		return nil
+	}
+}
+
+// WithPolicies declares the policies whose decisions will be counted:
+// the names given to floodgate.WithPolicyName (floodgate.DefaultPolicyName
+// when none is), to each floodgate.Policy of a PolicySelector or Routes,
+// and to Observe. Each of their outcomes (allowed, denied, dry_run_denied,
+// error) is reported at 0 from the first collection on, before its first
+// decision, so that a rate computed by the backend counts the first
+// burst: a rate (Prometheus's rate() and increase() of the exported
+// counter, say) is measured from a stream's first point, and a stream
+// that only appears with its first decision hides it, which is how a new
+// attack's first wave would miss an alert. A policy not declared is still
+// counted, from its first decision on. Names must be non-empty printable
+// ASCII, as floodgate requires, and at most MaxPolicies in all; New
+// refuses others with an error wrapping floodgate.ErrInvalidOption.
+// Given more than once, the lists add up.
+func WithPolicies(names ...string) Option {
+	return func(c *config) error {
+		c.policies = append(c.policies, names...)
 		return nil
 	}
 }
@@ -156,7 +178,8 @@ type policyCounters struct {
 
 // New returns a Metrics whose instruments come from the meter ScopeName of
 // the provider (WithMeterProvider, default the global one). Its options
-// are WithMeterProvider and WithBuckets.
+// are WithPolicies, which every program should give, WithMeterProvider
+// and WithBuckets.
 func New(opts ...Option) (*Metrics, error) {
 	c := config{buckets: DefaultBuckets}
 	for _, o := range opts {
@@ -180,6 +203,9 @@ func New(opts ...Option) (*Metrics, error) {
 		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
 		now:      time.Now,
 	}
+	if err := m.policies.Declare(c.policies); err != nil {
+		return nil, fmt.Errorf("otelmetrics: WithPolicies: %w", err)
+	}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -190,19 +216,19 @@ func New(opts ...Option) (*Metrics, error) {
 	m.decisions, err = meter.Int64ObservableCounter("floodgate.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limit decisions by policy and outcome (allowed, denied, dry_run_denied, error, skipped)."))
 	add(err)
-	m.keys, err = meter.Int64ObservableUpDownCounter("floodgate.store.keys", metric.WithUnit("{key}"),
+	m.keys, err = meter.Int64ObservableUpDownCounter("floodgate.store.key.count", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys held by the limiter's in-memory store."))
 	add(err)
-	m.maxKeys, err = meter.Int64ObservableUpDownCounter("floodgate.store.keys.max", metric.WithUnit("{key}"),
+	m.maxKeys, err = meter.Int64ObservableUpDownCounter("floodgate.store.key.limit", metric.WithUnit("{key}"),
 		metric.WithDescription("Bound on the keys of the limiter's in-memory store (WithMaxKeys)."))
 	add(err)
-	m.evictions, err = meter.Int64ObservableCounter("floodgate.store.evictions", metric.WithUnit("{key}"),
+	m.evictions, err = meter.Int64ObservableCounter("floodgate.store.evictions", metric.WithUnit("{eviction}"),
 		metric.WithDescription("Keys dropped from the in-memory store to make room; live ones still held state (kept as debt unless WithForgetEvicted)."))
 	add(err)
-	m.debtCapacity, err = meter.Int64ObservableUpDownCounter("floodgate.store.debts.capacity", metric.WithUnit("{debt}"),
+	m.debtCapacity, err = meter.Int64ObservableUpDownCounter("floodgate.store.debt.limit", metric.WithUnit("{debt}"),
 		metric.WithDescription("Debts the in-memory store's debt memory holds each in an entry of its own (WithDebtMemory): the key spray it absorbs without a stranger waiting."))
 	add(err)
-	m.debtsLost, err = meter.Int64ObservableCounter("floodgate.store.debts.lost", metric.WithUnit("{debt}"),
+	m.debtsLost, err = meter.Int64ObservableCounter("floodgate.store.lost_debts", metric.WithUnit("{debt}"),
 		metric.WithDescription("Debts of live evictions that found no entry of their own in the full debt memory: merged ones bind strangers until they run out, forgotten ones freed a client."))
 	add(err)
 	m.fallbackActive, err = meter.Int64ObservableGauge("floodgate.redis.fallback.active", metric.WithUnit("1"),
@@ -211,7 +237,7 @@ func New(opts ...Option) (*Metrics, error) {
 	m.fallbackDecisions, err = meter.Int64ObservableCounter("floodgate.redis.fallback.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions of the Redis limiter that its fallback limiter made."))
 	add(err)
-	m.denyCacheHits, err = meter.Int64ObservableCounter("floodgate.redis.deny_cache.hits", metric.WithUnit("{decision}"),
+	m.denyCacheHits, err = meter.Int64ObservableCounter("floodgate.redis.deny_cache.hits", metric.WithUnit("{hit}"),
 		metric.WithDescription("Denials the Redis limiter answered from its deny cache, without a round trip."))
 	add(err)
 	m.redisErrors, err = meter.Int64ObservableCounter("floodgate.redis.errors", metric.WithUnit("{error}"),

@@ -95,21 +95,21 @@ func points(t testing.TB, r *sdkmetric.ManualReader) map[string]float64 {
 var units = map[string]string{
 	"floodgate.decisions":                "{decision}",
 	"floodgate.decision.duration":        "s",
-	"floodgate.store.keys":               "{key}",
-	"floodgate.store.keys.max":           "{key}",
-	"floodgate.store.evictions":          "{key}",
-	"floodgate.store.debts.capacity":     "{debt}",
-	"floodgate.store.debts.lost":         "{debt}",
+	"floodgate.store.key.count":          "{key}",
+	"floodgate.store.key.limit":          "{key}",
+	"floodgate.store.evictions":          "{eviction}",
+	"floodgate.store.debt.limit":         "{debt}",
+	"floodgate.store.lost_debts":         "{debt}",
 	"floodgate.redis.fallback.active":    "1",
 	"floodgate.redis.fallback.decisions": "{decision}",
-	"floodgate.redis.deny_cache.hits":    "{decision}",
+	"floodgate.redis.deny_cache.hits":    "{hit}",
 	"floodgate.redis.errors":             "{error}",
 }
 
 var monotonic = map[string]bool{
 	"floodgate.decisions":                true,
 	"floodgate.store.evictions":          true,
-	"floodgate.store.debts.lost":         true,
+	"floodgate.store.lost_debts":         true,
 	"floodgate.redis.fallback.decisions": true,
 	"floodgate.redis.deny_cache.hits":    true,
 	"floodgate.redis.errors":             true,
@@ -240,6 +240,9 @@ func TestRegisterErrors(t *testing.T) {
 		{"bucket infinite", metricstest.Second(New(WithBuckets(math.Inf(1)))), floodgate.ErrInvalidOption},
 		{"nil provider", metricstest.Second(New(WithMeterProvider(nil))), floodgate.ErrInvalidOption},
 		{"nil option", metricstest.Second(New(nil)), floodgate.ErrInvalidOption},
+		{"empty policy name", metricstest.Second(New(WithPolicies("probe", ""))), floodgate.ErrInvalidOption},
+		{"policy name not ASCII", metricstest.Second(New(WithPolicies("pr\u00f6be"))), floodgate.ErrInvalidOption},
+		{"too many policies", metricstest.Second(New(WithPolicies(metricstest.PolicyNames(MaxPolicies + 1)...))), floodgate.ErrInvalidOption},
 	} {
 		if !errors.Is(tt.err, tt.want) {
 			t.Errorf("%s: err = %v, want %v", tt.name, tt.err, tt.want)
@@ -260,13 +263,13 @@ func TestStoreStatsObserved(t *testing.T) {
 	}
 	st := metricstest.SprayStore(t, tb, 500)
 	metricstest.Want(t, metricstest.Only(points(t, reader), "floodgate.store"), map[string]float64{
-		"floodgate.store.keys{floodgate.limiter=reward}":                                     float64(st.Keys),
-		"floodgate.store.keys.max{floodgate.limiter=reward}":                                 64,
+		"floodgate.store.key.count{floodgate.limiter=reward}":                                float64(st.Keys),
+		"floodgate.store.key.limit{floodgate.limiter=reward}":                                64,
 		"floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter=reward}":   float64(st.EvictedIdle),
 		"floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter=reward}":   float64(st.EvictedLive),
-		"floodgate.store.debts.capacity{floodgate.limiter=reward}":                           float64(st.DebtCapacity),
-		"floodgate.store.debts.lost{floodgate.debt.kind=merged,floodgate.limiter=reward}":    float64(st.Merged),
-		"floodgate.store.debts.lost{floodgate.debt.kind=forgotten,floodgate.limiter=reward}": float64(st.Forgotten),
+		"floodgate.store.debt.limit{floodgate.limiter=reward}":                               float64(st.DebtCapacity),
+		"floodgate.store.lost_debts{floodgate.debt.kind=merged,floodgate.limiter=reward}":    float64(st.Merged),
+		"floodgate.store.lost_debts{floodgate.debt.kind=forgotten,floodgate.limiter=reward}": float64(st.Forgotten),
 	})
 }
 
@@ -304,7 +307,7 @@ func TestRedisStatsObserved(t *testing.T) {
 	if n := got["floodgate.decision.duration.count{floodgate.limiter=probe}"]; n != 5 {
 		t.Errorf("%v decisions timed, want 5", n)
 	}
-	if n := got["floodgate.store.keys{floodgate.limiter=probe-fallback}"]; n != 1 {
+	if n := got["floodgate.store.key.count{floodgate.limiter=probe-fallback}"]; n != 1 {
 		t.Errorf("fallback store holds %v keys, want 1", n)
 	}
 }
@@ -345,4 +348,35 @@ func TestConcurrentUse(t *testing.T) {
 	if total != 800 {
 		t.Fatalf("%v decisions counted, want 800", total)
 	}
+}
+
+// TestDeclaredPoliciesStartAtZero: every outcome of every declared policy
+// is a data point at 0 from the first collection, before the first
+// decision, so that a rate over the exported counter counts the first
+// burst; the decisions then count on those streams. An undeclared policy
+// appears with its first decision, as before.
+func TestDeclaredPoliciesStartAtZero(t *testing.T) {
+	m, reader := newMetrics(t, WithPolicies("user_id_probe", "nickname"), WithPolicies("user_id_probe"))
+	want := map[string]float64{}
+	for _, p := range []string{"user_id_probe", "nickname"} {
+		for _, o := range outcomeValues[:metricsbase.Skipped] {
+			want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy="+p+"}"] = 0
+		}
+	}
+	metricstest.Want(t, points(t, reader), want)
+
+	hook := m.Hook()
+	for i := 0; i < 12; i++ {
+		hook(floodgate.DecisionEvent{Policy: "user_id_probe", Decision: floodgate.Decision{Allowed: i < 10}, Blocked: i >= 10})
+	}
+	m.Observe("nickname", floodgate.Decision{}, metricstest.ErrDown)
+	m.Observe("undeclared", floodgate.Decision{Allowed: true}, nil)
+	want["floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}"] = 10
+	want["floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}"] = 2
+	want["floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}"] = 1
+	for _, o := range outcomeValues[:metricsbase.Skipped] {
+		want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy=undeclared}"] = 0
+	}
+	want["floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=undeclared}"] = 1
+	metricstest.Want(t, points(t, reader), want)
 }

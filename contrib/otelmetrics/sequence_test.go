@@ -11,16 +11,19 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/internal/exampleapp"
+	"github.com/floodgate-go/floodgate/internal/metricsbase"
 	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
 
 // TestKnownSequence runs the example service (the routes and limits of
 // examples/server) with the hook on every limit and every limiter
-// watched, drives 10 allowed username probes, 2 denied ones and 1 sign-up
-// whose body cannot be keyed (an error), and checks every decision and
-// store data point, values and attributes, through a ManualReader.
+// watched and its policies declared, checks that a first collection has
+// every policy's decisions at 0, drives 10 allowed username probes, 2
+// denied ones and 1 sign-up whose body cannot be keyed (an error), and
+// checks every decision and store data point, values and attributes,
+// through a ManualReader.
 func TestKnownSequence(t *testing.T) {
-	m, reader := newMetrics(t)
+	m, reader := newMetrics(t, WithPolicies(exampleapp.PolicyNames()...))
 	clk := floodgatetest.NewClock(metricstest.T0)
 	watch := func(name string, l floodgate.Limiter, err error) (floodgate.Limiter, error) {
 		if err != nil {
@@ -45,6 +48,14 @@ func TestKnownSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	decisions := map[string]float64{}
+	for _, p := range exampleapp.PolicyNames() {
+		for _, o := range outcomeValues[:metricsbase.Skipped] {
+			decisions["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy="+p+"}"] = 0
+		}
+	}
+	metricstest.Want(t, metricstest.Only(points(t, reader), "floodgate.decisions"), decisions)
+
 	do := func(method, target, body string) int {
 		r := httptest.NewRequest(method, target, strings.NewReader(body))
 		r.RemoteAddr = "203.0.113.7:4000"
@@ -73,40 +84,29 @@ func TestKnownSequence(t *testing.T) {
 	// then its body is
 	// read by the nickname policy's key function, which refuses it: the
 	// error is counted under that policy.
-	metricstest.Want(t, metricstest.Only(got, "floodgate.decisions"), map[string]float64{
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe}":             10,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe}":              2,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe}":      0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe}":               0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=user_id_probe_net}":         10,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=user_id_probe_net}":          0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=user_id_probe_net}":  0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=user_id_probe_net}":           0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling}":         1,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_ip_ceiling}":          0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_ip_ceiling}":  0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_ip_ceiling}":           0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=signup_net_ceiling}":        1,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=signup_net_ceiling}":         0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=signup_net_ceiling}": 0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=signup_net_ceiling}":          0,
-		"floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=nickname}":                  0,
-		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":                   0,
-		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}":           0,
-		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}":                    1,
-	})
+	for k, v := range map[string]float64{
+		"floodgate.outcome=allowed,floodgate.policy=user_id_probe":      10,
+		"floodgate.outcome=denied,floodgate.policy=user_id_probe":       2,
+		"floodgate.outcome=allowed,floodgate.policy=user_id_probe_net":  10,
+		"floodgate.outcome=allowed,floodgate.policy=signup_ip_ceiling":  1,
+		"floodgate.outcome=allowed,floodgate.policy=signup_net_ceiling": 1,
+		"floodgate.outcome=error,floodgate.policy=nickname":             1,
+	} {
+		decisions["floodgate.decisions{"+k+"}"] = v
+	}
+	metricstest.Want(t, metricstest.Only(got, "floodgate.decisions"), decisions)
 	want := map[string]float64{}
 	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net", "signup-nickname", "signup-ip", "reward-ip", "reward-net", "reward-account"} {
-		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 0
-		want["floodgate.store.keys.max{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
+		want["floodgate.store.key.count{floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.key.limit{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
-		want["floodgate.store.debts.capacity{floodgate.limiter="+name+"}"] = float64(defaultDebtCapacity(t))
-		want["floodgate.store.debts.lost{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
-		want["floodgate.store.debts.lost{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.debt.limit{floodgate.limiter="+name+"}"] = float64(defaultDebtCapacity(t))
+		want["floodgate.store.lost_debts{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
+		want["floodgate.store.lost_debts{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
 	}
 	for _, name := range []string{"probe", "probe-net", "signup-ceiling", "signup-net"} {
-		want["floodgate.store.keys{floodgate.limiter="+name+"}"] = 1
+		want["floodgate.store.key.count{floodgate.limiter="+name+"}"] = 1
 	}
 	metricstest.Want(t, metricstest.Only(got, "floodgate.store"), want)
 }

@@ -4,9 +4,10 @@
 //
 // # Use
 //
-// Build a Metrics, register it, and hand its hook to each middleware:
+// Build a Metrics with the names of your policies, register it, and hand
+// its hook to each middleware:
 //
-//	m, err := prommetrics.New()
+//	m, err := prommetrics.New(prommetrics.WithPolicies("user_id_probe", "nickname"))
 //	if err != nil { … }
 //	prometheus.MustRegister(m)
 //
@@ -51,6 +52,15 @@
 // to be merged into bounds that make new clients wait (kind="merged") or
 // were forgotten (kind="forgotten"). Alert on both, and on
 // floodgate_redis_fallback_active, whose limits are per instance.
+//
+// # Series from the start
+//
+// Each outcome of each policy named by WithPolicies is a series at 0
+// from the first scrape. Prometheus's increase() and rate() measure a
+// counter from its first sample: a series that only appeared with its
+// first decision would start at that decision's count, and the first
+// burst of an attack would never reach a rate-based alert. A policy not
+// declared is still counted, from its first decision on.
 //
 // # Outcomes
 //

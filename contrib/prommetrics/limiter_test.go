@@ -121,6 +121,9 @@ func TestRegisterErrors(t *testing.T) {
 		{"buckets out of order", metricstest.Second(New(WithBuckets(0.1, 0.01))), floodgate.ErrInvalidOption},
 		{"bucket NaN", metricstest.Second(New(WithBuckets(math.NaN()))), floodgate.ErrInvalidOption},
 		{"nil option", metricstest.Second(New(nil)), floodgate.ErrInvalidOption},
+		{"empty policy name", metricstest.Second(New(WithPolicies("probe", ""))), floodgate.ErrInvalidOption},
+		{"policy name not ASCII", metricstest.Second(New(WithPolicies("pr\u00f6be"))), floodgate.ErrInvalidOption},
+		{"too many policies", metricstest.Second(New(WithPolicies(metricstest.PolicyNames(MaxPolicies + 1)...))), floodgate.ErrInvalidOption},
 	} {
 		if !errors.Is(tt.err, tt.want) {
 			t.Errorf("%s: err = %v, want %v", tt.name, tt.err, tt.want)

@@ -58,7 +58,28 @@ var outcomeLabels = [metricsbase.Skipped]string{OutcomeAllowed, OutcomeDenied, O
 type Option func(*config) error
 
 type config struct {
-	buckets []float64
+	policies []string
+	buckets  []float64
+}
+
+// WithPolicies declares the policies whose decisions will be counted:
+// the names given to floodgate.WithPolicyName (floodgate.DefaultPolicyName
+// when none is), to each floodgate.Policy of a PolicySelector or Routes,
+// and to Observe. Each of their outcomes (allowed, denied, dry_run_denied,
+// error) is a series at 0 from the first scrape on, before its first
+// decision, so that rate() and increase() count the first burst: they
+// measure a counter from its first sample, and a series that only
+// appears with its first decision hides that decision, which is how a new
+// attack's first wave would miss an alert. A policy not declared is still
+// counted, from its first decision on. Names must be non-empty printable
+// ASCII, as floodgate requires, and at most MaxPolicies in all; New
+// refuses others with an error wrapping floodgate.ErrInvalidOption. Given
+// more than once, the lists add up.
+func WithPolicies(names ...string) Option {
+	return func(c *config) error {
+		c.policies = append(c.policies, names...)
+		return nil
+	}
 }
 
 // WithBuckets sets the upper bounds, in seconds, of the decision latency
@@ -131,7 +152,8 @@ var (
 )
 
 // New returns a Metrics; register it with Prometheus before use. Its
-// options are WithBuckets.
+// options are WithPolicies, which every program should give, and
+// WithBuckets.
 func New(opts ...Option) (*Metrics, error) {
 	c := config{buckets: DefaultBuckets}
 	for _, o := range opts {
@@ -160,6 +182,9 @@ func New(opts ...Option) (*Metrics, error) {
 			p.V[o] = m.decisions.WithLabelValues(p.Name, outcomeLabels[o])
 		}
 	})
+	if err := m.policies.Declare(c.policies); err != nil {
+		return nil, fmt.Errorf("prommetrics: WithPolicies: %w", err)
+	}
 	return m, nil
 }
 

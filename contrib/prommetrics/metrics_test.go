@@ -150,3 +150,34 @@ func TestPolicyLabelsBounded(t *testing.T) {
 		t.Fatalf("%d clients with their own series, %v decisions under %s; want %d and 102", own, other, OtherPolicy, MaxPolicies-1)
 	}
 }
+
+// TestDeclaredPoliciesStartAtZero: every outcome of every declared policy
+// is a series at 0 before the first decision, so that the first sample
+// Prometheus scrapes is 0 and increase() counts the first burst; the
+// decisions then count on those series. An undeclared policy appears
+// with its first decision, as before.
+func TestDeclaredPoliciesStartAtZero(t *testing.T) {
+	m := newMetrics(t, WithPolicies("user_id_probe", "nickname"), WithPolicies("user_id_probe"))
+	want := map[string]float64{}
+	for _, p := range []string{"user_id_probe", "nickname"} {
+		for _, o := range outcomeLabels {
+			want["floodgate_decisions_total{outcome="+o+",policy="+p+"}"] = 0
+		}
+	}
+	metricstest.Want(t, series(t, m), want)
+
+	hook := m.Hook()
+	for i := 0; i < 12; i++ {
+		hook(floodgate.DecisionEvent{Policy: "user_id_probe", Decision: floodgate.Decision{Allowed: i < 10}, Blocked: i >= 10})
+	}
+	m.Observe("nickname", floodgate.Decision{}, metricstest.ErrDown)
+	m.Observe("undeclared", floodgate.Decision{Allowed: true}, nil)
+	want["floodgate_decisions_total{outcome=allowed,policy=user_id_probe}"] = 10
+	want["floodgate_decisions_total{outcome=denied,policy=user_id_probe}"] = 2
+	want["floodgate_decisions_total{outcome=error,policy=nickname}"] = 1
+	for _, o := range outcomeLabels {
+		want["floodgate_decisions_total{outcome="+o+",policy=undeclared}"] = 0
+	}
+	want["floodgate_decisions_total{outcome=allowed,policy=undeclared}"] = 1
+	metricstest.Want(t, series(t, m), want)
+}

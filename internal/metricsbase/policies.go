@@ -1,6 +1,7 @@
 package metricsbase
 
 import (
+	"fmt"
 	"iter"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,34 @@ func NewPolicies[V any](init func(*Policy[V])) *Policies[V] {
 	t := &Policies[V]{init: init}
 	t.m.Store(&map[string]*Policy[V]{})
 	return t
+}
+
+// Declare makes the entries of names at once, before their first
+// decision, so that an adapter reports each policy's outcomes at zero
+// from its first collection: Prometheus's rate() and increase() measure
+// a counter from its first sample, so a series born at its first
+// decision hides that decision, and a whole first burst with it. Each
+// name must be a valid floodgate policy name (non-empty printable
+// ASCII), and the table can hold no more than MaxPolicies; the error
+// wraps floodgate.ErrInvalidOption, and nothing is declared then.
+func (t *Policies[V]) Declare(names []string) error {
+	distinct := make(map[string]bool, len(names))
+	for p := range t.All() {
+		distinct[p.Name] = true
+	}
+	for _, name := range names {
+		if name == "" || !Printable(name) {
+			return fmt.Errorf("%w: policy name %q: want non-empty printable ASCII, as floodgate's policy names are", floodgate.ErrInvalidOption, name)
+		}
+		distinct[name] = true
+	}
+	if len(distinct) > MaxPolicies {
+		return fmt.Errorf("%w: %d policy names, more than MaxPolicies (%d)", floodgate.ErrInvalidOption, len(distinct), MaxPolicies)
+	}
+	for _, name := range names {
+		t.Get(name)
+	}
+	return nil
 }
 
 // Get returns the entry of the named policy, or OtherPolicy's when the

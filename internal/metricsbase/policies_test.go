@@ -1,6 +1,7 @@
 package metricsbase
 
 import (
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -150,5 +151,57 @@ func TestPoliciesConcurrent(t *testing.T) {
 	}
 	if total != 1200 {
 		t.Fatalf("%d counted, want 1200", total)
+	}
+}
+
+// TestDeclare: declared names have their entries before any decision,
+// made once, and a decision under one finds that entry; a name floodgate
+// would refuse, or more names than MaxPolicies, is an error that
+// declares nothing.
+func TestDeclare(t *testing.T) {
+	tab := newTable()
+	if err := tab.Declare([]string{"probe", "login", "probe"}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for p := range tab.All() {
+		got[p.Name] = p.V.inits
+	}
+	if len(got) != 2 || got["probe"] != 1 || got["login"] != 1 {
+		t.Fatalf("entries after Declare: %v, want probe and login, made once each", got)
+	}
+	probe := tab.Get("probe")
+	countingHook(tab)(floodgate.DecisionEvent{Policy: "probe", Blocked: true})
+	if probe.V.n[Denied].Load() != 1 || probe.V.inits != 1 {
+		t.Fatal("a decision under a declared policy did not use its entry")
+	}
+
+	many := make([]string, MaxPolicies+1)
+	for i := range many {
+		many[i] = "p" + strconv.Itoa(i)
+	}
+	for name, names := range map[string][]string{
+		"empty":             {"ok", ""},
+		"not ASCII":         {"pr\u00f6be"},
+		"control character": {"a\tb"},
+		"too many":          many,
+	} {
+		tab := newTable()
+		err := tab.Declare(names)
+		if !errors.Is(err, floodgate.ErrInvalidOption) {
+			t.Errorf("%s: Declare = %v, want ErrInvalidOption", name, err)
+		}
+		for p := range tab.All() {
+			t.Errorf("%s: %q declared despite the error", name, p.Name)
+		}
+	}
+	// MaxPolicies names fit, with those already known counted.
+	tab = newTable()
+	tab.Get("seen")
+	if err := tab.Declare(many[:MaxPolicies-1]); err != nil {
+		t.Fatalf("MaxPolicies names in all: %v", err)
+	}
+	if err := tab.Declare([]string{"one-more"}); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Fatalf("one past MaxPolicies: %v, want ErrInvalidOption", err)
 	}
 }

@@ -13,6 +13,8 @@ local function counter_windows(s, now, period)
   local w = floordiv(now, period)
   local prev, cur = 0, 0
   if s then
+    -- A leasing limiter may have appended the units it leased in window
+    -- sw (see lease_prelude_counter.lua); this script keeps the counts.
     local sw, sp, sc = string.match(s, '^(%d+) (%d+) (%d+)')
     sw, sp, sc = tonumber(sw), tonumber(sp), tonumber(sc)
     if sw > w then

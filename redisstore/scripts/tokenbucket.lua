@@ -34,6 +34,8 @@ if type(s) == 'table' then
   return s
 end
 if s then
+  -- A leasing limiter may have appended a lease mark (see
+  -- lease_tokenbucket.lua); this script keeps only "tat frac".
   local a, b = string.match(s, '^(%d+) (%d+)')
   a, b = tonumber(a), tonumber(b)
   -- A bucket whose arrival time has passed is full: start from now.
@@ -44,7 +46,7 @@ end
 if converted then
   -- Keep the conversion whatever this decision does.
   if tat > now or frac > 0 then
-    redis.call('SET', KEYS[1], s, 'PX', expiry_ms(tat - now + 1, ARGV[8]))
+    redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[10], 'PX', expiry_ms(tat - now + 1, ARGV[8]))
   else
     redis.call('DEL', KEYS[1])
   end

@@ -19,7 +19,7 @@ if not s then
   return {0}
 end
 local now = clock_us(ARGV[1])
-local a, b = string.match(s, '^(%d+) (%d+)')
+local a, b = string.match(s, '^(%d+) (%d+)') -- a lease mark may follow
 local tat = tonumber(a) - tonumber(ARGV[2])
 local frac = tonumber(b) - tonumber(ARGV[3])
 if frac < 0 then

@@ -97,3 +97,12 @@ func DriveConcurrently(t *testing.T, newHook func() func(floodgate.DecisionEvent
 	}
 	wg.Wait()
 }
+
+// PolicyNames returns n distinct policy names, p0 to p<n-1>.
+func PolicyNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "p" + strconv.Itoa(i)
+	}
+	return out
+}

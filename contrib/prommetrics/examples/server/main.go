@@ -19,10 +19,11 @@
 //
 // GET /metrics on -metrics-addr answers in the Prometheus text format:
 // floodgate_decisions_total by policy and outcome, from every limit's
-// decision hook, and the keys, bound and evictions of each limiter's store
-// (floodgate_store_*, limiter names probe, probe-net, signup-ceiling,
-// signup-net, signup-nickname, signup-ip, reward-ip, reward-net,
-// reward-account), with the Go runtime's and the process's
+// decision hook (every policy's series at 0 from the start), and the
+// keys, bound and evictions of each limiter's store (floodgate_store_*,
+// limiter names probe, probe-net, signup-ceiling, signup-net,
+// signup-nickname, signup-ip, reward-ip, reward-net, reward-account),
+// with the Go runtime's and the process's
 // metrics. It listens on loopback by default: metrics are for the
 // operator, not for the clients of -addr. The in-memory limiters' latency
 // is not recorded, since timing them would cost as much as deciding (see
@@ -72,7 +73,9 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(app, m
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil))
-	m, err := prommetrics.New()
+	// Every policy's series exist at 0 from the first scrape, so that
+	// increase() and rate() count the first requests.
+	m, err := prommetrics.New(prommetrics.WithPolicies(exampleapp.PolicyNames()...))
 	if err != nil {
 		return err
 	}

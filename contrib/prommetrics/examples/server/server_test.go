@@ -125,39 +125,18 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		t.Fatalf("healthz: status %d", got)
 	}
 
-	resp, err := client.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: status %d, %v", resp.StatusCode, err)
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-		t.Fatalf("Content-Type %q, want the text format", ct)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse: %v\n%s", err, body)
-	}
-
-	decisions := map[string]float64{}
-	for _, mt := range family(t, families, "floodgate_decisions_total", dto.MetricType_COUNTER).GetMetric() {
-		decisions[label(mt, "policy")+"/"+label(mt, "outcome")] = mt.GetCounter().GetValue()
-	}
+	body, families := scrape(t, metrics)
+	decisions := decisionCounts(t, families)
 	// The sign-up passes the per-IP and per-network ceilings (allowed),
-	// then its body is
-	// read by the nickname policy's key function, which refuses it: the
-	// error is counted under that policy.
-	want := map[string]float64{
-		"user_id_probe/allowed": 10, "user_id_probe/denied": 2, "user_id_probe/error": 0, "user_id_probe/dry_run_denied": 0,
-		"user_id_probe_net/allowed": 10, "user_id_probe_net/denied": 0, "user_id_probe_net/error": 0, "user_id_probe_net/dry_run_denied": 0,
-		"signup_ip_ceiling/allowed": 1, "signup_ip_ceiling/denied": 0, "signup_ip_ceiling/error": 0, "signup_ip_ceiling/dry_run_denied": 0,
-		"signup_net_ceiling/allowed": 1, "signup_net_ceiling/denied": 0, "signup_net_ceiling/error": 0, "signup_net_ceiling/dry_run_denied": 0,
-		"nickname/allowed": 0, "nickname/denied": 0, "nickname/error": 1, "nickname/dry_run_denied": 0,
-	}
+	// then its body is read by the nickname policy's key function, which
+	// refuses it: the error is counted under that policy.
+	want := zeroDecisions()
+	want["user_id_probe/allowed"] = 10
+	want["user_id_probe/denied"] = 2
+	want["user_id_probe_net/allowed"] = 10
+	want["signup_ip_ceiling/allowed"] = 1
+	want["signup_net_ceiling/allowed"] = 1
+	want["nickname/error"] = 1
 	if len(decisions) != len(want) {
 		t.Errorf("decision series %v, want %v", decisions, want)
 	}
@@ -194,6 +173,71 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	for _, p := range problems {
 		if strings.HasPrefix(p.Metric, "floodgate_") {
 			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// scrape gets /metrics over HTTP and parses it with the Prometheus
+// text-format parser.
+func scrape(t *testing.T, metrics string) ([]byte, map[string]*dto.MetricFamily) {
+	t.Helper()
+	resp, err := client.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: status %d, %v", resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("Content-Type %q, want the text format", ct)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse: %v\n%s", err, body)
+	}
+	return body, families
+}
+
+// decisionCounts returns floodgate_decisions_total as "policy/outcome" →
+// value.
+func decisionCounts(t *testing.T, families map[string]*dto.MetricFamily) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, mt := range family(t, families, "floodgate_decisions_total", dto.MetricType_COUNTER).GetMetric() {
+		out[label(mt, "policy")+"/"+label(mt, "outcome")] = mt.GetCounter().GetValue()
+	}
+	return out
+}
+
+// zeroDecisions is every decision series of the example at 0: each
+// policy it has, with the four outcomes its hook reports.
+func zeroDecisions() map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range exampleapp.PolicyNames() {
+		for _, o := range []string{"allowed", "denied", "dry_run_denied", "error"} {
+			out[p+"/"+o] = 0
+		}
+	}
+	return out
+}
+
+// TestEverySeriesBeforeFirstRequest: the first scrape, before any
+// request, already has every policy's decision series, at 0. Without
+// them the first sample Prometheus stores of a series is its count after
+// the first burst, and increase() never sees that burst.
+func TestEverySeriesBeforeFirstRequest(t *testing.T) {
+	_, metrics := startServer(t)
+	_, families := scrape(t, metrics)
+	got, want := decisionCounts(t, families), zeroDecisions()
+	if len(got) != len(want) {
+		t.Errorf("decision series %v, want %v", got, want)
+	}
+	for k := range want {
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("floodgate_decisions_total %s = %v (present %v), want 0", k, v, ok)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package grpclimit
+package grpclimitv01
 
 import (
 	"context"

@@ -1,0 +1,144 @@
+package connectlimit
+
+import (
+	"fmt"
+	"log/slog"
+
+	"connectrpc.com/connect"
+	"github.com/floodgate-go/floodgate"
+)
+
+// Option configures an Interceptor (New, NewPolicy). Each may be given
+// once; a repeated, invalid or conflicting option is an error wrapping
+// floodgate.ErrInvalidOption.
+type Option func(*config) error
+
+type config struct {
+	gate        []floodgate.MiddlewareOption // the admission core's options
+	key         KeyFunc
+	policyName  string
+	counts      func(connect.Code) bool
+	limitHealth bool
+	given       map[string]bool
+}
+
+func (c *config) once(name string) error {
+	if c.given[name] {
+		return fmt.Errorf("%w: %s given twice", floodgate.ErrInvalidOption, name)
+	}
+	c.given[name] = true
+	return nil
+}
+
+func gateOption(name string, o floodgate.MiddlewareOption) Option {
+	return func(c *config) error {
+		c.gate = append(c.gate, o)
+		return c.once(name)
+	}
+}
+
+// WithKeyFunc sets how New keys a call (default KeyByIP(): the peer's
+// address only). NewPolicy does not take it.
+func WithKeyFunc(f KeyFunc) Option {
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: WithKeyFunc: nil key function (a key function constructor returns nil with its error: check it)", floodgate.ErrInvalidOption)
+		}
+		c.key = f
+		return c.once("WithKeyFunc")
+	}
+}
+
+// WithPolicyName sets the policy name New sends in the quota headers
+// (default floodgate.DefaultPolicyName). NewPolicy does not take it.
+func WithPolicyName(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty policy name", floodgate.ErrInvalidOption)
+		}
+		c.policyName = name
+		return c.once("WithPolicyName")
+	}
+}
+
+// WithCost sets the units every call costs (default 1); a stream costs it
+// once, when it opens.
+func WithCost(n int) Option { return gateOption("WithCost", floodgate.WithCost(n)) }
+
+// WithHeaders selects the quota headers (default floodgate.HeadersIETF),
+// as floodgate.WithHeaders does.
+func WithHeaders(style floodgate.HeaderStyle) Option {
+	return gateOption("WithHeaders", floodgate.WithHeaders(style))
+}
+
+// WithLogger logs denials and failures as floodgate.WithLogger does; the
+// path logged is the procedure, the method "POST".
+func WithLogger(l *slog.Logger) Option { return gateOption("WithLogger", floodgate.WithLogger(l)) }
+
+// WithDecisionHook calls hook for every decision, as
+// floodgate.WithDecisionHook does; DecisionEvent.Request is nil.
+func WithDecisionHook(hook func(floodgate.DecisionEvent)) Option {
+	return gateOption("WithDecisionHook", floodgate.WithDecisionHook(hook))
+}
+
+// WithLimitHealth limits the procedures of the standard health service,
+// grpc.health.v1.Health (connectrpc.com/grpchealth serves it), like any
+// other. By default they are exempt: a gRPC client using client-side
+// health checking treats a refused Watch as an unhealthy server and fails
+// every call with Unavailable once the quota is spent.
+func WithLimitHealth() Option {
+	return func(c *config) error {
+		c.limitHealth = true
+		return c.once("WithLimitHealth")
+	}
+}
+
+// WithFailOpen lets a call through when the limiter or its store fails.
+// The default is to fail closed with connect.CodeUnavailable. A call
+// refused for its own doing (floodgate.ErrNoKey, ErrNoClientIP,
+// ErrKeyTooLong) is CodeInvalidArgument even so, and a call whose client
+// went away during the decision never runs.
+func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
+
+// WithDryRun decides, sends the quota headers, logs and calls the hook,
+// but never refuses a call (see floodgate.WithDryRun). It conflicts with
+// WithFailOpen, which it implies.
+func WithDryRun() Option { return gateOption("WithDryRun", floodgate.WithDryRun()) }
+
+// WithCountCodes counts only the calls whose code makes counts return
+// true; a call that succeeds has code 0 (connect names no code for
+// success), any other error its connect.CodeOf:
+//
+//	connectlimit.WithCountCodes(func(c connect.Code) bool { return c == connect.CodeUnauthenticated })
+//
+// The call's cost is reserved before the handler runs (the call is denied
+// if the quota cannot hold it) and given back after it if its code does
+// not count, so no more calls than the quota holds are ever in flight. A
+// handler that panics is counted; the panic goes on up. Every policy's
+// limiter must implement floodgate.Refunder.
+func WithCountCodes(counts func(connect.Code) bool) Option {
+	return func(c *config) error {
+		if counts == nil {
+			return fmt.Errorf("%w: nil code predicate", floodgate.ErrInvalidOption)
+		}
+		c.counts = counts
+		c.gate = append(c.gate, floodgate.WithRefundUncounted())
+		return c.once("WithCountCodes")
+	}
+}
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{given: map[string]bool{}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", floodgate.ErrInvalidOption)
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.given["WithDryRun"] && c.given["WithFailOpen"] {
+		return nil, fmt.Errorf("%w: WithFailOpen has no effect in dry-run, which never refuses", floodgate.ErrInvalidOption)
+	}
+	return c, nil
+}

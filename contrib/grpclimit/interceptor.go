@@ -1,0 +1,223 @@
+package grpclimit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/floodgate-go/floodgate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Interceptors limits the calls of a gRPC server. Install both, and put
+// them first in the chain, so that streams are limited as well as unary
+// calls and no interceptor before them sends response headers (which
+// would turn a denial from Trailers-Only into a response the client does
+// not retry):
+//
+//	lim, err := grpclimit.New(limiter, grpclimit.WithKeyFunc(clientIP))
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(lim.Unary()),
+//		grpc.ChainStreamInterceptor(lim.Stream()),
+//	)
+//
+// Each call is keyed from its own data (Call: the peer, the metadata, the
+// full method), decided by floodgate's admission core (floodgate.Gate),
+// and answered in gRPC's terms; see the package documentation. A stream
+// is decided once, when it opens. Interceptors is safe for concurrent use.
+type Interceptors struct {
+	// all limits every call (New, NewPolicy); nil for a route table.
+	all *limit
+	// routes maps full methods, services ("/pkg.Service/") and "/" to
+	// their limits (NewRoutes).
+	routes      map[string]*limit
+	skip        []func(ctx context.Context, fullMethod string) bool
+	limitHealth bool
+	counts      func(codes.Code) bool
+}
+
+// limit is one selector and the admission core deciding its calls.
+type limit struct {
+	sel  *floodgate.SelectorFor[Call]
+	gate *floodgate.Gate
+}
+
+// New returns interceptors that limit every call with l, keyed by
+// WithKeyFunc (default KeyByIP(): the peer's address) under the policy
+// name WithPolicyName (default floodgate.DefaultPolicyName). A nil
+// limiter, or an invalid option, is an error wrapping
+// floodgate.ErrInvalidOption.
+func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil limiter", floodgate.ErrInvalidOption)
+	}
+	if c.key == nil {
+		if c.key, err = KeyByIP(); err != nil {
+			return nil, err
+		}
+	}
+	if c.policyName == "" {
+		c.policyName = floodgate.DefaultPolicyName
+	}
+	sel, err := floodgate.NewSelectorFor(Policy{Name: c.policyName, Limiter: l, Key: c.key})
+	if err != nil {
+		return nil, err
+	}
+	return newInterceptors(c, sel)
+}
+
+// NewPolicy returns interceptors that limit each call by the policy sel
+// selects for it: the first whose key function yields a key (see
+// floodgate.SelectorFor). A call no policy applies to is refused with
+// codes.InvalidArgument. It takes the options of New but WithKeyFunc and
+// WithPolicyName.
+//
+//	sel, err := floodgate.NewSelectorFor(
+//		grpclimit.Policy{Name: "api-key", Limiter: perKey, Key: apiKey},
+//		grpclimit.Policy{Name: "ip", Limiter: perIP, Key: clientIP},
+//	)
+//	lim, err := grpclimit.NewPolicy(sel)
+func NewPolicy(sel *floodgate.SelectorFor[Call], opts ...Option) (*Interceptors, error) {
+	if sel == nil {
+		return nil, fmt.Errorf("%w: nil policy selector", floodgate.ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.selectorOnly(); err != nil {
+		return nil, err
+	}
+	return newInterceptors(c, sel)
+}
+
+func newInterceptors(c *config, sel *floodgate.SelectorFor[Call]) (*Interceptors, error) {
+	l, err := newLimit(c, sel)
+	if err != nil {
+		return nil, err
+	}
+	return &Interceptors{all: l, skip: c.skip, limitHealth: c.limitHealth, counts: c.counts}, nil
+}
+
+func newLimit(c *config, sel *floodgate.SelectorFor[Call]) (*limit, error) {
+	gate, err := floodgate.NewGate(sel, c.gate...)
+	if err != nil {
+		return nil, err
+	}
+	return &limit{sel: sel, gate: gate}, nil
+}
+
+// healthService is the prefix of the standard health service's methods.
+const healthService = "/grpc.health.v1.Health/"
+
+// limitOf returns the limit of a call, or nil when the call is exempt.
+func (i *Interceptors) limitOf(ctx context.Context, method string) *limit {
+	if !i.limitHealth && isHealth(method) {
+		return nil
+	}
+	for _, skip := range i.skip {
+		if skip(ctx, method) {
+			return nil
+		}
+	}
+	if i.routes == nil {
+		return i.all
+	}
+	return i.route(method)
+}
+
+// isHealth reports a method of grpc.health.v1.Health itself: the service
+// name exactly, so that no method of another service can pass for one.
+func isHealth(method string) bool {
+	rest, ok := strings.CutPrefix(method, healthService)
+	return ok && strings.IndexByte(rest, '/') < 0
+}
+
+// Unary returns the unary server interceptor.
+func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		l := i.limitOf(ctx, info.FullMethod)
+		if l == nil {
+			return handler(ctx, req)
+		}
+		out := l.admit(ctx, info.FullMethod)
+		stream := grpc.ServerTransportStreamFromContext(ctx) // nil outside a server
+		if out.Blocked {
+			return nil, refuse(ctx, unaryTrailer(stream), &out)
+		}
+		if stream != nil {
+			sendQuota(stream, &out.Quota)
+		}
+		if !out.NeedsSettle {
+			return handler(ctx, req)
+		}
+		var resp any
+		err := i.settled(ctx, l, &out, func() (err error) {
+			resp, err = handler(ctx, req)
+			return err
+		})
+		return resp, err
+	}
+}
+
+// Stream returns the stream server interceptor. A stream is decided once,
+// when it opens, at the configured cost; the messages on an open stream
+// are not limited.
+func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		l := i.limitOf(ctx, info.FullMethod)
+		if l == nil {
+			return handler(srv, ss)
+		}
+		out := l.admit(ctx, info.FullMethod)
+		if out.Blocked {
+			return refuse(ctx, ss.SetTrailer, &out)
+		}
+		sendQuota(ss, &out.Quota)
+		if !out.NeedsSettle {
+			return handler(srv, ss)
+		}
+		return i.settled(ctx, l, &out, func() error { return handler(srv, ss) })
+	}
+}
+
+// unaryTrailer sets the trailers of a unary call, if it runs in a server.
+func unaryTrailer(stream grpc.ServerTransportStream) trailerSetter {
+	return func(md metadata.MD) {
+		if stream != nil {
+			_ = stream.SetTrailer(md) // fails only once the call is over
+		}
+	}
+}
+
+// admit keys the call and hands it to the admission core.
+func (l *limit) admit(ctx context.Context, method string) floodgate.Outcome {
+	c := l.sel.Call(Call{Context: ctx, FullMethod: method})
+	c.Method, c.Path = "POST", method
+	return l.gate.Admit(ctx, c)
+}
+
+// settled runs the handler of a call whose cost is reserved
+// (WithCountCodes) and settles it by the code it ended with, or as
+// counted if the handler panics: the panic goes on up, and whatever the
+// handler did before it counts.
+func (i *Interceptors) settled(ctx context.Context, l *limit, out *floodgate.Outcome, run func() error) error {
+	returned := false
+	defer func() {
+		if !returned {
+			l.gate.Settle(ctx, *out, floodgate.Result{Panicked: true})
+		}
+	}()
+	err := run()
+	returned = true
+	l.gate.Settle(ctx, *out, floodgate.Result{Uncounted: !i.counts(status.Code(err))})
+	return err
+}

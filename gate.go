@@ -1,0 +1,438 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/pace"
+)
+
+// Gate is the admission core: the one step that decides a call, whatever
+// its transport, and the one that settles it after the handler. An
+// adapter (the net/http middleware, ginlimit, a gRPC or connect
+// interceptor) keys the call with its SelectorFor, hands the Call to
+// Admit, and translates the Outcome into its transport's answer; after
+// the handler, if the Outcome says NeedsSettle, it reports what became of
+// the call to Settle. Everything else lives here, once: the error policy
+// (fail closed, fail open, dry run), the list of errors that are the
+// client's own doing, a client that hung up, the paced log lines, the
+// decision hook and the sampling of live evictions.
+//
+// A Gate is built by NewGate (or inside NewMiddleware and its siblings),
+// is safe for concurrent use, and allocates nothing per call on its own.
+type Gate struct {
+	cfg      gateConfig
+	policies []*policy
+	logs     gateLogs
+}
+
+// gateConfig is the transport-neutral part of the options: what the
+// admission core needs.
+type gateConfig struct {
+	cost     int
+	failOpen bool
+	dryRun   bool
+	headers  HeaderStyle
+	logger   *slog.Logger
+	logKeys  int
+	hook     func(DecisionEvent)
+	// settle: an allowed call's cost is reserved, and given back at
+	// settlement if the call turns out not to count (WithCountStatus,
+	// WithRefundUncounted).
+	settle bool
+	// priced: the adapter prices calls itself (WithCostFunc), so WithCost's
+	// capacity check does not apply.
+	priced bool
+	now    func() time.Time
+}
+
+// NewGate returns the admission core for the policies of sel, for an
+// adapter of a transport whose calls are of type C. It takes the options
+// of the admission core — WithCost, WithFailOpen, WithDryRun, WithHeaders,
+// WithLogger, WithLogKeys, WithDecisionHook, WithRefundUncounted,
+// WithWallClock — and refuses, with an error wrapping ErrInvalidOption,
+// those of the net/http middleware (key and cost functions, WithSkip,
+// WithOnly, the denied and error handlers, WithCountStatus,
+// WithLimitPreflights, WithPolicyName), which an adapter replaces with its
+// transport's own. Options that no call could satisfy are refused too: a
+// WithCost above a policy's limiter's Capacity, WithRefundUncounted on a
+// limiter that cannot refund.
+func NewGate[C any](sel *SelectorFor[C], opts ...MiddlewareOption) (*Gate, error) {
+	if sel == nil {
+		return nil, fmt.Errorf("%w: nil selector", ErrInvalidOption)
+	}
+	c, err := newMiddlewareConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.gateOnly(); err != nil {
+		return nil, err
+	}
+	return newGate(c.gateConfig, sel.policies)
+}
+
+func newGate(c gateConfig, policies []*policy) (*Gate, error) {
+	for _, p := range policies {
+		if err := checkCapacity(p.Name, p.Limiter, c.cost); err != nil && !c.priced {
+			return nil, err
+		}
+		if _, ok := p.Limiter.(Refunder); c.settle && !ok {
+			return nil, fmt.Errorf("policy %q: %w: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", p.Name, ErrInvalidOption)
+		}
+	}
+	g := &Gate{cfg: c, policies: policies}
+	if c.logger != nil {
+		g.logs.denials = pace.NewKeys(c.logKeys)
+	}
+	return g, nil
+}
+
+// Call is what a transport knows about one call before the limit
+// decides: the policy and key its selector found (or why none could be
+// found), the cost, and where the call goes, for the log lines and the
+// hook. An adapter gets it from SelectorFor.Call (the net/http middleware
+// from its PolicySelector) and fills in the rest; it is passed by value
+// and holds nothing of a transport but an optional *http.Request.
+type Call struct {
+	// Key is the key the call is counted under; empty when Err is set.
+	Key string
+	// Err is why the call could not be keyed or priced: a key function's
+	// error, or the adapter's cost function's. Admit then answers by the
+	// error policy without asking the limiter.
+	Err error
+	// Cost is the units the call costs. 0 stands for the gate's cost
+	// (WithCost, default 1), so that no call is free by omission; an
+	// adapter that prices a call at nothing sets Free. A negative cost
+	// is an error (ErrInvalidCost), which goes to the error policy.
+	Cost int
+	// Free makes the call cost nothing: it is decided with n = 0, which
+	// reports the quota without consuming, and always allowed.
+	Free bool
+	// Method and Path say where the call goes, in the log lines: for
+	// gRPC, say, "POST" and the full method. Left empty, they are
+	// Request's method and URL path.
+	Method, Path string
+	// Request is the HTTP request, shown to the decision hook as
+	// DecisionEvent.Request; nil for calls of other transports.
+	Request *http.Request
+
+	policy *policy // set by the selector
+}
+
+// Policy returns the name of the policy the call was keyed by, or would
+// have been (see SelectorFor.Call); empty for a Call not made by a
+// selector.
+func (c Call) Policy() string {
+	if c.policy == nil {
+		return ""
+	}
+	return c.policy.Name
+}
+
+// OutcomeKind says what became of a call at the limit.
+type OutcomeKind uint8
+
+// The kinds of Outcome.
+const (
+	// OutcomeAllowed: the limiter allowed the call.
+	OutcomeAllowed OutcomeKind = iota
+	// OutcomeDenied: the limiter denied the call. Outcome.Err wraps
+	// ErrCostExceedsLimit when the call can never be allowed (waiting
+	// does not help: Decision.RetryAfter is 0 and no Retry-After is
+	// sent).
+	OutcomeDenied
+	// OutcomeClientError: the call could not be keyed for its client's
+	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody,
+	// ErrAmbiguousKey):
+	// refused under every error policy but dry-run. HTTP answers 400 (413
+	// for a body over a key function's bound); gRPC InvalidArgument.
+	OutcomeClientError
+	// OutcomeMisconfigured: a key function reported a misconfiguration
+	// (ErrInvalidOption): refused under every error policy but dry-run,
+	// and logged for the operator. HTTP answers 500; gRPC Internal.
+	OutcomeMisconfigured
+	// OutcomeFailed: the limiter or its store failed. The error policy
+	// decides: refused (fail closed, the default; HTTP 503, gRPC
+	// Unavailable) or let through (WithFailOpen, WithDryRun).
+	OutcomeFailed
+	// OutcomeHungUp: the client went away while the call was being
+	// decided, and no decision was made. Always refused, under every
+	// policy: nobody is left to serve. Nothing needs to be sent (HTTP
+	// logs it as 499, StatusClientClosedRequest).
+	OutcomeHungUp
+)
+
+var outcomeKindNames = [...]string{"allowed", "denied", "client error", "misconfigured", "limiter failed", "hung up"}
+
+// String returns the kind's name, e.g. "denied".
+func (k OutcomeKind) String() string {
+	if int(k) < len(outcomeKindNames) {
+		return outcomeKindNames[k]
+	}
+	return fmt.Sprintf("OutcomeKind(%d)", k)
+}
+
+// Outcome is what Admit decided for a call, as a value: the adapter acts
+// on it and writes it in its transport's terms, and hands it back to
+// Settle after the handler when NeedsSettle is set.
+//
+// If Blocked, the handler must not run: the adapter answers a denial
+// (Kind OutcomeDenied) with the Quota values and Decision.RetryAfter, a
+// hang-up with nothing, and the other kinds with its transport's error
+// for them — or with its user's error handler, if it offers one (the
+// middleware's WithErrorHandler): a custom error policy is the adapter's
+// answer to a blocked error, never a way to let one through. Otherwise
+// the handler runs, with the Quota values sent along (none for an error
+// let through by the error policy).
+type Outcome struct {
+	// Call is the call as admitted: its Key and Policy, where it went,
+	// and its Cost as charged (the gate's cost applied; 0 when no
+	// decision was asked for).
+	Call Call
+	// Kind is what happened.
+	Kind OutcomeKind
+	// Blocked reports that the call is refused: a denial outside
+	// dry-run, an error outside fail-open's and dry-run's reach, a
+	// hang-up.
+	Blocked bool
+	// NeedsSettle reports that the call's cost is reserved until the
+	// adapter calls Settle after the handler (WithCountStatus,
+	// WithRefundUncounted).
+	NeedsSettle bool
+	// Decision is the limiter's decision; zero when it failed.
+	Decision Decision
+	// Err is why no decision could be made (Kind other than allowed and
+	// denied; for OutcomeHungUp it also wraps the context's error), or
+	// ErrCostExceedsLimit for a denial waiting cannot cure.
+	Err error
+	// Quota holds the quota values to send, per WithHeaders: on allowed
+	// and denied calls; Retry-After only on a blocked denial that waiting
+	// cures.
+	Quota Quota
+}
+
+// Admit decides a call: it asks the policy's limiter for the call's cost
+// under its key, with ctx (the call's context), applies the error policy
+// to whatever went wrong, logs, calls the decision hook, and returns the
+// Outcome. It writes nothing anywhere: answering is the adapter's.
+func (g *Gate) Admit(ctx context.Context, c Call) (out Outcome) {
+	out.Call = c
+	g.admit(ctx, &out)
+	return out
+}
+
+// admit is Admit in place, on out.Call: the middleware's hot path builds
+// its Call inside its Outcome, since copying these structs in and out
+// would cost as much as the rest of the step.
+func (g *Gate) admit(ctx context.Context, out *Outcome) {
+	c := &out.Call
+	err := c.Err
+	if c.policy == nil {
+		err = fmt.Errorf("%w: a Call must come from a selector's Call method", ErrInvalidOption)
+		c.policy = &policy{}
+	}
+	switch {
+	case err != nil:
+	case c.Free:
+		c.Cost = 0
+	case c.Cost == 0:
+		c.Cost = g.cfg.cost
+	case c.Cost < 0:
+		err = fmt.Errorf("%w: cost function returned %d", ErrInvalidCost, c.Cost)
+	}
+	if err != nil {
+		g.refuse(ctx, out, err, evictionSample{})
+		return
+	}
+	out.Decision, out.Err = c.policy.Limiter.AllowN(ctx, c.Key, c.Cost)
+	var evicted evictionSample
+	if g.logs.denials != nil || (g.cfg.hook != nil && rand.Uint32()%hookWatchOneIn == 0) {
+		evicted = g.sampleEvictions(ctx, out)
+	}
+	if out.Err != nil && !errors.Is(out.Err, ErrCostExceedsLimit) {
+		g.refuse(ctx, out, out.Err, evicted)
+		return
+	}
+	// Decided: allowed, or denied (also for a cost that can never fit).
+	d := &out.Decision
+	costExceeded := out.Err != nil
+	if costExceeded {
+		// A denial, but one that waiting does not cure: no Retry-After.
+		d.Allowed, d.RetryAfter = false, 0
+	}
+	if d.Allowed {
+		out.NeedsSettle = g.cfg.settle && c.Cost > 0
+	} else {
+		out.Kind, out.Blocked = OutcomeDenied, !g.cfg.dryRun
+	}
+	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, now: g.cfg.now}
+	c.policy.quota(&qr, &out.Quota)
+	if !d.Allowed && g.logs.denials != nil {
+		g.logDenial(ctx, out)
+	}
+	if g.cfg.hook != nil {
+		g.cfg.hook(out.event(evicted))
+	}
+}
+
+// refuse completes the outcome of a call on which no decision could be
+// made. Only a failure of the limiter is the error policy's to decide;
+// the client's own doing, a misconfiguration and a client that went away
+// are refused under every policy (dry-run aside, which lets everything
+// through but the last).
+func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evictionSample) {
+	out.Err, out.Blocked, out.Call.Cost = err, true, 0
+	out.Kind = errorKind(err)
+	switch {
+	case ctx.Err() != nil:
+		// The client went away, and the limiter most likely failed
+		// because of it: that is no outage, and nobody is left to serve.
+		out.Kind = OutcomeHungUp
+		out.Err = fmt.Errorf("floodgate: the client went away during the decision: %w; %w", ctx.Err(), err)
+		g.logClient(ctx, out)
+	case out.Kind == OutcomeFailed:
+		out.Blocked = !g.cfg.dryRun && !g.cfg.failOpen
+		g.logError(ctx, out, err)
+	case out.Kind == OutcomeMisconfigured:
+		out.Blocked = !g.cfg.dryRun
+		g.logMisconfig(ctx, out)
+	default:
+		out.Blocked = !g.cfg.dryRun
+		g.logClient(ctx, out)
+	}
+	if g.cfg.hook != nil {
+		g.cfg.hook(out.event(evicted))
+	}
+}
+
+// errorKind sorts an error on which no decision could be made: the
+// client's own doing, a misconfiguration, or a failure of the limiter
+// (everything else: the client can only wait it out). This list is the
+// one place that says what a client may be refused for under fail-open.
+func errorKind(err error) OutcomeKind {
+	switch {
+	case errors.Is(err, ErrInvalidOption):
+		return OutcomeMisconfigured
+	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong),
+		errors.Is(err, ErrAmbiguousKey):
+		return OutcomeClientError
+	}
+	return OutcomeFailed
+}
+
+// event is the DecisionEvent of an outcome.
+func (out *Outcome) event(s evictionSample) DecisionEvent {
+	c := &out.Call
+	return DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost,
+		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: s.evicted, DebtsLost: s.lost}
+}
+
+// sampleEvictions looks, at most once a second, at the live evictions and
+// the lost debts of the policy's limiter, and logs them.
+func (g *Gate) sampleEvictions(ctx context.Context, out *Outcome) evictionSample {
+	p := out.Call.policy
+	s := p.evictions.sample(g.cfg.now().UnixNano())
+	if s != (evictionSample{}) && g.cfg.logger != nil {
+		g.logEvictions(ctx, p, s)
+	}
+	return s
+}
+
+// Result is what an adapter knows of a call once its handler has returned
+// or panicked, for Settle. The zero Result is a call that counts.
+type Result struct {
+	// Uncounted reports that the call does not count (its HTTP status,
+	// or its gRPC code, is not one the adapter's predicate counts):
+	// Settle gives its reserved cost back.
+	Uncounted bool
+	// Panicked reports that the handler panicked. The call counts,
+	// whatever Uncounted says: it may have done its work before the
+	// panic.
+	Panicked bool
+}
+
+// Settle completes a call after its handler, for an Outcome with
+// NeedsSettle (for any other it does nothing): it gives the reserved cost
+// back if res says the call does not count, and reports the refund to
+// the decision hook (DecisionEvent.AfterHandler). The refund is owed even
+// if the client has gone: ctx's cancellation is not passed on. An
+// adapter calls Settle once per call, also when the handler panics
+// (Result.Panicked) — the natural place for what has to happen at the
+// end of every admitted call.
+func (g *Gate) Settle(ctx context.Context, out Outcome, res Result) {
+	if !out.NeedsSettle || res.Panicked || !res.Uncounted {
+		return
+	}
+	c := &out.Call
+	var err error
+	if r, ok := c.policy.Limiter.(Refunder); ok { // checked by newGate
+		err = r.RefundN(context.WithoutCancel(ctx), c.Key, c.Cost)
+	} else {
+		err = fmt.Errorf("%w: policy %q cannot refund", ErrInvalidOption, c.policy.Name)
+	}
+	if err != nil {
+		g.logError(ctx, &out, err)
+	}
+	if g.cfg.hook != nil {
+		g.cfg.hook(DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost, Err: err, AfterHandler: true})
+	}
+}
+
+// DecisionEvent describes one decision of the admission core, for metrics
+// and audit, whichever adapter made the call. It is passed by value to
+// the WithDecisionHook function.
+type DecisionEvent struct {
+	// Request is the HTTP request decided on; nil for a call of another
+	// transport (gRPC, connect).
+	Request *http.Request
+	// Policy is the name of the policy that decided. On a key error it is
+	// the policy whose key function failed, or, when no policy applied
+	// (ErrNoKey), the last one tried.
+	Policy string
+	// Key is the key the request was counted under; empty if none could
+	// be formed.
+	Key string
+	// Cost is the number of units asked for.
+	Cost int
+	// Decision is the limiter's decision. With WithCountStatus, the first
+	// event of an allowed request reports the reservation made before the
+	// handler ran (its cost consumed).
+	Decision Decision
+	// Err is non-nil when no decision could be made (the error policy then
+	// applied; ErrorStatus tells the client's doing from a failure) and is
+	// ErrCostExceedsLimit when the request can never be allowed. When the
+	// client went away during the decision, Err also wraps the request
+	// context's error (context.Canceled, or context.DeadlineExceeded).
+	Err error
+	// Blocked reports that the request was refused and the handler not
+	// called: a denial outside dry-run, an error outside fail-open's and
+	// dry-run's reach, or a client that went away.
+	Blocked bool
+	// AfterHandler marks the second event of a request under
+	// WithCountStatus: the handler's status did not count, so its cost was
+	// given back (Err reports a refund that failed; the cost then stays
+	// consumed). Decision is zero in this event.
+	AfterHandler bool
+	// EvictedLive is, when this decision sampled its limiter's Stats (at
+	// most once a second; with a logger on the first request after that
+	// second, with a hook alone on one request in 64 picked at random),
+	// how many live limits the limiter's store evicted since the previous
+	// sample: non-zero means the store is too small (WithMaxKeys) or under
+	// a key spray. Each such eviction either went to the store's debt
+	// memory, where it may limit fresh keys that share its slot, or, under
+	// WithForgetEvicted, reset a client's limit.
+	EvictedLive uint64
+	// DebtsLost is, in the same sample, how many of those debts found no
+	// entry of their own in the store's debt memory (Stats().Merged +
+	// Stats().Forgotten grew): merged into a bound shared with other keys,
+	// so that fresh keys hashing there start limited, or, under
+	// WithForgetOverflow or WithForgetEvicted, forgotten. Non-zero means
+	// a key spray beyond the size the debt memory is built for
+	// (WithDebtMemory, WithMaxKeys).
+	DebtsLost uint64
+}

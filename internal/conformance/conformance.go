@@ -1,0 +1,328 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Driver serves a Setup over one transport.
+type Driver interface {
+	// Name names the transport in test names, e.g. "net/http".
+	Name() string
+	// Start serves the handler behind the transport's limit adapter,
+	// configured by s: keyed by the call's client (HTTPKey's header, or
+	// the transport's equivalent; a call without one has no key), with
+	// s.Hook as the decision hook, fail-open if s.FailOpen, and, if
+	// s.CountFailures, counting only the calls the handler fails (HTTP
+	// 401, gRPC Unauthenticated). The server stops with the test.
+	Start(t *testing.T, s Setup) Client
+}
+
+// Client makes calls over a driver's transport.
+type Client interface {
+	// Do makes one call as the step says and reports what the client
+	// saw. It returns when the call is answered or ctx is done.
+	Do(ctx context.Context, st Step) Answer
+}
+
+// Setup is what a case serves.
+type Setup struct {
+	Limiter       floodgate.Limiter
+	FailOpen      bool
+	CountFailures bool
+	// Hook is the decision hook the driver must install.
+	Hook func(floodgate.DecisionEvent)
+	// Ran is called by the handler each time it runs.
+	Ran func()
+}
+
+// Action is what the handler does with a call.
+type Action string
+
+// The handler's actions.
+const (
+	Succeed Action = "succeed"
+	Fail    Action = "fail" // the client's failure: HTTP 401, gRPC Unauthenticated
+	Panic   Action = "panic"
+)
+
+// Step is one call of a case.
+type Step struct {
+	// Client is the call's key; "" sends none (a client error).
+	Client string
+	// Action is what the handler should do.
+	Action Action
+	// HangUp makes the client give up while the limiter decides.
+	HangUp bool
+	// Want is what the client must see.
+	Want Kind
+	// RetryAfter, for a denial, is the wait the answer must carry (HTTP
+	// Retry-After in seconds, gRPC RetryInfo), 0 for none.
+	RetryAfter time.Duration
+}
+
+// Kind is what a client saw, in the table's terms.
+type Kind string
+
+// What a client can see.
+const (
+	OK          Kind = "ok"           // the handler succeeded
+	Failed      Kind = "failed"       // the handler failed the call
+	Panicked    Kind = "panicked"     // the handler panicked (the call broke off, or an internal error)
+	Denied      Kind = "denied"       // the limit denied the call
+	ClientError Kind = "client error" // refused for the client's own doing
+	Unavailable Kind = "unavailable"  // refused because the limiter failed
+	HungUp      Kind = "hung up"      // the client gave up before an answer
+)
+
+// Answer is what the client saw of one call.
+type Answer struct {
+	Kind Kind
+	// RetryAfter is the wait a denial carried, 0 if none.
+	RetryAfter time.Duration
+	// Detail says more, for failure messages (a status, an error).
+	Detail string
+}
+
+// Case is one row of the table.
+type Case struct {
+	Name string
+	// Setup returns the case's set-up, with a fresh limiter.
+	Setup func() Setup
+	Steps []Step
+	// Runs is how often the handler must have run.
+	Runs int
+	// Event checks the decision events; nil accepts any.
+	Event func(events []floodgate.DecisionEvent) error
+}
+
+// t0 is the frozen time of the cases' limiters: no quota comes back
+// during a case.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func frozen() floodgate.Option { return floodgate.WithClock(func() time.Time { return t0 }) }
+
+// bucket returns a token bucket of limit per hour on the frozen clock.
+func bucket(limit int) floodgate.Limiter {
+	b, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: limit, Period: time.Hour}, frozen())
+	if err != nil {
+		panic(err) // constant arguments
+	}
+	return b
+}
+
+// Failing is a limiter whose store is down.
+type Failing struct{}
+
+// ErrStoreDown is Failing's error.
+var ErrStoreDown = errors.New("conformance: store down")
+
+// AllowN fails.
+func (Failing) AllowN(context.Context, string, int) (floodgate.Decision, error) {
+	return floodgate.Decision{}, ErrStoreDown
+}
+
+// Hanging is a limiter that decides only when the caller gives up, as a
+// network store does whose round trip outlasts the client: it signals
+// Deciding, then fails with the context's error.
+type Hanging struct {
+	Deciding chan struct{}
+}
+
+// AllowN waits for ctx, or fails after a minute (a transport that never
+// tells its server of the hang-up fails the case, not the test binary).
+func (h *Hanging) AllowN(ctx context.Context, _ string, _ int) (floodgate.Decision, error) {
+	h.Deciding <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return floodgate.Decision{}, fmt.Errorf("store: %w", ctx.Err())
+	case <-time.After(time.Minute):
+		return floodgate.Decision{}, errors.New("conformance: the server never saw the client hang up")
+	}
+}
+
+// Cases is the table.
+func Cases() []Case {
+	return []Case{
+		{
+			Name:  "allowed",
+			Setup: func() Setup { return Setup{Limiter: bucket(2)} },
+			Steps: []Step{{Client: "ann", Action: Succeed, Want: OK}, {Client: "ann", Action: Succeed, Want: OK}},
+			Runs:  2,
+			Event: allBlocked(false),
+		},
+		{
+			Name:  "denied",
+			Setup: func() Setup { return Setup{Limiter: bucket(1)} },
+			Steps: []Step{
+				{Client: "ann", Action: Succeed, Want: OK},
+				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: time.Hour},
+				{Client: "bob", Action: Succeed, Want: OK}, // another client's quota
+			},
+			Runs: 2,
+		},
+		{
+			Name:  "client error, also under fail-open",
+			Setup: func() Setup { return Setup{Limiter: bucket(5), FailOpen: true} },
+			Steps: []Step{{Client: "", Action: Succeed, Want: ClientError}, {Client: "", Action: Succeed, Want: ClientError}},
+			Runs:  0,
+			Event: allErr(floodgate.ErrNoKey, true),
+		},
+		{
+			Name:  "limiter failure, fail closed",
+			Setup: func() Setup { return Setup{Limiter: Failing{}} },
+			Steps: []Step{{Client: "ann", Action: Succeed, Want: Unavailable}},
+			Runs:  0,
+			Event: allErr(ErrStoreDown, true),
+		},
+		{
+			Name:  "limiter failure, fail open",
+			Setup: func() Setup { return Setup{Limiter: Failing{}, FailOpen: true} },
+			Steps: []Step{{Client: "ann", Action: Succeed, Want: OK}, {Client: "ann", Action: Succeed, Want: OK}},
+			Runs:  2,
+			Event: allErr(ErrStoreDown, false),
+		},
+		{
+			Name:  "hang-up never reaches the handler, also under fail-open",
+			Setup: func() Setup { return Setup{Limiter: &Hanging{Deciding: make(chan struct{}, 1)}, FailOpen: true} },
+			Steps: []Step{{Client: "ann", Action: Succeed, HangUp: true, Want: HungUp}},
+			Runs:  0,
+			Event: allErr(context.Canceled, true),
+		},
+		{
+			Name:  "count only failures, a panic counts",
+			Setup: func() Setup { return Setup{Limiter: bucket(2), CountFailures: true} },
+			Steps: []Step{
+				{Client: "ann", Action: Succeed, Want: OK}, // given back
+				{Client: "ann", Action: Panic, Want: Panicked},
+				{Client: "ann", Action: Succeed, Want: OK},
+				{Client: "ann", Action: Fail, Want: Failed},
+				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: 30 * time.Minute},
+				{Client: "ann", Action: Fail, Want: Denied, RetryAfter: 30 * time.Minute},
+			},
+			Runs: 4,
+		},
+	}
+}
+
+// allBlocked checks that every decision event has Blocked == blocked.
+func allBlocked(blocked bool) func([]floodgate.DecisionEvent) error {
+	return func(evs []floodgate.DecisionEvent) error {
+		for _, ev := range evs {
+			if ev.Blocked != blocked {
+				return fmt.Errorf("event %+v: blocked %v, want %v", ev, ev.Blocked, blocked)
+			}
+		}
+		return nil
+	}
+}
+
+// allErr checks that there are events, each with an error wrapping want
+// and Blocked == blocked.
+func allErr(want error, blocked bool) func([]floodgate.DecisionEvent) error {
+	return func(evs []floodgate.DecisionEvent) error {
+		if len(evs) == 0 {
+			return errors.New("no decision event")
+		}
+		for _, ev := range evs {
+			if !errors.Is(ev.Err, want) || ev.Blocked != blocked {
+				return fmt.Errorf("event with error %v, blocked %v; want %v, blocked %v", ev.Err, ev.Blocked, want, blocked)
+			}
+		}
+		return nil
+	}
+}
+
+// Run runs every case of the table through d.
+func Run(t *testing.T, d Driver) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) { runCase(t, d, c) })
+	}
+}
+
+// recorder collects a case's decision events and handler runs.
+type recorder struct {
+	mu     sync.Mutex
+	events []floodgate.DecisionEvent
+	runs   int
+	got    chan struct{} // one signal per event
+}
+
+func (r *recorder) hook(ev floodgate.DecisionEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	r.got <- struct{}{}
+}
+
+func (r *recorder) ran() {
+	r.mu.Lock()
+	r.runs++
+	r.mu.Unlock()
+}
+
+func runCase(t *testing.T, d Driver, c Case) {
+	rec := &recorder{got: make(chan struct{}, 64)}
+	s := c.Setup()
+	s.Hook, s.Ran = rec.hook, rec.ran
+	client := d.Start(t, s)
+	for i, st := range c.Steps {
+		var got Answer
+		if st.HangUp {
+			got = hangUp(t, client, s, st, rec)
+		} else {
+			got = client.Do(context.Background(), st)
+		}
+		if got.Kind != st.Want || (st.Want == Denied && got.RetryAfter != st.RetryAfter) {
+			t.Errorf("%s, step %d (%s %s): saw %s (retry after %v; %s), want %s (retry after %v)",
+				d.Name(), i, st.Client, st.Action, got.Kind, got.RetryAfter, got.Detail, st.Want, st.RetryAfter)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.runs != c.Runs {
+		t.Errorf("%s: the handler ran %d times, want %d", d.Name(), rec.runs, c.Runs)
+	}
+	if c.Event != nil {
+		if err := c.Event(rec.events); err != nil {
+			t.Errorf("%s: %v", d.Name(), err)
+		}
+	}
+}
+
+// hangUp makes a call and gives up once the limiter is deciding, then
+// waits, bounded, for the server to report the decision it could not
+// make: the server learns of the hang-up after the client has gone.
+func hangUp(t *testing.T, client Client, s Setup, st Step, rec *recorder) Answer {
+	h, ok := s.Limiter.(*Hanging)
+	if !ok {
+		t.Fatal("a hang-up step needs the Hanging limiter")
+	}
+	for len(rec.got) > 0 {
+		<-rec.got // the events of earlier steps
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan Answer, 1)
+	go func() { answered <- client.Do(ctx, st) }()
+	wait(t, h.Deciding, "the limiter to be asked")
+	cancel()
+	got := <-answered
+	wait(t, rec.got, "the server to report the hang-up")
+	return got
+}
+
+// wait waits, bounded, for one signal on ch.
+func wait(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10 s for %s", what)
+	}
+}

@@ -1,0 +1,325 @@
+package floodgate
+
+import (
+	"math"
+	"math/bits"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// HeaderStyle selects the quota values sent with allowed and denied
+// answers: as HTTP headers by the middleware, as response metadata by
+// other transports' adapters.
+//
+// The values are shared between responses, so that a call allocates
+// nothing for them: a handler may replace them (Header.Set, Header.Add,
+// Header.Del) but must not write into their slices in place.
+type HeaderStyle int
+
+// Header styles.
+const (
+	// HeadersIETF sets the structured fields of
+	// draft-ietf-httpapi-ratelimit-headers-11:
+	//
+	//	RateLimit-Policy: "default";q=10;w=600
+	//	RateLimit: "default";r=3;t=42
+	//
+	// q is Decision.Limit; w, in seconds, is the time the limiter takes to
+	// refill q units from empty, shown only when the limiter reports its
+	// Rate (as the in-memory limiters do); r is Decision.Remaining. t is
+	// the number of seconds until more quota is available: on a denial the
+	// same value as Retry-After, on an allowed request the time until the
+	// full quota is back (Decision.ResetAfter rounded up), an upper bound
+	// since a Decision does not say when the next single unit arrives.
+	// t never exceeds w: a longer wait (a sliding log's rounded up, a
+	// sliding counter's estimate reaching into the next window) is shown
+	// as w, and Retry-After keeps the exact wait. Waits too long for a
+	// Duration's seconds (about 292 years) saturate, in every header,
+	// instead of wrapping.
+	// When several middlewares limit one request (an IP limit around an
+	// account limit, say), each adds its member to both lists, as the
+	// draft allows; the legacy headers and Retry-After, which cannot
+	// hold more than one limit, are those of the innermost.
+	//
+	// This is the default.
+	HeadersIETF HeaderStyle = iota
+	// HeadersLegacy sets X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset, the last one as a Unix time in seconds at which
+	// the full quota is back, as GitHub's API does.
+	HeadersLegacy
+	// HeadersBoth sets the IETF fields and the legacy headers.
+	HeadersBoth
+	// HeadersNone sets no quota headers. Denied responses still carry
+	// Retry-After.
+	HeadersNone
+)
+
+func (s HeaderStyle) ietf() bool   { return s == HeadersIETF || s == HeadersBoth }
+func (s HeaderStyle) legacy() bool { return s == HeadersLegacy || s == HeadersBoth }
+
+// RetryAfterSeconds returns the Retry-After value for a wait: the wait in
+// whole seconds, rounded up, and at least 1 (a client told to retry after 0
+// seconds would retry at once and be denied again). It cannot overflow:
+// the longest Duration gives 9223372037.
+func RetryAfterSeconds(wait time.Duration) int64 {
+	return max(ceilSeconds(wait), 1)
+}
+
+// ceilSeconds rounds a duration up to whole seconds; a negative one is 0.
+// Dividing first keeps the longest durations from wrapping, as adding
+// time.Second-1 before dividing would.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// Quota holds the quota values of one Outcome, formatted by the admission
+// core once for every transport: an adapter only writes them under its own
+// names (the middleware as HTTP headers, a gRPC adapter as metadata, in
+// lower case). Each method returns nil when the value is not to be sent
+// (the HeaderStyle leaves it out, or the outcome has no such value), and
+// otherwise a one-element slice shared with other calls: assign it into an
+// http.Header or a metadata map, never write into it (appending is safe:
+// its capacity is 1).
+//
+// A Quota is small (six pointers) and copied by value.
+type Quota struct {
+	retryAfter *[1]string
+	ratePolicy *[1]string
+	rateLimit  *[1]string
+	limit      *[1]string
+	remaining  *[1]string
+	reset      *[1]string
+}
+
+// slice returns v as a header value, or nil.
+func slice(v *[1]string) []string {
+	if v == nil {
+		return nil
+	}
+	return v[:]
+}
+
+// RetryAfter is the wait in whole seconds, rounded up and at least 1
+// (RetryAfterSeconds): set on a blocked denial that waiting cures.
+func (q Quota) RetryAfter() []string { return slice(q.retryAfter) }
+
+// RateLimitPolicy is the IETF RateLimit-Policy field, e.g.
+// "default";q=10;w=600 (HeadersIETF, HeadersBoth).
+func (q Quota) RateLimitPolicy() []string { return slice(q.ratePolicy) }
+
+// RateLimit is the IETF RateLimit field, e.g. "default";r=3;t=42
+// (HeadersIETF, HeadersBoth); not set for a cost that can never fit.
+func (q Quota) RateLimit() []string { return slice(q.rateLimit) }
+
+// Limit is the legacy X-RateLimit-Limit value (HeadersLegacy, HeadersBoth).
+func (q Quota) Limit() []string { return slice(q.limit) }
+
+// Remaining is the legacy X-RateLimit-Remaining value; not set for a
+// cost that can never fit.
+func (q Quota) Remaining() []string { return slice(q.remaining) }
+
+// Reset is the legacy X-RateLimit-Reset value, the Unix time in seconds
+// at which the full quota is back; not set for a cost that can never fit.
+func (q Quota) Reset() []string { return slice(q.reset) }
+
+// quotaRequest is what the quota values of one decision depend on.
+type quotaRequest struct {
+	style HeaderStyle
+	d     *Decision
+	// retry: send Retry-After (a blocked denial that waiting cures).
+	retry bool
+	// costExceeded: the call can never succeed; only the policy is
+	// advertised, since the Decision carries no real remaining quota.
+	costExceeded bool
+	// now is read only for the legacy reset timestamp.
+	now func() time.Time
+}
+
+// quota computes the quota values of a decision under p into q, which
+// must be zero.
+//
+// The values never lie, whatever the limiter reports: counts are clamped
+// to what they can mean (Remaining within [0, Limit]), waits saturate
+// instead of wrapping, and RateLimit's t is at most the policy's window
+// w, so that no client reads a reset beyond the window the policy
+// advertises (a sliding log's wait rounded up, or a sliding counter's
+// estimate across two windows, can exceed it; Retry-After keeps the
+// exact wait).
+//
+// The values returned are shared with other responses (header values are
+// never written in place: Header.Set and Header.Add replace or reallocate
+// them), so this allocates nothing once the values of the current second
+// have been formatted.
+func (p *policy) quota(qr *quotaRequest, q *Quota) {
+	d := qr.d
+	limit := max(d.Limit, 0)
+	remaining := min(max(d.Remaining, 0), limit)
+	if qr.retry {
+		q.retryAfter = intValue(RetryAfterSeconds(d.RetryAfter))
+	}
+	if qr.style.ietf() {
+		var window int64
+		q.ratePolicy, window = p.policyField(limit)
+		if !qr.costExceeded {
+			// t: on a denial, when the request can be retried; otherwise
+			// when the full quota is back.
+			t := ceilSeconds(d.ResetAfter)
+			if !d.Allowed {
+				t = RetryAfterSeconds(d.RetryAfter)
+			}
+			if window > 0 && t > window {
+				t = window
+			}
+			q.rateLimit = p.rateLimitField(remaining, t)
+		}
+	}
+	if qr.style.legacy() {
+		q.limit = intValue(int64(limit))
+		if !qr.costExceeded {
+			q.remaining = intValue(int64(remaining))
+			// The full quota is back after ResetAfter, whether or not this
+			// request was denied; rounded up to the second. Both terms are
+			// below 2^34 for any real clock: the sum cannot wrap.
+			q.reset = intValue(qr.now().Unix() + ceilSeconds(d.ResetAfter))
+		}
+	}
+}
+
+// policyFieldCache memoizes the RateLimit-Policy value for one quota, so the
+// hot path formats it once rather than on every request.
+type policyFieldCache struct {
+	limit  int
+	window int64     // w in seconds; 0 when unknown
+	value  [1]string // value[:] is the header value
+}
+
+// rateLimitSlots is the size of each policy's table of RateLimit values:
+// enough for the pairs one busy second produces on a small quota.
+const (
+	rateLimitBits  = 6
+	rateLimitSlots = 1 << rateLimitBits
+)
+
+type rateLimitValue struct {
+	remaining int
+	t         int64
+	value     [1]string
+}
+
+// policyField returns the RateLimit-Policy value for a quota of limit
+// units, and its window w in seconds (0 when unknown). The window is the
+// time the limiter takes to refill limit units from empty: Period for a
+// window, burst·Period/Limit for a token bucket.
+func (p *policy) policyField(limit int) (*[1]string, int64) {
+	if c := p.field.Load(); c != nil && c.limit == limit {
+		return &c.value, c.window
+	}
+	var window time.Duration
+	if p.rate.Limit > 0 && limit > 0 {
+		// limit·Period in 128 bits: a long period times a large quota
+		// overflows int64. A window beyond int64 is left out.
+		hi, lo := bits.Mul64(uint64(limit), uint64(p.rate.Period))
+		if hi < uint64(p.rate.Limit) {
+			if q, _ := bits.Div64(hi, lo, uint64(p.rate.Limit)); q <= math.MaxInt64 {
+				window = time.Duration(q)
+			}
+		}
+	}
+	c := &policyFieldCache{limit: limit, window: ceilSeconds(window)}
+	c.value[0] = formatPolicyField(p.quoted, limit, c.window)
+	p.field.Store(c)
+	return &c.value, c.window
+}
+
+// rateLimitField returns the RateLimit value for remaining units and t
+// seconds, from the policy's table when a recent request had the same.
+func (p *policy) rateLimitField(remaining int, t int64) *[1]string {
+	// Fibonacci hashing of the pair: remaining and t both vary in their
+	// low bits, which the top bits of the product mix.
+	h := (uint64(remaining)*31 + uint64(t)) * 0x9e3779b97f4a7c15
+	slot := &p.rateLimit[h>>(64-rateLimitBits)]
+	if v := slot.Load(); v != nil && v.remaining == remaining && v.t == t {
+		return &v.value
+	}
+	v := &rateLimitValue{remaining: remaining, t: t}
+	v.value[0] = formatRateLimit(p.quoted, remaining, t)
+	slot.Store(v)
+	return &v.value
+}
+
+// intSlots is the size of the table of integer values.
+const intSlots = 256
+
+type intEntry struct {
+	n     int64
+	value [1]string
+}
+
+// intValues holds recently formatted integer values (Retry-After, the
+// legacy headers), one per slot: a denial of one second shares its
+// Retry-After with the other denials of that second.
+var intValues [intSlots]atomic.Pointer[intEntry]
+
+// intValue returns n formatted as a header value.
+func intValue(n int64) *[1]string {
+	slot := &intValues[uint64(n)%intSlots]
+	if v := slot.Load(); v != nil && v.n == n {
+		return &v.value
+	}
+	v := &intEntry{n: n}
+	v.value[0] = strconv.FormatInt(n, 10)
+	slot.Store(v)
+	return &v.value
+}
+
+// quotedSFString returns name as an sf-string of RFC 9651 (Structured Field
+// Values): quoted, with backslash and quote escaped. validPolicyName must
+// have accepted it.
+func quotedSFString(name string) string {
+	b := make([]byte, 0, len(name)+2)
+	b = append(b, '"')
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, name[i])
+	}
+	return string(append(b, '"'))
+}
+
+// formatPolicyField formats the RateLimit-Policy value of a policy whose
+// quota is limit units, refilled from empty in window seconds (0:
+// unknown, w is left out).
+func formatPolicyField(quoted string, limit int, window int64) string {
+	b := make([]byte, 0, len(quoted)+32)
+	b = append(b, quoted...)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, int64(limit), 10)
+	if window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, window, 10)
+	}
+	return string(b)
+}
+
+// formatRateLimit formats the RateLimit value: quoted;r=remaining;t=seconds.
+// It builds the value in a stack buffer so that the only allocation is the
+// resulting string. 64 bytes hold a 20-character name with the largest
+// numbers; a longer name spills to the heap, which is only slower.
+func formatRateLimit(quoted string, remaining int, t int64) string {
+	var buf [64]byte
+	b := append(buf[:0], quoted...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(remaining), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, t, 10)
+	return string(b)
+}

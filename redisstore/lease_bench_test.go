@@ -1,0 +1,101 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+)
+
+// BenchmarkLeaseHotKey is the cost of a decision on a hot key in lease
+// mode: nearly all are answered from the lease in memory, a round trip
+// now and then takes the next one. The rate (16.7 million per second per
+// key) is never reached, so every decision is allowed; serial and from
+// GOMAXPROCS goroutines.
+func BenchmarkLeaseHotKey(b *testing.B) {
+	addr := redistest.Shared(b)
+	rate := floodgate.Rate{Limit: 1 << 24, Period: time.Second}
+	for _, c := range leaseClients(b, addr) {
+		for _, a := range leaseAlgos {
+			l, err := a.redis(c.s, rate, redisstore.WithPrefix(prefix(b)), redisstore.WithTimeout(10*time.Second),
+				redisstore.WithLease(redisstore.Lease{}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.Run(c.name+"/"+a.name+"/serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					if d, err := l.AllowN(ctx, "hot", 1); err != nil || !d.Allowed {
+						b.Fatalf("%+v, %v", d, err)
+					}
+				}
+			})
+			b.Run(c.name+"/"+a.name+"/parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if d, err := l.AllowN(ctx, "hot", 1); err != nil || !d.Allowed {
+							b.Errorf("%+v, %v", d, err)
+							return
+						}
+					}
+				})
+			})
+			s := l.LeaseStats()
+			b.Logf("%s/%s: %+v", c.name, a.name, s)
+		}
+	}
+}
+
+// BenchmarkLeaseTableMemory reports the heap the lease table keeps per
+// client key: 20,000 keys decided once each (a round trip each, which
+// creates the key's entry), measured after a GC before and after.
+func BenchmarkLeaseTableMemory(b *testing.B) {
+	addr := redistest.Shared(b)
+	c := leaseGoRedis(b, addr)
+	const keys = 20_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("203.0.%d.%d", i/256, i%256)
+	}
+	for i := 0; i < b.N; i++ {
+		l, err := redisstore.NewTokenBucket(c.s, floodgate.PerMinute(100), redisstore.WithPrefix(prefix(b)),
+			redisstore.WithTimeout(10*time.Second), redisstore.WithLease(redisstore.Lease{MaxKeys: 2 * keys}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var wg sync.WaitGroup
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := g; j < keys; j += 16 {
+					// A copy, as a request's key would be.
+					if _, err := l.Allow(context.Background(), strings.Clone(names[j])); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s := l.LeaseStats(); s.Keys != keys {
+			b.Fatalf("%d keys in the table, want %d", s.Keys, keys)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/key")
+		runtime.KeepAlive(l)
+	}
+}
