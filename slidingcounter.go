@@ -340,3 +340,20 @@ var (
 	_ Resetter = (*SlidingCounter)(nil)
 	_ Refunder = (*SlidingCounter)(nil)
 )
+
+// moveTo moves key's counts into to, another sliding counter, converted
+// as how says (see PlanLimiter).
+func (sc *SlidingCounter) moveTo(to Limiter, key string, how Inherit) (bool, error) {
+	t, ok := to.(*SlidingCounter)
+	if !ok || !sameClock(&sc.store.clock, &t.store.clock) {
+		return false, nil
+	}
+	st, owes, err := sc.store.take(key, t.store.algOf(key), how)
+	if err != nil || !owes {
+		return true, err
+	}
+	return true, t.store.put(key, st)
+}
+
+// holds reports whether key's counts weigh on its estimate.
+func (sc *SlidingCounter) holds(key string) bool { return sc.store.owes(key) }

@@ -614,3 +614,20 @@ var (
 	_ Resetter = (*SlidingLog)(nil)
 	_ Refunder = (*SlidingLog)(nil)
 )
+
+// moveTo moves key's log into to, another sliding log, converted as how
+// says (see PlanLimiter).
+func (l *SlidingLog) moveTo(to Limiter, key string, how Inherit) (bool, error) {
+	t, ok := to.(*SlidingLog)
+	if !ok || !sameClock(&l.store.clock, &t.store.clock) {
+		return false, nil
+	}
+	st, owes, err := l.store.take(key, t.store.algOf(key), how)
+	if err != nil || !owes {
+		return true, err
+	}
+	return true, t.store.put(key, st)
+}
+
+// holds reports whether key's log counts anything.
+func (l *SlidingLog) holds(key string) bool { return l.store.owes(key) }

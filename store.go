@@ -179,7 +179,7 @@ func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 		mask:           uint64(c.shards - 1),
 		maxKeys:        c.maxKeys,
 		maxKeyLen:      c.maxKeyLen,
-		clock:          newClock(c.now),
+		clock:          c.sharedClock(),
 		debtsPerKey:    c.debtsPerKey,
 		forgetOverflow: c.forgetOverflow,
 	}
@@ -360,6 +360,90 @@ func (sh *shard[S, A]) change(alg A, how Inherit, now int64) {
 		}, now)
 	}
 	sh.alg = alg
+}
+
+// take removes key from the store and returns its state, converted to
+// alg as how says, at the shard's now: the state it is tracked with, or
+// the one its remembered debt restores to; ok is false when it owes
+// nothing. The key is forgotten durably, as by reset. A PlanLimiter
+// takes a key from the limiter of its old plan this way, to put it (put)
+// into the limiter of its new one.
+func (s *store[S, A]) take(key string, alg A, how Inherit) (st S, ok bool, err error) {
+	h, err := s.hash(key)
+	if err != nil {
+		return st, false, err
+	}
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	if g, i, found := sh.locate(h); found {
+		st = sh.pages[g][i].st
+		sh.remove(g, i)
+	} else if sh.debts != nil {
+		sh.alg.restore(&st, sh.debts.find(h, now).owed(now), now)
+	}
+	if sh.debts != nil {
+		sh.debts.put(h, debt{}, now)
+	}
+	if !sh.alg.debt(&st, now).owes(now) {
+		return st, false, nil
+	}
+	sh.alg.convert(&st, alg, how, now)
+	return st, alg.debt(&st, now).owes(now), nil
+}
+
+// put makes st key's state, replacing whatever the store held for it,
+// tracked or remembered. st must be in the units of the algorithm of
+// key's shard (see take).
+func (s *store[S, A]) put(key string, st S) error {
+	h, err := s.hash(key)
+	if err != nil {
+		return err
+	}
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	if sh.debts != nil {
+		sh.debts.put(h, debt{}, now)
+	}
+	sl := sh.find(h)
+	if sl == nil {
+		if sh.keys >= sh.size {
+			s.evict(sh, now)
+		}
+		*sh.insert(h) = st
+		return nil
+	}
+	sl.st = st
+	return nil
+}
+
+// owes reports whether key is tracked with state, or remembered owing.
+func (s *store[S, A]) owes(key string) bool {
+	h, err := s.hash(key)
+	if err != nil {
+		return false
+	}
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	if sl := sh.find(h); sl != nil {
+		return sh.alg.debt(&sl.st, now).owes(now)
+	}
+	return sh.debts != nil && sh.debts.find(h, now).owed(now).owes(now)
+}
+
+// alg returns the algorithm of key's shard, for a conversion into it
+// (take); a key too long is refused by take or put anyway.
+func (s *store[S, A]) algOf(key string) A {
+	h := maphash.String(s.seed, key) | 3
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.alg
 }
 
 // stats sums the shards' counters.

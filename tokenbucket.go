@@ -565,3 +565,20 @@ func (a *tbAlg) convertInterval(st *tbState, b *tbAlg, how Inherit, now int64) {
 func (a *tbAlg) intervalRate() inherit.Interval {
 	return inherit.Interval{Limit: a.limit, Period: a.period, Burst: uint64(a.burst)}
 }
+
+// moveTo moves key's bucket into to, another token bucket of the same
+// refill mode, converted as how says (see PlanLimiter).
+func (b *TokenBucket) moveTo(to Limiter, key string, how Inherit) (bool, error) {
+	t, ok := to.(*TokenBucket)
+	if !ok || t.cur.Load().interval != b.cur.Load().interval || !sameClock(&b.store.clock, &t.store.clock) {
+		return false, nil
+	}
+	st, owes, err := b.store.take(key, t.store.algOf(key), how)
+	if err != nil || !owes {
+		return true, err
+	}
+	return true, t.store.put(key, st)
+}
+
+// holds reports whether the bucket of key is not full.
+func (b *TokenBucket) holds(key string) bool { return b.store.owes(key) }
