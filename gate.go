@@ -388,7 +388,9 @@ func errorKind(err error) OutcomeKind {
 	case errors.Is(err, ErrInvalidOption):
 		return OutcomeMisconfigured
 	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong),
-		errors.Is(err, ErrAmbiguousKey):
+		errors.Is(err, ErrAmbiguousKey), errors.Is(err, ErrNoPlan):
+		// ErrNoPlan: a key the plan resolver does not know (a made-up API
+		// key) is the client's, never an outage that fail-open forgives.
 		return OutcomeClientError
 	}
 	return OutcomeFailed

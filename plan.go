@@ -27,7 +27,8 @@ type Plan struct {
 // PlanResolver returns the plan of key, within ctx's deadline (see
 // PlanConfig.LookupTimeout). It returns ErrNoPlan for a key that has
 // none (an unknown API key): the PlanLimiter then fails the decision
-// with that error, which PlanLimiter.KnownKey turns into ErrNoKey so
+// with that error, the client's own doing (400 under every error policy,
+// fail-open included), which PlanLimiter.KnownKey turns into ErrNoKey so
 // that a PolicySelector tries its next policy. Any other error fails
 // the decision too (ErrPlanLookup), and the middleware's error policy
 // answers it: fail closed (503) unless you chose otherwise. A failed

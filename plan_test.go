@@ -408,3 +408,41 @@ func TestPlanInPlaceOnePeriod(t *testing.T) {
 		t.Fatalf("eve, a plan of another period: %+v, %v; want ErrPlanLookup and no allowance", d, err)
 	}
 }
+
+// TestPlanUnknownKeyUnderFailOpen: an API key the resolver does not know
+// is the client's own doing, not a failure of the limiter. Under
+// WithFailOpen, made-up keys sent straight to a PlanLimiter (no KnownKey)
+// got through, uncounted, every time (fail-open forgave ErrNoPlan as an
+// outage); they get a 4xx, and a known key is still served.
+func TestPlanUnknownKeyUnderFailOpen(t *testing.T) {
+	clock := floodgatetest.NewClock(time.Unix(1_800_000_000, 0))
+	plans := newPlans(t, newPlanBook(map[string]floodgate.Plan{"key-ann": freePlan}), clock, floodgate.KeepUsed, "TokenBucket")
+	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, err := floodgate.NewMiddleware(plans, floodgate.WithKeyFunc(apiKey), floodgate.WithFailOpen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	h := limit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ }))
+	call := func(key string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := range 10 {
+		if code := call(fmt.Sprintf("made-up-%d", i)); code < 400 || code >= 500 {
+			t.Errorf("made-up key %d: status %d, want a 4xx", i, code)
+		}
+	}
+	if served != 0 {
+		t.Fatalf("the handler ran %d times for made-up keys under fail-open", served)
+	}
+	if code := call("key-ann"); code != http.StatusOK || served != 1 {
+		t.Fatalf("a known key: status %d, served %d; want 200", code, served)
+	}
+}
