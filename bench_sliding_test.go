@@ -262,3 +262,83 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSlidingLogDebt: what a live eviction pays a sliding log for
+// its debt (the store takes the debt of every key an eviction examines),
+// for logs of 1 to 10,000 entries, each entry at its own time and all of
+// them counting. Its cost is bounded whatever the log holds (see
+// SlidingLog.bestStep).
+//
+//	go test -run '^$' -bench SlidingLogDebt .
+func BenchmarkSlidingLogDebt(b *testing.B) {
+	for _, entries := range []int{1, 2, 9, 100, 10_000} {
+		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+			r := Rate{Limit: max(entries, 5), Period: time.Hour}
+			clk := newBenchClock()
+			l, err := NewSlidingLog(r, WithClock(clk.now))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for i := 0; i < entries; i++ {
+				clk.ns.Store(int64(i) * int64(time.Millisecond))
+				if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
+					b.Fatalf("entry %d: %+v, %v", i, d, err)
+				}
+			}
+			h, _ := l.store.hash("k")
+			st := &l.store.shard(h).find(h).st
+			now := clk.ns.Load()
+			b.ReportAllocs()
+			b.ResetTimer()
+			var v debt
+			for i := 0; i < b.N; i++ {
+				v = l.cur.Load().debt(st, now)
+			}
+			b.StopTimer()
+			if !v.owes(now) {
+				b.Fatalf("the log owes nothing: %+v", v)
+			}
+		})
+	}
+}
+
+// BenchmarkSlidingNewKeys: the key spray on the window limiters. A full
+// 100,000-key store whose keys each spent 5 of their 10 an hour at five
+// times, and every request a key it has never seen: each one evicts a
+// live key, taking the debt of every key it examines.
+func BenchmarkSlidingNewKeys(b *testing.B) {
+	const keys = 100_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "client-" + strconv.Itoa(i)
+	}
+	fresh := make([]string, 4*keys)
+	for i := range fresh {
+		fresh[i] = fmt.Sprintf("2001:db8::%x", i)
+	}
+	r := Rate{Limit: 10, Period: time.Hour}
+	for _, k := range slidingBenchKinds[:2] {
+		b.Run(k.name, func(b *testing.B) {
+			clk := newBenchClock()
+			l := mustBenchLimiter(b, k, r, WithClock(clk.now), WithMaxKeys(keys))
+			ctx := context.Background()
+			for j := 0; j < 5; j++ {
+				clk.ns.Store(int64(j) * int64(time.Minute))
+				for _, name := range names {
+					if d, err := l.AllowN(ctx, name, 1); err != nil || !d.Allowed {
+						b.Fatalf("populating %s: %+v, %v", name, d, err)
+					}
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_, _ = l.AllowN(ctx, fresh[i%len(fresh)], 1)
+			}
+			b.StopTimer()
+			st := l.(interface{ Stats() Stats }).Stats()
+			b.ReportMetric(float64(st.EvictedLive)/float64(b.N), "live-evictions/op")
+		})
+	}
+}

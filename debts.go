@@ -3,19 +3,21 @@ package floodgate
 import "math"
 
 // debt is what a key's state owes, in the few numbers the debt memory
-// keeps: at is a time (ns since the limiter's epoch) and amt a small
-// count, both meaning what the key's algorithm makes of them (see each
-// algorithm's debt and restore). Two rules hold for every algorithm: a
-// state owes nothing once at has passed (see owes), and the state
-// restored from a debt allows no more, at any time, than the state
-// restored from a debt at least as large in both numbers, so that the
-// elementwise maximum of several debts bounds each of them.
+// keeps: at is a time (ns since the limiter's epoch) and amt a count of
+// up to 26 bits, both meaning what the key's algorithm makes of them (see
+// each algorithm's debt and restore; an algorithm may pack more of its
+// state into them than a time and a count, as long as these rules hold).
+// A state owes nothing once at has passed (see owes): at is no earlier
+// than the first time at which the state equals a fresh one. And a
+// shared debt, the elementwise maximum of several (see max), is restored
+// to a state that allows no more, at any time, than the state restored
+// from any debt no larger in both numbers, so that a bound merged from
+// several keys' debts binds each of them.
 type debt struct {
 	at  int64
 	amt uint32
-	// shared marks a bound merged from several keys' debts (see debts):
-	// an algorithm whose exact restore would let tokens taken later come
-	// back sooner than for some of those keys restores it more strictly.
+	// shared marks a bound merged from several keys' debts (see debts),
+	// which is restored by the rule above, never as one key's own debt.
 	shared bool
 }
 
@@ -23,17 +25,18 @@ type debt struct {
 // first time at which the key's state equals a fresh one.
 func (v debt) owes(now int64) bool { return v.at > now }
 
-// max returns the elementwise maximum of two debts: an upper bound of
-// both (see debt).
+// max returns the elementwise maximum of two debts, a shared debt: an
+// upper bound of both (see debt).
 func (v debt) max(w debt) debt {
-	return debt{at: max(v.at, w.at), amt: max(v.amt, w.amt), shared: v.shared || w.shared}
+	return debt{at: max(v.at, w.at), amt: max(v.amt, w.amt), shared: true}
 }
 
 // debts is a shard's fixed-size memory of the keys it had to drop while
 // they still held state (live evictions), so that an attacker cannot buy
 // a reset by spraying keys until the key it wants freed is pushed out,
 // and so that an honest key pushed out by a spray comes back owing what
-// it spent, not more.
+// it spent (exactly, or for a sliding log as closely as its debt can
+// say: see SlidingLog's restore).
 //
 // It is a cuckoo table: each key has two buckets of debtWays entries,
 // and an entry holds the key's debt exactly (a 64-bit time and a 26-bit
@@ -88,7 +91,9 @@ const (
 	amtBits = 26
 	amtMask = 1<<amtBits - 1
 	// markerAmt is the amount of a shield (see debts); no algorithm's
-	// amount reaches it (at most twice maxLimit).
+	// amount reaches it (a bucket's at most maxLimit, a counter's packed
+	// sum below 2^26 - 2^24, a log's at most its saturated amount: see
+	// TestDebtAmountsFitTheMemory).
 	markerAmt = amtMask
 	// maxKicks bounds the entries one insertion moves, halved for each
 	// insertion before it that failed (see debts.failed).

@@ -391,3 +391,322 @@ func TestCountStatusRefundWhileEvicted(t *testing.T) {
 		})
 	}
 }
+
+// restoreKind is one algorithm with one set of its options at a given
+// rate, for the tests of what a restored key decides; exact says that the
+// debt memory keeps the key's whole state, so that a restored key
+// decides every request as it would have had it never been evicted.
+type restoreKind struct {
+	limiterKind
+	exact bool
+}
+
+// restoreKinds is every algorithm and option at rate r, burst the
+// capacity of the token buckets that take one.
+func restoreKinds(r floodgate.Rate, burst int) []restoreKind {
+	log := func(r floodgate.Rate, opts ...floodgate.Option) (keyedLimiter, error) {
+		return floodgate.NewSlidingLog(r, opts...)
+	}
+	counter := func(r floodgate.Rate, opts ...floodgate.Option) (keyedLimiter, error) {
+		return floodgate.NewSlidingCounter(r, opts...)
+	}
+	return []restoreKind{
+		{tokenBucketKind("TokenBucket", r, r.Limit), true},
+		{tokenBucketKind("TokenBucket/Burst", r, burst, floodgate.WithBurst(burst)), true},
+		{tokenBucketKind("TokenBucket/IntervalRefill", r, r.Limit, floodgate.WithIntervalRefill()), true},
+		{tokenBucketKind("TokenBucket/IntervalRefill,Burst", r, burst, floodgate.WithIntervalRefill(), floodgate.WithBurst(burst)), true},
+		{limiterKind{name: "SlidingCounter", rate: r, capacity: r.Limit, build: counter}, true},
+		{limiterKind{name: "SlidingLog", rate: r, capacity: r.Limit, build: log}, false},
+		{limiterKind{name: "SlidingLog/CountDenied", rate: r, capacity: r.Limit, build: log,
+			opts: []floodgate.Option{floodgate.WithCountDenied()}, countDenied: true}, false},
+	}
+}
+
+// evictIdle evicts the keys l tracks, a store of maxKeys keys in one
+// shard, at the current instant, as a busy store does: 2 × maxKeys other
+// clients arrive, each spending its whole capacity, and every one that
+// came before comes back (a report) before the next arrives, so that a
+// key that stays idle meanwhile loses its second chance and is evicted,
+// whenever its debt ends. It checks that live keys were evicted and that
+// their debts were kept.
+func evictIdle(t *testing.T, l keyedLimiter, maxKeys, capacity int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 2*maxKeys; i++ {
+		for j := 0; j < i; j++ {
+			_, err := l.AllowN(ctx, fmt.Sprint("busy-", j), 0)
+			mustNot(t, err)
+		}
+		_, err := l.AllowN(ctx, fmt.Sprint("busy-", i), capacity)
+		mustNot(t, err)
+	}
+	if st := l.Stats(); st.EvictedLive < uint64(maxKeys) || st.Merged != 0 || st.Forgotten != 0 {
+		t.Fatalf("the busy clients must evict live keys, within the debt memory: %+v", st)
+	}
+}
+
+// TestRestoreSpentAtTwoTimes: a key that spent at two times and was
+// evicted while both still counted, in the middle of its window, comes
+// back deciding exactly as it would have, field by field, on every
+// algorithm. The sliding log and counter used to restore every unit at
+// the newest time: a log that spent 4 at 0 s and 1 at 50 s was refused 4
+// at 61 s (for 49 s more), a counter that spent 9 at 1 s and 1 at 61 s
+// was refused 4 at 90 s (for 54 s).
+func TestRestoreSpentAtTwoTimes(t *testing.T) {
+	type step struct {
+		at time.Duration
+		n  int
+	}
+	const maxKeys = 8
+	cases := []struct {
+		kind  restoreKind
+		spent []step // the last one at the eviction's time
+		asks  []step
+	}{
+		{restoreKinds(floodgate.PerMinute(5), 5)[5], []step{{0, 4}, {50 * time.Second, 1}},
+			[]step{{61 * time.Second, 4}, {61 * time.Second, 1}, {80 * time.Second, 0}, {110 * time.Second, 1}, {111 * time.Second, 0}}},
+		{restoreKinds(floodgate.PerMinute(5), 5)[6], []step{{0, 4}, {50 * time.Second, 1}},
+			[]step{{61 * time.Second, 4}, {61 * time.Second, 1}, {80 * time.Second, 0}, {110 * time.Second, 1}, {121 * time.Second, 5}}},
+		{restoreKinds(floodgate.PerMinute(10), 10)[4], []step{{time.Second, 9}, {61 * time.Second, 1}},
+			[]step{{90 * time.Second, 4}, {90 * time.Second, 1}, {100 * time.Second, 0}, {121 * time.Second, 6}, {150 * time.Second, 0}}},
+		{restoreKinds(floodgate.PerMinute(5), 5)[0], []step{{0, 3}, {30 * time.Second, 1}},
+			[]step{{31 * time.Second, 3}, {31 * time.Second, 1}, {50 * time.Second, 0}}},
+		{restoreKinds(floodgate.PerMinute(5), 7)[3], []step{{0, 3}, {61 * time.Second, 6}},
+			[]step{{62 * time.Second, 2}, {62 * time.Second, 1}, {121 * time.Second, 7}}},
+	}
+	ctx := context.Background()
+	for _, tc := range cases {
+		k := tc.kind
+		t.Run(k.name, func(t *testing.T) {
+			start := time.Unix(1_700_000_000, 0)
+			clk := &replayClock{t: start}
+			opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+			bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+			mustNot(t, err)
+			exact, err := k.build(k.rate, opts...)
+			mustNot(t, err)
+			for _, s := range tc.spent {
+				clk.t = start.Add(s.at)
+				for _, l := range []keyedLimiter{bounded, exact} {
+					if d, err := l.AllowN(ctx, "alice", s.n); err != nil || !d.Allowed {
+						t.Fatalf("spending %d at %v: %+v, %v", s.n, s.at, d, err)
+					}
+				}
+			}
+			evictIdle(t, bounded, maxKeys, k.capacity)
+			restored := bounded.Stats().Restored
+			for i, s := range tc.asks {
+				clk.t = start.Add(s.at)
+				got, err := bounded.AllowN(ctx, "alice", s.n)
+				mustNot(t, err)
+				want, err := exact.AllowN(ctx, "alice", s.n)
+				mustNot(t, err)
+				if got != want {
+					t.Errorf("at %v, AllowN(%d): restored %+v, never evicted %+v", s.at, s.n, got, want)
+				}
+				if i == 0 && bounded.Stats().Restored != restored+1 {
+					t.Fatalf("alice was not restored from her debt: %+v", bounded.Stats())
+				}
+			}
+		})
+	}
+}
+
+// TestNoLockoutWithinStatedSize replays random histories within the
+// stated size — at most 2 × MaxKeys distinct keys in all, so that every
+// debt keeps an entry of its own — on every algorithm and option at
+// random rates, with refunds, resets and clock steps, against an
+// unbounded store of the same kind. Where the debt keeps the key's whole
+// state (token bucket, sliding counter), the bounded store decides every
+// request exactly as the unbounded one: the same Decision, field by
+// field. A sliding log's debt keeps at most two times (see SlidingLog):
+// the bounded log never allows what the exact one denies, and is charged
+// more than the exact one only while the key's newest request is less
+// than a Period old; the test reports how often that happened.
+func TestNoLockoutWithinStatedSize(t *testing.T) {
+	histories := 120
+	if testing.Short() || raceEnabled {
+		histories = 20
+	}
+	type tally struct{ runs, restored, decisions, lockouts, inDebt, keys int }
+	tallies := map[string]*tally{}
+	var names []string
+	for h := 0; h < histories; h++ {
+		rng := rand.New(rand.NewPCG(uint64(h), 19))
+		r := floodgate.Rate{Limit: 1 + rng.IntN(12),
+			Period: time.Duration(1+rng.IntN(3600)) * time.Second / time.Duration(1+rng.IntN(7))}
+		for _, k := range restoreKinds(r, 1+rng.IntN(3*r.Limit)) {
+			if tallies[k.name] == nil {
+				tallies[k.name] = &tally{}
+				names = append(names, k.name)
+			}
+			tl := tallies[k.name]
+			res := replayWithinSize(t, k, rng.Uint64())
+			if res.failure != "" {
+				t.Fatalf("%s, history %d, rate %v: %s", k.name, h, r, res.failure)
+			}
+			tl.runs++
+			tl.restored += int(res.stats.Restored)
+			tl.decisions += res.decisions
+			tl.lockouts += res.lockouts
+			tl.inDebt += res.inDebt
+			if res.lockouts > 0 {
+				tl.keys++
+			}
+		}
+	}
+	for _, name := range names {
+		tl := tallies[name]
+		t.Logf("%-36s %3d histories, %5d keys restored, %7d decisions; charged more than exact: %d decisions (%d of keys charged beyond their limit in the Period before), in %d histories",
+			name, tl.runs, tl.restored, tl.decisions, tl.lockouts, tl.inDebt, tl.keys)
+		if tl.lockouts > tl.inDebt {
+			t.Errorf("%s: %d decisions charged more than exact, of keys within their limit", name, tl.lockouts-tl.inDebt)
+		}
+		if tl.restored == 0 {
+			t.Errorf("%s: no key was restored: the replay tests nothing", name)
+		}
+	}
+}
+
+// withinSize is what one replay within the stated size saw.
+type withinSize struct {
+	failure             string
+	decisions, lockouts int
+	// inDebt counts the lockouts of keys charged (ChargeN) within the
+	// Period before: a log restored in debt beyond its limit comes back
+	// with its units at its newest time (see SlidingLog).
+	inDebt int
+	stats  floodgate.Stats
+}
+
+// replayWithinSize replays one history of TestNoLockoutWithinStatedSize.
+func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
+	t.Helper()
+	const maxKeys, steps = 64, 2000
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 23))
+	keys := maxKeys + 1 + rng.IntN(maxKeys)
+	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+	mustNot(t, err)
+	exact, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(1<<16))...)
+	mustNot(t, err)
+	newest := map[string]time.Time{}  // the time of each key's newest request the log records
+	charged := map[string]time.Time{} // the time of each key's newest charge
+	held := clk.t                     // the limiters' time: they hold the latest they have seen
+	var res withinSize
+	for step := 0; step < steps && res.failure == ""; step++ {
+		if clk.t.After(held) {
+			held = clk.t
+		}
+		key := fmt.Sprint("k", rng.IntN(keys))
+		switch r := rng.IntN(100); {
+		case r < 3:
+			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(2 * k.rate.Period))))
+		case r < 5:
+			clk.t = clk.t.Add(-time.Duration(rng.Int64N(int64(k.rate.Period)))) // held by both
+		case r < 30:
+			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(k.rate.Period/50 + 1))))
+		case r < 36:
+			n := 1 + rng.IntN(k.capacity)
+			mustNot(t, bounded.RefundN(ctx, key, n))
+			mustNot(t, exact.RefundN(ctx, key, n))
+		case r < 38:
+			mustNot(t, bounded.Reset(ctx, key))
+			mustNot(t, exact.Reset(ctx, key))
+			delete(newest, key)
+		case r < 40: // the cost known after (WithCostAfter): beyond the limit
+			n := 1 + rng.IntN(2*k.capacity)
+			mustNot(t, bounded.(floodgate.Charger).ChargeN(ctx, key, n))
+			mustNot(t, exact.(floodgate.Charger).ChargeN(ctx, key, n))
+			newest[key], charged[key] = held, held
+		case r < 42: // waiting (WithWait): booked ahead, where it can be
+			res.failure = reserveBoth(t, bounded, exact, key, 1+rng.IntN(k.capacity), time.Duration(rng.Int64N(int64(k.rate.Period))))
+			if res.failure != "" {
+				res.failure = fmt.Sprintf("step %d: %s", step, res.failure)
+			}
+		default:
+			res.decisions++
+			n := rng.IntN(k.capacity + 1)
+			got, err := bounded.AllowN(ctx, key, n)
+			mustNot(t, err)
+			if k.exact {
+				want, err := exact.AllowN(ctx, key, n)
+				mustNot(t, err)
+				if got != want {
+					res.failure = fmt.Sprintf("step %d, %s n=%d: restored %+v, exact %+v; %+v", step, key, n, got, want, bounded.Stats())
+				}
+				continue
+			}
+			before := res.lockouts
+			res.failure = compareLog(t, k, exact, key, n, got, held, newest, &res.lockouts)
+			if at, ok := charged[key]; ok && res.lockouts > before && held.Sub(at) < k.rate.Period {
+				res.inDebt++
+			}
+			if res.failure != "" {
+				res.failure = fmt.Sprintf("step %d: %s; %+v", step, res.failure, bounded.Stats())
+			}
+		}
+	}
+	res.stats = bounded.Stats()
+	if res.failure == "" && (res.stats.Merged != 0 || res.stats.Forgotten != 0) {
+		res.failure = fmt.Sprintf("not a replay within the stated size: %+v", res.stats)
+	}
+	return res
+}
+
+// reserveBoth books n units for key on both limiters if they book ahead
+// (a token bucket), and returns how the bounded one's reservation differs.
+func reserveBoth(t *testing.T, bounded, exact keyedLimiter, key string, n int, maxWait time.Duration) string {
+	t.Helper()
+	rb, ok := bounded.(floodgate.Reserver)
+	if !ok {
+		return ""
+	}
+	got, err := rb.ReserveN(context.Background(), key, n, maxWait)
+	mustNot(t, err)
+	want, err := exact.(floodgate.Reserver).ReserveN(context.Background(), key, n, maxWait)
+	mustNot(t, err)
+	if got != want {
+		return fmt.Sprintf("%s ReserveN(%d, %v): restored %+v, exact %+v", key, n, maxWait, got, want)
+	}
+	return ""
+}
+
+// compareLog decides key's request of n on the exact log as the bounded
+// log got it, the exact log seeing the requests the bounded one recorded
+// (every attempt under WithCountDenied), and returns what the bounded log
+// did wrong: allowed what the exact one denies, or was charged more than
+// it while the key's newest request is a Period old. Every decision the
+// bounded log was charged more for is counted in lockouts.
+func compareLog(t *testing.T, k restoreKind, exact keyedLimiter, key string, n int, got floodgate.Decision,
+	now time.Time, newest map[string]time.Time, lockouts *int) string {
+	t.Helper()
+	ctx := context.Background()
+	recorded := n > 0 && (got.Allowed || k.countDenied)
+	var want floodgate.Decision
+	var err error
+	if recorded || n == 0 {
+		want, err = exact.AllowN(ctx, key, n)
+	} else {
+		want, err = exact.AllowN(ctx, key, 0) // would it have allowed n?
+		want.Allowed = n <= want.Remaining
+	}
+	mustNot(t, err)
+	last, seen := newest[key]
+	if recorded {
+		newest[key] = now
+	}
+	switch {
+	case got.Allowed && !want.Allowed, n == 0 && got.Remaining > want.Remaining:
+		return fmt.Sprintf("%s n=%d: the bounded log forgave: %+v, exact %+v", key, n, got, want)
+	case !got.Allowed && want.Allowed, n == 0 && got.Remaining < want.Remaining:
+		*lockouts++
+		if !seen || now.Sub(last) >= k.rate.Period {
+			return fmt.Sprintf("%s n=%d: charged more than exact a Period after its newest request (%v): %+v, exact %+v",
+				key, n, last, got, want)
+		}
+	}
+	return ""
+}

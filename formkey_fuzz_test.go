@@ -31,11 +31,13 @@ var fuzzFormParses = []func(*http.Request){
 // FuzzFormKeys: whatever the query, the body, the media type and what a
 // middleware parsed before, KeyByForm and KeyByQuery agree with the
 // standard accessors of the handler that runs after them (FormValue,
-// PostFormValue, Form, PostForm, URL.Query): a key is the value each of
-// them reads, if it reads one; "no key" means none reads a value; an
+// PostFormValue, Form, PostForm, URL.Query), behind
+// http.AllowQuerySemicolons or not: a key is the value each of them
+// reads, if it reads one; "no key" means none reads a value; an
 // ambiguity is refused only where the accessors do see different values
-// (or, for KeyByQuery, a value outside the query); an invalid body only
-// where ParseMultipartForm fails too. The handler gets the body intact.
+// (or, for KeyByQuery, a value outside the query), or other values
+// behind AllowQuerySemicolons; an invalid body only where
+// ParseMultipartForm fails too. The handler gets the body intact.
 func FuzzFormKeys(f *testing.F) {
 	mp := "--XX\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nabc1\r\n--XX--\r\n"
 	f.Add("user=abc1", []byte("user=abc1"), uint8(0), uint8(0))
@@ -46,6 +48,8 @@ func FuzzFormKeys(f *testing.F) {
 	f.Add("user=%zz&user=", []byte("user=&user=a;b"), uint8(0), uint8(0))
 	f.Add("", []byte("--XX\r\nContent-Disposition: form-data; name=\"user\"; filename=\"a\"\r\n\r\nf\r\n--XX\r\nContent-Disposition: form-data; name=\"user\"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nab=3Dc\r\n--XX--\r\n"), uint8(5), uint8(1))
 	f.Add("", []byte("--XX\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\na\r\n--XX\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nb\r\n--XX--\r\n"), uint8(1), uint8(0))
+	f.Add("user=victim;n=1", []byte("user=victim"), uint8(0), uint8(0))
+	f.Add("n;1&user=x1", []byte("--XX\r\nContent-Disposition: form-data; name=\"user\"\r\n\r\nx1\r\n--XX--\r\n"), uint8(1), uint8(0))
 	f.Add("n=1", []byte("preamble\r\n--XX\r\nContent-Disposition: form-data; name=user\r\n\r\n\r\n--XX--\r\nepilogue"), uint8(1), uint8(0))
 	f.Fuzz(func(t *testing.T, query string, body []byte, kind, parse uint8) {
 		k := fuzzFormKinds[int(kind)%len(fuzzFormKinds)]
@@ -104,22 +108,39 @@ func parsedValues(newReq func() *http.Request, field string) (all, query []strin
 }
 
 // checkAmbiguous: the handler does see different values (or, for
-// KeyByQuery, a value that is not in the query).
+// KeyByQuery, a value that is not in the query), or sees another value
+// behind http.AllowQuerySemicolons than without it.
 func checkAmbiguous(t *testing.T, newReq func() *http.Request, queryOnly bool, err error) {
 	t.Helper()
 	all, query, ok := parsedValues(newReq, "user")
-	if !ok {
+	split, _, splitOK := parsedValues(semicolonsSplit(newReq), "user")
+	if !ok || !splitOK {
 		return // the handler cannot parse the form: any refusal is safe
 	}
-	for _, v := range all[min(1, len(all)):] {
-		if v != all[0] {
-			return
-		}
+	if !oneValue(all) || !oneValue(split) || firstOf(all) != firstOf(split) {
+		return
 	}
 	if queryOnly && len(query) == 0 && len(all) > 0 {
 		return
 	}
-	t.Fatalf("%v, but the handler reads only %q", err, all)
+	t.Fatalf("%v, but the handler reads only %q (%q behind AllowQuerySemicolons)", err, all, split)
+}
+
+// oneValue reports whether vals hold at most one distinct value.
+func oneValue(vals []string) bool {
+	for _, v := range vals {
+		if v != vals[0] {
+			return false
+		}
+	}
+	return true
+}
+
+func firstOf(vals []string) string {
+	if len(vals) == 0 {
+		return ""
+	}
+	return vals[0]
 }
 
 // checkInvalid: the handler cannot parse the body either.

@@ -7,6 +7,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -56,14 +57,31 @@ func runFormCases(t *testing.T, kf KeyFunc, field string, cases []formCase) {
 
 // checkAgainstAccessors checks a key function's answer (key, err) for the
 // request newReq builds against what each standard accessor gives a
-// handler of a fresh copy of it: a key is the value of every accessor
-// that finds one, and of every value in Form, PostForm and the query;
-// "no key" means none of them finds a non-empty value.
+// handler of a fresh copy of it, behind http.AllowQuerySemicolons or
+// not: a key is the value of every accessor that finds one, and of every
+// value in Form, PostForm and the query; "no key" means none of them
+// finds a non-empty value.
 func checkAgainstAccessors(t testing.TB, newReq func() *http.Request, field, key string, err error) {
 	t.Helper()
 	if err != nil && !errors.Is(err, ErrNoKey) {
 		return
 	}
+	checkAccessorsOf(t, newReq, field, key, err)
+	checkAccessorsOf(t, semicolonsSplit(newReq), field, key, err)
+}
+
+// semicolonsSplit returns newReq as a handler behind
+// http.AllowQuerySemicolons gets its request.
+func semicolonsSplit(newReq func() *http.Request) func() *http.Request {
+	return func() *http.Request {
+		r := newReq()
+		r.URL.RawQuery = strings.ReplaceAll(r.URL.RawQuery, ";", "&")
+		return r
+	}
+}
+
+func checkAccessorsOf(t testing.TB, newReq func() *http.Request, field, key string, err error) {
+	t.Helper()
 	agrees := func(v string) bool { return v == key || v == "" }
 	for _, acc := range accessors {
 		r := newReq()
@@ -102,8 +120,13 @@ func TestKeyByQuery(t *testing.T) {
 		get("userId=&userId=carol", "", ErrAmbiguousKey),
 		get("userId=a%20b+c", "a b c", nil),
 		get("user%49d=dave", "dave", nil),
-		get("userId=%zz&userId=eve", "eve", nil), // malformed pairs skipped, as ParseQuery does
-		get("userId=x;y&userId=frank", "frank", nil),
+		get("userId=%zz&userId=eve", "eve", nil),            // malformed pairs skipped, as ParseQuery does
+		get("a=1;b=2&userId=frank", "frank", nil),           // semicolons elsewhere: the same reading either way
+		get("userId=frank&a=1;userId=frank", "frank", nil),  // the same value either way
+		get("userId=x;y&userId=frank", "", ErrAmbiguousKey), // behind AllowQuerySemicolons: x, then frank
+		get("userId=frank;n=1", "", ErrAmbiguousKey),        // behind AllowQuerySemicolons: frank; else nothing
+		get("n=1;userId=frank", "", ErrAmbiguousKey),
+		get("n=1;userId=", "", ErrNoKey), // no key either way
 		get("userid=alice", "", ErrNoKey),
 		get("userId=", "", ErrNoKey),
 		get("userId", "", ErrNoKey),
@@ -201,7 +224,8 @@ func TestKeyByFormMultipart(t *testing.T) {
 		{"empty value", "POST", "/signup", []string{"nickname", "", ""}, "", ErrNoKey},
 		{"only a file", "POST", "/signup", []string{"nickname", "n.txt", "abc"}, "", ErrNoKey},
 		{"field beyond the limit", "POST", "/signup", []string{"avatar", "a.png", big, "nickname", "", "abc8"}, "", ErrInvalidBody},
-		{"field beyond the limit, the query has one", "POST", "/signup?nickname=abc8", []string{"avatar", "a.png", big, "nickname", "", "victim"}, "", ErrInvalidBody},
+		{"field beyond the limit, the query has one", "POST", "/signup?nickname=abc8", []string{"avatar", "a.png", big, "nickname", "", "abc8"}, "abc8", nil},
+		{"the field, a large file, the field again", "POST", "/signup", []string{"nickname", "", "abc9", "avatar", "a.png", big, "nickname", "", "abc9"}, "abc9", nil},
 		{"value larger than the limit", "POST", "/signup", []string{"nickname", "", big}, "", ErrInvalidBody},
 	}
 	for _, tc := range tests {
@@ -249,24 +273,6 @@ func checkWholeMultipart(t *testing.T, r *http.Request, parts []string, bigSize 
 	}
 	if gotValues != values || gotFiles != files {
 		t.Fatalf("handler saw %d values and %d files; want %d and %d", gotValues, gotFiles, values, files)
-	}
-}
-
-// TestKeyByFormMultipartRepeatBeyondBound: a repeat of the field after
-// the first MaxFormBytes of a multipart body is not seen (documented);
-// the first value, which FormValue, PostFormValue and Form.Get return, is
-// the key.
-func TestKeyByFormMultipartRepeatBeyondBound(t *testing.T) {
-	body, ct := multipartBody(t, "nickname", "", "abc1", "avatar", "a.png", strings.Repeat("x", MaxFormBytes), "nickname", "", "other")
-	c := formCase{method: "POST", target: "/signup", ct: ct, body: body}
-	got, err := mustKey(KeyByForm("nickname"))(c.request())
-	if got != "abc1" || err != nil {
-		t.Fatalf("key = %q, %v; want abc1", got, err)
-	}
-	r := c.request()
-	defer removeForm(r)
-	if v, pv := r.FormValue("nickname"), r.PostFormValue("nickname"); v != got || pv != got || r.Form.Get("nickname") != got {
-		t.Fatalf("FormValue %q, PostFormValue %q, Form.Get %q; key %q", v, pv, r.Form.Get("nickname"), got)
 	}
 }
 
@@ -390,5 +396,43 @@ func BenchmarkFormKeys(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestQueryManyPairs: a query or URL-encoded body of many pairs is keyed
+// by what url.ParseQuery gives the handler. Since Go 1.24 it drops every
+// value of a query over its limit on the number of pairs (10,000 by
+// default): the key was the value all the same, counting under a fresh
+// key each time a request its handler serves as giving none. Where that
+// limit falls between the reading with semicolons as separators and the
+// one without, the request is ambiguous.
+func TestQueryManyPairs(t *testing.T) {
+	first := func(q string) string {
+		vals, _ := url.ParseQuery(q)
+		return vals.Get("user")
+	}
+	for _, pairs := range []int{manyPairs - 1, manyPairs + 1, 9999, 10000, 10001, 20000} {
+		q := "user=x1" + strings.Repeat("&a=1", pairs-1)
+		for name, c := range map[string]formCase{
+			"query":      {method: "GET", target: "/?" + q},
+			"form body":  {method: "POST", target: "/?n=1", ct: formType, body: q},
+			"semicolons": {method: "GET", target: "/?n;1&" + q},
+		} {
+			if len(c.body) > MaxFormBytes {
+				continue
+			}
+			r := c.request()
+			want, wantErr := first(r.URL.RawQuery)+first(c.body), error(nil)
+			switch {
+			case first(r.URL.RawQuery) != first(strings.ReplaceAll(r.URL.RawQuery, ";", "&")):
+				want, wantErr = "", ErrAmbiguousKey
+			case want == "":
+				wantErr = ErrNoKey
+			}
+			got, err := mustKey(KeyByForm("user"))(r)
+			if got != want || !errors.Is(err, wantErr) || (err == nil) != (wantErr == nil) {
+				t.Errorf("%d pairs, %s: %q, %v; want %q, %v", pairs, name, got, err, want, wantErr)
+			}
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/floodgate-go/floodgate/internal/headerval"
 )
 
 // KeyFunc returns the key a request is limited by. An error means no key
@@ -38,13 +40,17 @@ var ErrNoKey = errors.New("floodgate: request carries no key")
 // ErrAmbiguousKey reports a request that gives its key more than one
 // value: a form field in both the URL query and the body with different
 // values, a field or query parameter repeated with different values, a
-// header given on several lines that differ. A handler could then act on
-// another value than the one the limit counts (FormValue prefers the
-// query to a multipart body, PostFormValue reads only the body, a loop
-// over Request.Form sees every value), so the request is refused:
-// ErrorStatus answers it 400 under every error policy. It does not wrap
-// ErrNoKey, so a PolicySelector never falls back to a weaker limit for
-// it.
+// header given on several lines that differ, a query that reads
+// differently where semicolons separate its pairs too. A handler could
+// then act on another value than the one the limit counts (FormValue
+// prefers the query to a multipart body, PostFormValue reads only the
+// body, a loop over Request.Form sees every value, AllowQuerySemicolons
+// splits at ';'), so the request is refused: ErrorStatus answers it 400
+// under every error policy. It does not wrap ErrNoKey, so a
+// PolicySelector never falls back to a weaker limit for it. A multipart
+// field repeated with another value past the first MaxFormBytes of the
+// body is found only as the handler reads it: the body then ends before
+// that part (see KeyByForm).
 var ErrAmbiguousKey = errors.New("floodgate: request gives its key more than one value")
 
 // ErrInvalidBody reports a request body a key function could not use: too
@@ -71,11 +77,9 @@ func KeyByHeader(name string) (KeyFunc, error) {
 		if len(lines) == 0 {
 			return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, key)
 		}
-		v := trimOWS(lines[0])
-		for _, l := range lines[1:] {
-			if trimOWS(l) != v {
-				return "", fmt.Errorf("%w: header %s is given on %d lines that differ", ErrAmbiguousKey, key, len(lines))
-			}
+		v, ok := headerval.One(lines)
+		if !ok {
+			return "", fmt.Errorf("%w: header %s is given on %d lines that differ", ErrAmbiguousKey, key, len(lines))
 		}
 		if v == "" {
 			return "", fmt.Errorf("%w: header %s is empty", ErrNoKey, key)

@@ -45,6 +45,19 @@ var accessors = []accessor{
 		return last(r.Form[f])
 	}},
 	{"URL.Query().Get", func(r *http.Request, f string) string { return r.URL.Query().Get(f) }},
+	{"last value of MultipartForm.Value", func(r *http.Request, f string) string {
+		if r.ParseMultipartForm(1<<20) != nil || r.MultipartForm == nil {
+			return ""
+		}
+		return last(r.MultipartForm.Value[f])
+	}},
+	{"last value streamed from MultipartReader", func(r *http.Request, f string) string {
+		mr, err := r.MultipartReader()
+		if err != nil {
+			return ""
+		}
+		return last(streamValues(mr, f))
+	}},
 }
 
 // headerAccessors are the ways a handler reads a header.
@@ -85,6 +98,22 @@ type keyAttack struct {
 // against "victim" and the statuses answered.
 func loginAttempts(t *testing.T, key KeyFunc, acc accessor, field string, a keyAttack, opts ...MiddlewareOption) (acted int, statuses map[int]int) {
 	t.Helper()
+	return loginBehind(t, loginSetup{key: key, acc: acc, field: field}, a, opts...)
+}
+
+// loginSetup is a login for loginBehind: its key function, how its
+// handler reads field, and what wraps the handler inside the limit.
+type loginSetup struct {
+	key   KeyFunc
+	acc   accessor
+	field string
+	inner func(http.Handler) http.Handler // nil: nothing
+}
+
+// loginBehind is loginAttempts for the login s.
+func loginBehind(t *testing.T, s loginSetup, a keyAttack, opts ...MiddlewareOption) (acted int, statuses map[int]int) {
+	t.Helper()
+	key, acc, field := s.key, s.acc, s.field
 	byUser := mustTokenBucket(t, PerHour(guessLimit))
 	byIP := mustTokenBucket(t, PerHour(guessIPRate))
 	sel, err := NewPolicySelector(
@@ -99,7 +128,7 @@ func loginAttempts(t *testing.T, key KeyFunc, acc accessor, field string, a keyA
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	login := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if acc.read(r, field) == "victim" {
 			mu.Lock()
 			acted++
@@ -109,7 +138,11 @@ func loginAttempts(t *testing.T, key KeyFunc, acc accessor, field string, a keyA
 			_ = r.MultipartForm.RemoveAll()
 		}
 		w.WriteHeader(http.StatusUnauthorized) // wrong password
-	}))
+	})
+	if s.inner != nil {
+		handler = s.inner(handler)
+	}
+	login := mw(handler)
 	statuses = map[int]int{}
 	for i := range guesses {
 		r := a.req(i)
@@ -180,6 +213,17 @@ func formAttacks(t *testing.T) []keyAttack {
 		}, false},
 		{"GET with a multipart body", func(i int) *http.Request {
 			return multipartPost(t, http.MethodGet, "/login?n="+x(i), "user", "", "victim")
+		}, false},
+		// Past the MaxFormBytes read before the handler: counted under
+		// the first value, and the handler's parse fails on the other.
+		{"multipart body user=x<i>, a 70 KB file, user=victim", func(i int) *http.Request {
+			return multipartPost(t, http.MethodPost, "/login", "user", "", x(i), "avatar", "a.png", pastWindow, "user", "", "victim")
+		}, false},
+		{"multipart body user=, a 70 KB file, user=victim", func(i int) *http.Request {
+			return multipartPost(t, http.MethodPost, "/login?n="+x(i), "user", "", "", "avatar", "a.png", pastWindow, "user", "", "victim")
+		}, false},
+		{"query x<i>, multipart body with a 70 KB file, user=victim", func(i int) *http.Request {
+			return multipartPost(t, http.MethodPost, "/login?user="+x(i), "avatar", "a.png", pastWindow, "user", "", "victim")
 		}, false},
 		{"a middleware set Form", func(i int) *http.Request {
 			r := formPost("/login", "user="+x(i)+"&password=guess")
@@ -298,6 +342,48 @@ func TestHeaderKeyAttacks(t *testing.T) {
 					acted, statuses := loginAttempts(t, header, acc, "X-User", a, pol.opts...)
 					checkAttack(t, a, acted, statuses)
 				})
+			}
+		}
+	}
+}
+
+// TestQuerySemicolonAttacks: a service that takes semicolon-separated
+// queries wraps its mux in http.AllowQuerySemicolons, and the limit goes
+// outermost. Before the fix, "?user=victim;n=<i>" was skipped by
+// KeyByQuery and KeyByForm as url.ParseQuery skips it (ErrNoKey: the
+// lenient IP policy) while the handler, behind AllowQuerySemicolons,
+// read user=victim: 20 of 20 guesses. A query that reads differently
+// with semicolons as separators is now ErrAmbiguousKey (400); one that
+// reads the same either way is counted as usual, with or without
+// AllowQuerySemicolons.
+func TestQuerySemicolonAttacks(t *testing.T) {
+	x := func(i int) string { return fmt.Sprintf("x%d", i) }
+	get := func(q func(i int) string) func(int) *http.Request {
+		return func(i int) *http.Request { return httptest.NewRequest(http.MethodGet, "/login?"+q(i), nil) }
+	}
+	attacks := []keyAttack{
+		{"user=victim;n=<i>", get(func(i int) string { return "user=victim;n=" + x(i) }), true},
+		{"n=<i>;user=victim", get(func(i int) string { return "n=" + x(i) + ";user=victim" }), true},
+		{"user=x<i>&n;user=victim", get(func(i int) string { return "user=" + x(i) + "&n;user=victim" }), true},
+		{"user=x<i>;user=victim", get(func(i int) string { return "user=" + x(i) + ";user=victim" }), true},
+		{"user=victim&n=1;<i>", get(func(i int) string { return "user=victim&n=1;" + x(i) }), false},
+		{"POST user=victim;n=<i>, urlencoded body", func(i int) *http.Request {
+			return formPost("/login?user=victim;n="+x(i), "password=guess")
+		}, true},
+	}
+	readers := []accessor{accessors[0], accessors[2], accessors[5], accessors[6]} // FormValue, Form.Get, last of Form, URL.Query
+	inners := map[string]func(http.Handler) http.Handler{"AllowQuerySemicolons": http.AllowQuerySemicolons, "plain": nil}
+	for kname, key := range map[string]KeyFunc{"KeyByQuery": mustKey(KeyByQuery("user")), "KeyByForm": mustKey(KeyByForm("user"))} {
+		for iname, inner := range inners {
+			for _, a := range attacks {
+				for _, acc := range readers {
+					for _, pol := range errorPolicies {
+						t.Run(kname+"/"+iname+"/"+a.name+"/"+acc.name+"/"+pol.name, func(t *testing.T) {
+							acted, statuses := loginBehind(t, loginSetup{key: key, acc: acc, field: "user", inner: inner}, a, pol.opts...)
+							checkAttack(t, a, acted, statuses)
+						})
+					}
+				}
 			}
 		}
 	}

@@ -216,3 +216,36 @@ func FuzzNormalizePattern(f *testing.F) {
 		}
 	})
 }
+
+// FuzzKeyByHeader: whatever lines a request gives a header (split at
+// NUL), KeyByHeader's key is the value a handler reads from any of them
+// — Header.Get, the last line, the first or last non-empty one, trimmed
+// of spaces and tabs —; "no key" means none gives a value; an ambiguity
+// is refused only where two lines do give different values.
+func FuzzKeyByHeader(f *testing.F) {
+	f.Add("x1\x00victim")
+	f.Add("\x00victim")
+	f.Add(" k1\x00k1\t")
+	f.Add("victim\x00 ")
+	kf := mustKey(KeyByHeader("X-User"))
+	f.Fuzz(func(t *testing.T, joined string) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		lines := strings.Split(joined, "\x00")
+		r.Header["X-User"] = lines
+		key, err := kf(r)
+		read := map[string]bool{}
+		for _, l := range lines {
+			read[strings.Trim(l, " \t")] = true
+		}
+		switch {
+		case err == nil && (len(read) != 1 || !read[key] || key == ""):
+			t.Fatalf("key %q; the lines %q give %d values", key, lines, len(read))
+		case errors.Is(err, ErrNoKey) && (len(read) != 1 || !read[""]):
+			t.Fatalf("%v; the lines %q give a value", err, lines)
+		case errors.Is(err, ErrAmbiguousKey) && len(read) < 2:
+			t.Fatalf("%v; the lines %q give one value", err, lines)
+		case err != nil && !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrAmbiguousKey):
+			t.Fatalf("%v, undocumented", err)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"context"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/internal/estimate"
@@ -45,10 +46,14 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a key whose
 // estimate has fallen to zero equals a fresh one and is dropped first, at
-// no cost. A key dropped while its estimate is not zero comes back with
-// its events counted as if they had all come in its last window: charged
-// what it spent, no less, and no longer than that window weighs (unless
-// WithForgetEvicted).
+// no cost. A key dropped while its estimate is not zero leaves its window
+// and both counts in a 16-byte debt (unless WithForgetEvicted) and comes
+// back from it deciding exactly as if it had never been dropped, for
+// every period longer than Limit nanoseconds (every period over 16.8 ms,
+// whatever the limit; below, a previous count that does not fit is
+// counted in the current window) and every sum of counts below 2^25 (a
+// counter charged beyond that by ChargeN comes back charged up to a
+// 2^19th more, never less).
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {
@@ -275,34 +280,98 @@ func (a *scAlg) decide(d *Decision, st *scState, now int64, n int) {
 	}
 }
 
-// debt returns what st owes at now (see debt): the end of the window in
-// which its last events stop weighing, and those events. Events of the
-// current window are owed with the previous window's, all as if they had
-// come in the current one; events of the previous window alone are owed
-// exactly.
+// debt returns what st owes at now (see debt), exactly: the end of the
+// window after which its last events stop weighing, and its counts. The
+// counts are taken as of the window of the newer one that is not zero
+// (a current window with no events yet is the window after the one its
+// previous count was made in, which the state equals from then on), so
+// that the debt's end is two periods after that window began, and amt is
+// the sum of both counts (see packCount). The previous count rides in
+// the time, that many nanoseconds after the end: the end is a multiple
+// of Period, and the count, at most Rate.Limit unless charged beyond
+// (ChargeN), is below Period for every rate whose period is longer than
+// Limit nanoseconds (every period over 16.8 ms, whatever the limit). A
+// previous count that does not fit is owed as if its events had come in
+// the current window (more charged, never less). The debt so runs out up
+// to Rate.Limit nanoseconds after the counts stop weighing, when a key
+// restored from it starts from counts that weigh nothing.
 func (a *scAlg) debt(st *scState, now int64) debt {
 	w := now / a.period
 	prev, cur := st.counts(w)
 	switch {
 	case cur > 0:
-		// Saturated at 2^31 (a debt of ChargeN), so that a restored count
-		// plus a request never wraps.
-		return debt{at: (w + 2) * a.period, amt: uint32(min(uint64(prev)+uint64(cur), 1<<31))}
+		v := debt{at: (w + 2) * a.period, amt: packCount(uint64(prev) + uint64(cur))}
+		if int64(prev) < a.period {
+			v.at += int64(prev)
+		}
+		return v
 	case prev > 0:
-		return debt{at: (w + 1) * a.period, amt: prev}
+		return debt{at: (w + 1) * a.period, amt: packCount(uint64(prev))}
 	}
 	return debt{}
 }
 
-// restore sets st to counts that owe v at now: v.amt events in the fixed
-// window whose events stop weighing at v.at. They weigh at least as much
-// as the counts v was taken from, at every time; the larger either number
-// of v, the more they weigh, for longer.
+// restore sets st to the counts a key's debt v keeps (see debt): the
+// state v was taken from, or one that counts the same events in the same
+// windows, so that it decides exactly as that state would. A shared
+// bound (v.shared), whose time and amount are the largest of several
+// keys', is restored as its amount counted in the window its time ends:
+// no previous count, every event of the current window, which weighs at
+// least as much as the counts of any of those keys at every time. So is
+// a sum of counts rounded up (see packCount): its events beyond the real
+// ones count in the current window, more charged, never less.
 func (a *scAlg) restore(st *scState, v debt, now int64) {
 	*st = scState{}
-	if v.owes(now) {
-		st.window, st.cur = v.at/a.period-2, v.amt
+	if !v.owes(now) {
+		return
 	}
+	w := v.at/a.period - 2
+	if now >= (w+2)*a.period {
+		return // the previous count's nanoseconds: the counts weigh nothing
+	}
+	prev := uint32(v.at - (w+2)*a.period)
+	if v.shared {
+		prev = 0
+	}
+	st.window, st.prev, st.cur = w, prev, unpackCount(v.amt)-prev
+}
+
+// A debt's amount holds a counter's sum of counts in fewer bits than
+// the counts take when charged beyond the limit (2^30 each, see
+// ChargeN), and below the debt memory's shield (markerAmt): exactly
+// below countExact (2^25, twice the largest limit), and above as a
+// number of countMantBits significant bits and an exponent, rounded up
+// (a relative error below 2^-19), which a restored counter counts in its
+// current window: charged for a debt of 2^25 events or more up to a
+// 2^19th more, never less. The packing keeps the order of the sums, so
+// that the maximum of two amounts (a shared bound, see debt) is the
+// amount of the larger.
+const (
+	countExact    = 1 << 25
+	countMantBits = 19
+)
+
+// packCount returns the amount that holds a sum of counts n (at most
+// 2^31).
+func packCount(n uint64) uint32 {
+	if n < countExact {
+		return uint32(n)
+	}
+	e := uint(bits.Len64(n)) - (countMantBits + 1)
+	m := (n + 1<<e - 1) >> e // the leading bits, rounded up: in [2^19, 2^20]
+	if m == 1<<(countMantBits+1) {
+		m, e = m>>1, e+1
+	}
+	return countExact | uint32(e)<<countMantBits | uint32(m)&(1<<countMantBits-1)
+}
+
+// unpackCount returns the sum a packed amount holds (see packCount).
+func unpackCount(a uint32) uint32 {
+	if a < countExact {
+		return a
+	}
+	e := a >> countMantBits & (countExact>>countMantBits - 1)
+	return (1<<countMantBits | a&(1<<countMantBits-1)) << e
 }
 
 // convert sets st, counts under a at now, to the counts under b that

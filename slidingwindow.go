@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -40,9 +41,31 @@ import (
 //
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
-// cost. A key dropped while its log still counts comes back as if the
-// units it counted had all been spent at its newest entry: charged what it
-// spent, until that entry would have aged out (unless WithForgetEvicted).
+// cost. A key dropped while its log still counts leaves a 16-byte debt
+// (unless WithForgetEvicted), which cannot hold every entry: the key
+// comes back with the units it counted at two times at most, those up to
+// one older entry (the step) at that entry's time rounded up to a grid,
+// the others at its newest entry's time. No unit is put earlier than it
+// came, so a restored key is never allowed what it would have been
+// denied; and none later than the newest entry, so it counts units longer
+// than the exact log would only until its newest entry ages out, a Period
+// after its newest request at most, and never counts more units than its
+// log did. The grid is about Period/2²⁰ at Limit 5, Period/2¹⁸ at 10,
+// Period/4,096 at 100, Period/256 at 1,000 and Period/32 at
+// MaxSlidingLogLimit. The step's units are exact up to Limit 256, so that
+// a log of two entries comes back as it was, but that its older entry
+// ages out up to a grid step late; above, they are rounded down to a
+// 256th of the log's units (down to a 16th at MaxSlidingLogLimit), the
+// rest counting at the newest entry's time. Of a longer log, the step is
+// the entry that gives back the most units times the time they gain
+// (before rounding), among every entry of a log of up to nine, and eight
+// spread evenly over the entries of a longer one. A key evicted again
+// after it came back may have units moved later again, never past its
+// newest entry of the time. A log charged beyond its limit (ChargeN)
+// comes back as the most units a log in debt counts, at its newest
+// entry's time: denied until that entry ages out, and from a charge on
+// until the charge does (more charged than it may have been, never
+// less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -60,6 +83,7 @@ type slAlg struct {
 	limit       int
 	period      int64 // Rate.Period in ns
 	unit        int64 // ns; event times are kept in this unit
+	step        logStep
 	countDenied bool
 }
 
@@ -141,7 +165,9 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 }
 
 func newSLAlg(r Rate, countDenied bool) *slAlg {
-	return &slAlg{rate: r, limit: r.Limit, period: int64(r.Period), unit: logUnit(int64(r.Period)), countDenied: countDenied}
+	a := &slAlg{rate: r, limit: r.Limit, period: int64(r.Period), unit: logUnit(int64(r.Period)), countDenied: countDenied}
+	a.step = newLogStep(r.Limit, a.period, a.unit)
+	return a
 }
 
 // checkSlidingLogRate is validateWindowRate plus the bound on a log's
@@ -532,32 +558,164 @@ func (a *slAlg) rebase(st *slState, now int64) {
 }
 
 // debt returns what st owes at now (see debt): when its newest entry
-// ages out, and the units it counts.
+// ages out, and in amt the units it counts above a step (see logStep)
+// that lets the units up to one older entry age out sooner (see
+// restore). A log charged beyond its limit (ChargeN) counts more units
+// than amt holds: its amount is the saturated one (see logStep), with no
+// step.
 func (a *slAlg) debt(st *slState, now int64) debt {
 	a.expire(st, now)
 	if st.count == 0 {
 		return debt{}
 	}
-	return debt{at: a.at(st, int(st.count)-1) + a.period, amt: st.used()}
+	at := a.at(st, int(st.count)-1) + a.period
+	used := st.used()
+	if used > uint32(a.limit) {
+		return debt{at: at, amt: a.step.saturated()}
+	}
+	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used)}
 }
 
-// restore sets st, keeping its ring, to a log that owes v at now: v.amt
-// units in one entry at the time of the newest entry of the log v was
-// taken from, which ages out at v.at. That log counted those units at
-// that time or earlier, so it never counts more than this one. The
-// larger either number of v, the more this log counts, for longer.
+// restore sets st, keeping its ring, to a log that owes v at now: the
+// units the log v was taken from counted, in at most two entries. The
+// step's units (see logStep) are at the step's time, the others at the
+// time of that log's newest entry, which ages out at v.at. Each unit is
+// at its own time or later, so this log counts at every time at least
+// the units that log did, and after any same decisions and refunds
+// still does. A shared bound (v.shared), the largest time and units of
+// several keys', has all its units at its newest time: at least as late,
+// and as many, as any of those keys' own. A saturated amount, a log in
+// debt beyond its limit, comes back as the most units any log counts
+// (maxLogUnits, 2^31) at its newest time: denied every request until that
+// entry ages out, as the log it was taken from was at most. Not the
+// Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
+// SetRate) leaves a log counting units of its older, larger limit, and a
+// later upgrade must find them all.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
 		return
 	}
-	u := (v.at - a.period) / a.unit // an entry's time: a whole number of units
-	st.era = uint32(u >> eraShift)
-	if len(st.ring) == 0 {
-		st.ring = make([]slEntry, 1)
+	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
+	used := v.amt >> a.step.shift
+	var early uint32
+	var back int64
+	switch {
+	case v.amt >= a.step.saturated():
+		used = maxLogUnits
+	case !v.shared:
+		early, back = a.step.decode(v.amt, used)
 	}
-	st.count = 1
-	st.ring[0] = slEntry{off: uint32(u - st.base()), total: v.amt}
+	st.era = uint32((newest - back) >> eraShift)
+	if want := 1 + min(early, 1); len(st.ring) < int(want) {
+		st.ring = make([]slEntry, want)
+	}
+	if early > 0 {
+		st.ring[0] = slEntry{off: uint32(newest - back - st.base()), total: early}
+		st.count++
+	}
+	*st.entry(int(st.count)) = slEntry{off: uint32(newest - st.base()), total: used}
+	st.count++
+}
+
+// logStep is how a sliding log's debt keeps, below the units its log
+// counts, a step: some of those units and how much older than the log's
+// newest entry they are, which lets them age out sooner than the newest
+// entry when the key is restored. The units are kept exactly when the
+// log counts at most 2^cbits, and otherwise as a share of the log's
+// (units·2^cbits/used, rounded down); the age as a whole number of grid
+// time units, rounded down: a restored step holds no more units than came
+// at or before its time, which is no earlier than theirs. The bits are
+// shared by a limit's needs: the units take bits.Len(Limit+1) of the 26
+// bits of a debt's amount (so a shield's amount stays out of reach), the
+// step's units up to bits.Len(Limit-1) of the rest and at most half, and
+// its age what remains: for Limit 5, the units 3 bits, the step's 3 and
+// the age 20 (Period/2²⁰); for Limit 100, 7 bits each and the age 12
+// (Period/4,096); for Limit 1,000, 10, 8 and 8; for MaxSlidingLogLimit,
+// 17, 4 and 5.
+type logStep struct {
+	shift uint  // amt's bits below the units
+	cbits uint  // the step's units' bits, above the age's
+	grid  int64 // time units per step of the age
+}
+
+func newLogStep(limit int, period, unit int64) logStep {
+	shift := amtBits - uint(bits.Len(uint(limit)+1))
+	cbits := min(uint(bits.Len(uint(limit-1))), shift/2)
+	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
+	grid := longest>>(shift-cbits) + 1    // longest/grid < 2^(shift-cbits)
+	return logStep{shift: shift, cbits: cbits, grid: grid}
+}
+
+// saturated returns the amount of a log that counts more than Rate.Limit
+// units (charged beyond it): the units' largest value, which no log
+// within its limit reaches (Limit+1 < 2^bits), with no step. It is the
+// largest amount a log's debt takes, and below a shield's.
+func (s logStep) saturated() uint32 {
+	return (1<<(amtBits-s.shift) - 1) << s.shift
+}
+
+// encode returns the step for early of used units at most back time
+// units older than the newest entry; 0 if it would give back nothing.
+func (s logStep) encode(early, used uint32, back int64) uint32 {
+	n := early // exact: early < used ≤ 2^cbits
+	if used > 1<<s.cbits {
+		n = uint32(uint64(early) << s.cbits / uint64(used)) // < 2^cbits: early < used
+	}
+	age := uint32(back / s.grid)
+	if n == 0 || age == 0 { // decode would give back nothing
+		return 0
+	}
+	return n<<(s.shift-s.cbits) | age
+}
+
+// decode returns the units and age of the step in amt, for a log of used
+// units. A share is rounded up, which keeps the units at or below those
+// encoded (share·used/2^cbits ≤ early).
+func (s logStep) decode(amt, used uint32) (early uint32, back int64) {
+	dbits := s.shift - s.cbits
+	early = amt >> dbits & (1<<s.cbits - 1)
+	if used > 1<<s.cbits {
+		early = uint32((uint64(early)*uint64(used) + 1<<s.cbits - 1) >> s.cbits)
+	}
+	back = int64(amt&(1<<dbits-1)) * s.grid
+	if early == 0 || back == 0 {
+		return 0, 0
+	}
+	return early, back
+}
+
+// stepCandidates bounds the entries bestStep weighs, so that a debt costs
+// the same whatever the log holds.
+const stepCandidates = 8
+
+// bestStep returns the step (see logStep) that gives back the most: of
+// the entries before the newest, the one for which the units up to it,
+// times how much older than the newest it is, is largest (before the
+// step rounds them). It weighs every entry of a log of up to
+// stepCandidates+1 entries, and stepCandidates spread evenly over the
+// entries of a longer one: a multiplication each, and one step encoded.
+func (a *slAlg) bestStep(st *slState, used uint32) uint32 {
+	last := int(st.count) - 1
+	newest := int64(st.entry(last).off)
+	var early uint32
+	var back int64
+	var most uint64
+	for j := range min(last, stepCandidates) {
+		i := j
+		if last > stepCandidates {
+			i = j * last / stepCandidates
+		}
+		e := st.entry(i)
+		n, age := e.total-st.low, newest-int64(e.off)
+		if gain := uint64(n) * uint64(age); gain > most {
+			early, back, most = n, age, gain
+		}
+	}
+	if most == 0 {
+		return 0
+	}
+	return a.step.encode(early, used, back)
 }
 
 // convert sets st, a log under a at now, to the log under b that inherits

@@ -35,26 +35,41 @@ func (l *SlidingLog) ChargeN(_ context.Context, key string, n int) error {
 	})
 }
 
+// maxLogUnits bounds the units a log holds, far below where its 32-bit
+// running totals wrap: a log reaching it folds (see charge), which is
+// conservative — every unit at now is denied at least as long.
+const maxLogUnits = 1 << 31
+
 // charge records w units at now on a log that expire brought up to date,
 // beyond the limit if need be (see ChargeN for the bounds).
 func (a *slAlg) charge(st *slState, now int64, w uint32) {
 	limit := uint32(a.limit)
 	w = min(w, limit)
-	if int(st.count) >= a.limit {
-		// Fold: every unit at now, no more than limit of them.
-		w = min(st.used()+w, limit)
+	keep := limit // the most the newest entry weighs
+	// A log near the top of its 32-bit running totals folds too: its
+	// units would wrap to none. At most limit entries of limit units
+	// reach 2^32 at MaxSlidingLogLimit.
+	if used := st.used(); int(st.count) >= a.limit || used > limit && st.count == 1 || used > maxLogUnits-w {
+		// Fold: every unit at now, no more than limit of them. A log of
+		// one entry of more than limit is one restored in debt (see
+		// restore), which counts at least the units of the log it was
+		// taken from: it folds as that log may have, keeping them all.
+		if used > limit && st.count == 1 {
+			keep = used
+		}
+		w = min(used+w, keep)
 		st.head, st.count, st.low = 0, 0, 0
 	}
 	a.record(st, now, w)
 	// record merges into a newest entry of the same time unit: an entry
-	// weighs at most limit.
+	// weighs at most keep.
 	last := st.entry(int(st.count) - 1)
 	prev := st.low
 	if st.count > 1 {
 		prev = st.entry(int(st.count) - 2).total
 	}
-	if last.total-prev > limit {
-		last.total = prev + limit
+	if last.total-prev > keep {
+		last.total = prev + keep
 	}
 }
 

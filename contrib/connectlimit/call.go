@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/headerval"
 )
 
 // Call is a connect call as connectlimit's key functions see it, on the
@@ -56,23 +57,31 @@ func KeyByIP(opts ...floodgate.IPOption) (KeyFunc, error) {
 	}, nil
 }
 
-// KeyByHeader returns a KeyFunc that keys a call by the first value of
-// the request header name, trimmed of white space, as
-// floodgate.KeyByHeader does. A missing or empty header yields
-// floodgate.ErrNoKey. A name that is not an HTTP token is an error
-// wrapping floodgate.ErrInvalidOption.
+// KeyByHeader returns a KeyFunc that keys a call by the value of the
+// request header name (gRPC metadata, on the gRPC protocols), trimmed of
+// white space, as floodgate.KeyByHeader does: a header given on several
+// lines must give the same value on each, or the call gets
+// floodgate.ErrAmbiguousKey, connect.CodeInvalidArgument under every
+// error policy (an empty line beside another included), since a handler
+// reading another line than the first would act on another value than
+// the one counted. A missing or empty header yields floodgate.ErrNoKey.
+// A name that is not an HTTP token is an error wrapping
+// floodgate.ErrInvalidOption.
 func KeyByHeader(name string) (KeyFunc, error) {
 	if !validToken(name) {
 		return nil, fmt.Errorf("%w: KeyByHeader: header name %q is not an HTTP token: pass a header name such as \"X-API-Key\"", floodgate.ErrInvalidOption, name)
 	}
 	key := textproto.CanonicalMIMEHeaderKey(name)
 	return func(c Call) (string, error) {
-		if vs := c.Header[key]; len(vs) > 0 {
-			if v := strings.Trim(vs[0], " \t"); v != "" {
-				return v, nil
-			}
+		vs := c.Header[key]
+		v, ok := headerval.One(vs)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("%w: header %s is given on %d lines that differ", floodgate.ErrAmbiguousKey, key, len(vs))
+		case v == "":
+			return "", fmt.Errorf("%w: header %s is missing or empty", floodgate.ErrNoKey, key)
 		}
-		return "", fmt.Errorf("%w: header %s is missing or empty", floodgate.ErrNoKey, key)
+		return v, nil
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -29,12 +30,6 @@ const (
 	mdPushback = "grpc-retry-pushback-ms"
 )
 
-// headerSender is where the response headers of a call go:
-// grpc.ServerStream, or a unary call's grpc.ServerTransportStream.
-type headerSender interface {
-	SetHeader(metadata.MD) error
-}
-
 // trailerSetter sets the trailers of a refused call.
 type trailerSetter func(metadata.MD)
 
@@ -56,20 +51,31 @@ func quotaMD(q *floodgate.Quota, extra int) metadata.MD {
 		if md == nil {
 			md = make(metadata.MD, 2+extra)
 		}
-		// The values are shared between calls: gRPC copies them
-		// (metadata.Join) and never writes into them.
+		// The values are shared between calls: gRPC reads or copies
+		// them and never writes into them.
 		md[kv.key] = kv.v
 	}
 	return md
 }
 
-// sendQuota sends the quota values of an admitted call as response
-// headers.
-func sendQuota(s headerSender, q *floodgate.Quota) {
-	if md := quotaMD(q, 0); md != nil {
-		// SetHeader fails only once the header has been sent, and the
-		// handler, the only one who could send it, has not run yet.
-		_ = s.SetHeader(md)
+// answerQuota sends the quota values of an admitted unary call once its
+// handler has returned: as response headers when it succeeded, in the
+// trailers when it failed, so that a failure the handler returns stays
+// Trailers-Only, retryable by a client's retry policy as a denial is.
+//
+// The headers are sent, not set, because that costs four allocations
+// less on two keys: SetHeader merges the values into a new map
+// (metadata.Join), SendHeader on headers not yet set hands the transport
+// md as it is (md is shared, see mdCache). grpc-go would send them right
+// after anyway, with the response. When the headers are gone already
+// (the handler sent them, or another limit inside this one did), the
+// quota goes in the trailers.
+func answerQuota(stream grpc.ServerTransportStream, md metadata.MD, failed bool) {
+	if md == nil || stream == nil {
+		return
+	}
+	if failed || stream.SendHeader(md) != nil {
+		_ = stream.SetTrailer(md) // fails only once the call is over
 	}
 }
 

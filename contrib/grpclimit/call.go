@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/headerval"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
@@ -108,12 +109,16 @@ func peerText(ctx context.Context) (string, error) {
 	return p.Addr.String(), nil
 }
 
-// KeyByMetadata returns a KeyFunc that keys a call by the first value of
-// the incoming metadata key, trimmed of white space, as
-// floodgate.KeyByHeader reads the first line of a header. A missing or
-// empty value yields floodgate.ErrNoKey. The key is matched in lower
-// case, as gRPC sends metadata keys; one that is not an HTTP token, or a
-// binary key (ending in "-bin"), is an error wrapping
+// KeyByMetadata returns a KeyFunc that keys a call by the value of the
+// incoming metadata key, trimmed of white space, as floodgate.KeyByHeader
+// reads a header. A key given several values must give the same one in
+// each: values that differ (an empty one beside another included) yield
+// floodgate.ErrAmbiguousKey, codes.InvalidArgument under every error
+// policy, since a handler reading another value than the first (the
+// last, the first non-empty one) would act on another value than the one
+// counted. A missing or empty value yields floodgate.ErrNoKey. The key is
+// matched in lower case, as gRPC sends metadata keys; one that is not an
+// HTTP token, or a binary key (ending in "-bin"), is an error wrapping
 // floodgate.ErrInvalidOption.
 func KeyByMetadata(key string) (KeyFunc, error) {
 	k := strings.ToLower(key)
@@ -121,12 +126,15 @@ func KeyByMetadata(key string) (KeyFunc, error) {
 		return nil, fmt.Errorf("%w: KeyByMetadata: metadata key %q is not a text metadata key: pass a key such as \"x-api-key\"", floodgate.ErrInvalidOption, key)
 	}
 	return func(c Call) (string, error) {
-		if vs := metadata.ValueFromIncomingContext(c.Context, k); len(vs) > 0 {
-			if v := strings.Trim(vs[0], " \t"); v != "" {
-				return v, nil
-			}
+		vs := metadata.ValueFromIncomingContext(c.Context, k)
+		v, ok := headerval.One(vs)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("%w: metadata %s is given %d values that differ", floodgate.ErrAmbiguousKey, k, len(vs))
+		case v == "":
+			return "", fmt.Errorf("%w: metadata %s is missing or empty", floodgate.ErrNoKey, k)
 		}
-		return "", fmt.Errorf("%w: metadata %s is missing or empty", floodgate.ErrNoKey, k)
+		return v, nil
 	}, nil
 }
 

@@ -22,7 +22,13 @@
 //   - an allowed call gets the quota in its response header metadata,
 //     under floodgate's HTTP header names in lower case (ratelimit-policy
 //     and ratelimit by default), formatted as the HTTP middleware formats
-//     them;
+//     them. A unary call's are sent as its handler returns, just before
+//     grpc-go would send them with the response; if the handler failed,
+//     they go in the trailers instead, so that the failure stays
+//     Trailers-Only and a client's retry policy retries it as it would
+//     without the limit; where the headers have gone already (the handler
+//     sent them, or a limit inside this one did), in the trailers too. A
+//     stream's are set when it opens, and go with its first message;
 //   - a denied call is Trailers-Only: codes.ResourceExhausted with a
 //     google.rpc.RetryInfo detail holding the exact wait, and in the
 //     trailers the quota metadata, retry-after and grpc-retry-pushback-ms,
@@ -32,7 +38,8 @@
 //     limit names; a call that costs more than the limit can ever hold
 //     gets -1 ("do not retry") and no RetryInfo. Put the interceptors
 //     first in the chain: headers sent before them would end the
-//     Trailers-Only form;
+//     Trailers-Only form, and an interceptor outside them cannot set
+//     headers once an allowed unary call returns (they are sent);
 //   - a limiter that fails is codes.Unavailable (fail closed) unless
 //     WithFailOpen; a key error the caller caused (no key, an unusable
 //     address, a key too long) is codes.InvalidArgument under every

@@ -46,7 +46,9 @@ func bucket(t testing.TB, r floodgate.Rate, opts ...floodgate.Option) *floodgate
 
 // testService is grpc.testing.TestService, counting the calls that reach
 // its handlers. UnaryCall ends with the code its request's
-// ResponseStatus names, and panics if the status message is "panic".
+// ResponseStatus names, and panics if the status message is "panic";
+// it sets the response header x-handler when the request's metadata
+// x-set-header is "set", and sends it when it is "send".
 type testService struct {
 	testpb.UnimplementedTestServiceServer
 	empties, unaries, streams atomic.Int32
@@ -62,6 +64,13 @@ func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	s.unaries.Add(1)
 	if s.ran != nil {
 		s.ran()
+	}
+	switch v := metadata.ValueFromIncomingContext(ctx, "x-set-header"); {
+	case len(v) == 0:
+	case v[0] == "set":
+		_ = grpc.SetHeader(ctx, metadata.Pairs("x-handler", "set")) // the test reads it back
+	case v[0] == "send":
+		_ = grpc.SendHeader(ctx, metadata.Pairs("x-handler", "sent"))
 	}
 	if v := metadata.ValueFromIncomingContext(ctx, "x-cost"); len(v) > 0 {
 		if n, err := strconv.Atoi(v[0]); err == nil {
@@ -110,12 +119,23 @@ func serveOn(t *testing.T, lim *grpclimit.Interceptors) *server {
 // serveCounting is serveOn with ran called by every UnaryCall.
 func serveCounting(t *testing.T, lim *grpclimit.Interceptors, ran func()) *server {
 	t.Helper()
+	return serveService(t, &testService{ran: ran}, grpc.ChainUnaryInterceptor(recoverUnary, lim.Unary()), grpc.ChainStreamInterceptor(lim.Stream()))
+}
+
+// serveWith is a server of the test service with the server options given.
+func serveWith(t *testing.T, opts ...grpc.ServerOption) *server {
+	t.Helper()
+	return serveService(t, &testService{}, opts...)
+}
+
+func serveService(t *testing.T, svc *testService, opts ...grpc.ServerOption) *server {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary, lim.Unary()), grpc.ChainStreamInterceptor(lim.Stream()))
-	s := &server{addr: ln.Addr().String(), svc: &testService{ran: ran}, srv: srv}
+	srv := grpc.NewServer(opts...)
+	s := &server{addr: ln.Addr().String(), svc: svc, srv: srv}
 	testpb.RegisterTestServiceServer(srv, s.svc)
 	healthgrpc.RegisterHealthServer(srv, health.NewServer())
 	done := make(chan error, 1)

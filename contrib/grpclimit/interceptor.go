@@ -16,7 +16,8 @@ import (
 // them first in the chain, so that streams are limited as well as unary
 // calls and no interceptor before them sends response headers (which
 // would turn a denial from Trailers-Only into a response the client does
-// not retry):
+// not retry) or sets them after an allowed unary call (the limit has
+// sent them with its quota as the call returned):
 //
 //	lim, err := grpclimit.New(limiter, grpclimit.WithKeyFunc(clientIP))
 //	srv := grpc.NewServer(
@@ -40,10 +41,12 @@ type Interceptors struct {
 	cost        func(Response) (int, bool) // nil: no cost after the call
 }
 
-// limit is one selector and the admission core deciding its calls.
+// limit is one selector, the admission core deciding its calls, and the
+// quota metadata its admitted calls were sent.
 type limit struct {
 	sel  *floodgate.SelectorFor[Call]
 	gate *floodgate.Gate
+	md   *mdCache
 }
 
 // New returns interceptors that limit every call with l, keyed by
@@ -116,7 +119,7 @@ func newLimit(c *config, sel *floodgate.SelectorFor[Call]) (*limit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &limit{sel: sel, gate: gate}, nil
+	return &limit{sel: sel, gate: gate, md: newMDCache()}, nil
 }
 
 // healthService is the prefix of the standard health service's methods.
@@ -157,25 +160,42 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		if out.Blocked {
 			return nil, refuse(ctx, unaryTrailer(stream), &out)
 		}
-		if stream != nil {
-			sendQuota(stream, &out.Quota)
-		}
-		if !out.NeedsSettle {
-			return handler(ctx, req)
-		}
-		ctx = out.Context(ctx) // the meter of ReportCost, under WithCostAfter
-		var sent *sentMD
-		if i.cost != nil && stream != nil {
-			sent = &sentMD{}
-			ctx = grpc.NewContextWithServerTransportStream(ctx, &recordingTransport{ServerTransportStream: stream, sent: sent})
-		}
 		var resp any
-		err := i.settled(ctx, l, &out, sent, func() (err error) {
+		var err error
+		if out.NeedsSettle {
+			resp, err = i.settledUnary(ctx, l, &out, unaryRun{req, handler, stream})
+		} else {
 			resp, err = handler(ctx, req)
-			return err
-		})
+		}
+		answerQuota(stream, l.md.get(&out.Quota), err != nil)
 		return resp, err
 	}
+}
+
+// unaryRun is the request of a unary call, the handler it goes to and
+// the call's transport stream (nil outside a server).
+type unaryRun struct {
+	req     any
+	handler grpc.UnaryHandler
+	stream  grpc.ServerTransportStream
+}
+
+// settledUnary runs the handler of an admitted unary call the admission
+// core settles after it (see settled), with the meter of ReportCost in
+// its context and, under WithCostAfter, the metadata it sends recorded.
+func (i *Interceptors) settledUnary(ctx context.Context, l *limit, out *floodgate.Outcome, run unaryRun) (any, error) {
+	ctx = out.Context(ctx)
+	var sent *sentMD
+	if i.cost != nil && run.stream != nil {
+		sent = &sentMD{}
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &recordingTransport{ServerTransportStream: run.stream, sent: sent})
+	}
+	var resp any
+	err := i.settled(ctx, l, out, sent, func() (err error) {
+		resp, err = run.handler(ctx, run.req)
+		return err
+	})
+	return resp, err
 }
 
 // Stream returns the stream server interceptor. A stream is decided once,
@@ -192,7 +212,11 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		if out.Blocked {
 			return refuse(ctx, ss.SetTrailer, &out)
 		}
-		sendQuota(ss, &out.Quota)
+		if md := l.md.get(&out.Quota); md != nil {
+			// SetHeader fails only once the header has been sent, and
+			// the handler, the only one who could send it, has not run.
+			_ = ss.SetHeader(md)
+		}
 		if !out.NeedsSettle {
 			return handler(srv, ss)
 		}

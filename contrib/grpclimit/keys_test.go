@@ -86,28 +86,38 @@ type bufAddr struct{}
 func (bufAddr) Network() string { return "bufconn" }
 func (bufAddr) String() string  { return "bufconn" }
 
-// TestKeyByMetadataMethodAndJoin: a metadata value (the first, trimmed),
-// the full method, and a join whose components cannot forge a boundary.
+// TestKeyByMetadataMethodAndJoin: a metadata value (trimmed; repeated,
+// the same value each time, or ErrAmbiguousKey), the full method, and a
+// join whose components cannot forge a boundary.
 func TestKeyByMetadataMethodAndJoin(t *testing.T) {
 	apiKey := must(grpclimit.KeyByMetadata("X-API-Key")) // matched in lower case
 	join := must(grpclimit.JoinKeys(apiKey, grpclimit.KeyByFullMethod()))
 	for _, tt := range []struct {
 		key  grpclimit.KeyFunc
 		call grpclimit.Call
-		want string // "" for ErrNoKey
+		want string
+		err  error
 	}{
-		{apiKey, callFrom(nil, "x-api-key", " k1 "), "k1"},
-		{apiKey, callFrom(nil, "x-api-key", "k1", "x-api-key", "k2"), "k1"},
-		{apiKey, callFrom(nil, "x-api-key", " "), ""},
-		{apiKey, callFrom(nil), ""},
-		{grpclimit.KeyByFullMethod(), callFrom(nil), "/pkg.Svc/M"},
-		{grpclimit.KeyByFullMethod(), grpclimit.Call{Context: context.Background()}, ""},
-		{join, callFrom(nil, "x-api-key", "k1"), "2:k110:/pkg.Svc/M"},
-		{join, callFrom(nil), ""},
+		{apiKey, callFrom(nil, "x-api-key", " k1 "), "k1", nil},
+		{apiKey, callFrom(nil, "x-api-key", "k1", "x-api-key", "k1\t"), "k1", nil},
+		{apiKey, callFrom(nil, "x-api-key", "k1", "x-api-key", "k2"), "", floodgate.ErrAmbiguousKey},
+		{apiKey, callFrom(nil, "x-api-key", "", "x-api-key", "k2"), "", floodgate.ErrAmbiguousKey},
+		{apiKey, callFrom(nil, "x-api-key", "k1", "x-api-key", " "), "", floodgate.ErrAmbiguousKey},
+		{apiKey, callFrom(nil, "x-api-key", " "), "", floodgate.ErrNoKey},
+		{apiKey, callFrom(nil, "x-api-key", "", "x-api-key", ""), "", floodgate.ErrNoKey},
+		{apiKey, callFrom(nil), "", floodgate.ErrNoKey},
+		{grpclimit.KeyByFullMethod(), callFrom(nil), "/pkg.Svc/M", nil},
+		{grpclimit.KeyByFullMethod(), grpclimit.Call{Context: context.Background()}, "", floodgate.ErrNoKey},
+		{join, callFrom(nil, "x-api-key", "k1"), "2:k110:/pkg.Svc/M", nil},
+		{join, callFrom(nil), "", floodgate.ErrNoKey},
+		{join, callFrom(nil, "x-api-key", "k1", "x-api-key", "k2"), "", floodgate.ErrAmbiguousKey},
 	} {
 		k, err := tt.key(tt.call)
-		if tt.want == "" && !errors.Is(err, floodgate.ErrNoKey) || tt.want != "" && (k != tt.want || err != nil) {
-			t.Errorf("key %q, %v; want %q", k, err, tt.want)
+		if k != tt.want || !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
+			t.Errorf("key %q, %v; want %q, %v", k, err, tt.want, tt.err)
+		}
+		if errors.Is(err, floodgate.ErrAmbiguousKey) && errors.Is(err, floodgate.ErrNoKey) {
+			t.Errorf("%v also wraps ErrNoKey: a selector would fall back", err)
 		}
 	}
 }
