@@ -69,8 +69,11 @@ type Composite struct {
 type unbounded interface{ unlimited() bool }
 
 // All returns a Composite that allows a request only if every one of
-// limiters does. It needs at least one limiter and refuses nil ones with
-// an error wrapping ErrInvalidOption.
+// limiters does. It needs at least one limiter, and refuses with an error
+// wrapping ErrInvalidOption nil ones and two that keep their state in one
+// place: one limiter given twice, or two limiters that report the same
+// Namespace (two Redis limiters with one key prefix), which would count
+// each request twice in one state, by two limits' rules.
 func All(limiters ...Limiter) (*Composite, error) {
 	if len(limiters) == 0 {
 		return nil, fmt.Errorf("%w: All needs at least one limiter", ErrInvalidOption)
@@ -91,6 +94,9 @@ func All(limiters ...Limiter) (*Composite, error) {
 		if !canGiveBack(l) {
 			c.limiters = append(c.limiters, l)
 		}
+	}
+	if err := distinctLimits(limiters); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

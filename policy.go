@@ -58,9 +58,10 @@ type PolicySelector struct {
 // needs a valid, unique Name, a Limiter and a non-nil Key, and its own
 // Limiter: two policies sharing one (alone or inside a Composite made
 // with All) would count their keys together, so that a user named
-// "198.51.100.10" spends the quota of that address. Only a SharedLimiter,
-// which ignores keys, may be shared. The error wraps ErrInvalidOption
-// otherwise.
+// "198.51.100.10" spends the quota of that address. Two limiters that
+// report the same Namespace (Namespacer: two Redis limiters with one key
+// prefix) count as one. Only a SharedLimiter, which ignores keys, may be
+// shared. The error wraps ErrInvalidOption otherwise.
 func NewPolicySelector(policies ...Policy) (*PolicySelector, error) {
 	generic := make([]PolicyFor[*http.Request], len(policies))
 	for i, p := range policies {
@@ -125,8 +126,8 @@ type SelectorFor[C any] struct {
 
 // NewSelectorFor returns a selector over policies, tried in order, with
 // the rules of NewPolicySelector: each needs a valid, unique Name, a Key
-// and a Limiter of its own (a SharedLimiter aside); the error wraps
-// ErrInvalidOption otherwise.
+// and a Limiter of its own, in a Namespace of its own (a SharedLimiter
+// aside); the error wraps ErrInvalidOption otherwise.
 func NewSelectorFor[C any](policies ...PolicyFor[C]) (*SelectorFor[C], error) {
 	if len(policies) == 0 {
 		return nil, fmt.Errorf("%w: no policies", ErrInvalidOption)

@@ -121,7 +121,9 @@ func (routeMark) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // the same name, which says they key requests the same way: one per-IP
 // budget over several routes is fine, while a limiter shared by a "user"
 // policy of one route and an "ip" policy of another would count a user
-// named like an address against that address, and is refused.
+// named like an address against that address, and is refused. Two
+// limiters that report the same Namespace (two Redis limiters with one
+// key prefix) count as one limiter here.
 func NewRoutes(routes ...Route) (*Routes, error) {
 	if len(routes) == 0 {
 		return nil, fmt.Errorf("%w: no routes", ErrInvalidOption)

@@ -62,7 +62,11 @@
 // stands inside the braces, the Cluster hash tag, so each decision touches
 // one slot and clients spread over every node; '%', '{' and '}' in k are
 // percent-escaped so they cannot move the tag. Give each policy its own
-// prefix: limiters sharing one share their clients' state.
+// prefix: limiters of one algorithm sharing one share their clients'
+// state, whatever their rates. Each limiter reports the pattern of its
+// keys as its floodgate.Namespacer namespace, so that floodgate's
+// selectors, route tables and All refuse two limits of one prefix; two
+// such limiters used side by side in business code are not checked.
 //
 // One key per client means that a maxmemory eviction takes a client's
 // whole state or none of it, so a decision never meets half a state; an
@@ -132,7 +136,10 @@
 // is still returned as a denial, with no error, and only an allowed
 // decision fails with ErrNotReplicated (it was charged on the master), so
 // that no error policy or fallback can turn a denial into a pass. The
-// README gives the cost.
+// scripts' replies are read before WAIT is sent, and WAIT is bounded by
+// the callers' deadlines (at most a third of what is left, given up on
+// at half), so that a replica that does not answer never turns a
+// denial into a timeout either. The README gives the cost.
 //
 // # Retries
 //

@@ -149,12 +149,16 @@ func TestWaitReplicasWithoutReplica(t *testing.T) {
 	}
 }
 
-// TestWaitReplicasOptions: invalid arguments, and a client whose scripts
-// run on several masters, are refused with ErrInvalidOption.
+// TestWaitReplicasOptions: invalid arguments, a client whose scripts run
+// on several masters, and a go-redis client that would wait for WAIT past
+// the decision's deadline (no ContextTimeoutEnabled) are refused with
+// ErrInvalidOption, by the Scripter and then by the limiter constructors,
+// so that no fallback answers in Redis's place for good.
 func TestWaitReplicasOptions(t *testing.T) {
-	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	t.Cleanup(func() { _ = single.Close(); _ = cluster.Close() })
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	noCtxTimeout := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = single.Close(); _ = noCtxTimeout.Close(); _ = cluster.Close() })
 	cases := []struct {
 		name string
 		s    *goredisstore.Scripter
@@ -162,6 +166,7 @@ func TestWaitReplicasOptions(t *testing.T) {
 		{"n=0", goredisstore.New(single, goredisstore.WithWaitReplicas(0, time.Second))},
 		{"timeout=0", goredisstore.New(single, goredisstore.WithWaitReplicas(1, 0))},
 		{"cluster", goredisstore.New(cluster, goredisstore.WithWaitReplicas(1, time.Second))},
+		{"no ContextTimeoutEnabled", goredisstore.New(noCtxTimeout, goredisstore.WithWaitReplicas(1, time.Second))},
 		{"nil option", goredisstore.New(single, nil)},
 	}
 	for _, c := range cases {
@@ -170,6 +175,11 @@ func TestWaitReplicasOptions(t *testing.T) {
 		}
 		if _, err := c.s.EvalSha(context.Background(), "x", nil, nil); !errors.Is(err, floodgate.ErrInvalidOption) {
 			t.Errorf("%s: EvalSha error %v, want ErrInvalidOption", c.name, err)
+		}
+		for _, a := range algos {
+			if _, err := a.new(c.s, floodgate.PerHour(1), redisstore.WithFallback(allowAll{})); !errors.Is(err, floodgate.ErrInvalidOption) {
+				t.Errorf("%s: %s on the Scripter: %v; want refused with ErrInvalidOption", c.name, a.name, err)
+			}
 		}
 	}
 	if err := goredisstore.New(single, goredisstore.WithWaitReplicas(1, time.Second)).Err(); err != nil {

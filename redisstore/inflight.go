@@ -202,6 +202,13 @@ func (l *InFlight) eval(ctx context.Context, key string, n int, now string) (flo
 	return d, replicated(d, n, unrepl)
 }
 
+// Namespace reports where the limit keeps its holders, the pattern of its
+// keys (`redis keys "p:{*}:if"`), as TokenBucket.Namespace does: two
+// in-flight limits of one prefix, keyed or service-wide, are refused
+// together by floodgate's selectors, route tables and All. It makes the
+// limit a floodgate.Namespacer.
+func (l *InFlight) Namespace() string { return keySpace(l.slotsKey("*")) }
+
 // slotsKey returns the hash of key's holders.
 func (l *InFlight) slotsKey(key string) string {
 	return clientTag(l.prefix, key) + "if"
@@ -355,7 +362,8 @@ func (h *holdTime) mean() time.Duration {
 }
 
 var (
-	_ floodgate.Limiter   = (*InFlight)(nil)
-	_ floodgate.Releaser  = (*InFlight)(nil)
-	_ floodgate.Capacitor = (*InFlight)(nil)
+	_ floodgate.Limiter    = (*InFlight)(nil)
+	_ floodgate.Releaser   = (*InFlight)(nil)
+	_ floodgate.Capacitor  = (*InFlight)(nil)
+	_ floodgate.Namespacer = (*InFlight)(nil)
 )

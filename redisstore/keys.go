@@ -8,8 +8,11 @@ import (
 )
 
 // DefaultPrefix is the key prefix used unless WithPrefix says otherwise.
-// Two limiters that share a prefix share their clients' state, so give
-// each policy its own (e.g. "fg:signup", "fg:probe").
+// Two limiters of one algorithm that share a prefix share their clients'
+// state, whatever their rates, so give each policy its own (e.g.
+// "fg:signup", "fg:probe"). floodgate's selectors, route tables and All
+// refuse two such limiters (see Namespace); limiters used side by side
+// in business code are not checked.
 const DefaultPrefix = "floodgate"
 
 // Key layout. A client key k of a limiter with prefix p is stored in one
@@ -70,4 +73,11 @@ func checkPrefix(p string) error {
 		return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", floodgate.ErrInvalidOption, p)
 	}
 	return nil
+}
+
+// keySpace is the Namespace of a limiter whose key for client "*" is
+// pattern: two limiters with one prefix and one key suffix (one
+// algorithm) write the same keys, whatever their rates or clients.
+func keySpace(pattern string) string {
+	return fmt.Sprintf("redis keys %q", pattern)
 }

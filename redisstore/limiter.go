@@ -31,21 +31,25 @@ const (
 	maxHorizon = 1 << 50
 )
 
-// Compile-time checks that every Redis limiter is a floodgate.Limiter and
-// can be reset, refunded and asked its capacity.
+// Compile-time checks that every Redis limiter is a floodgate.Limiter,
+// can be reset, refunded and asked its capacity, and reports where its
+// state lives.
 var (
-	_ floodgate.Limiter   = (*TokenBucket)(nil)
-	_ floodgate.Resetter  = (*TokenBucket)(nil)
-	_ floodgate.Refunder  = (*TokenBucket)(nil)
-	_ floodgate.Capacitor = (*TokenBucket)(nil)
-	_ floodgate.Limiter   = (*SlidingLog)(nil)
-	_ floodgate.Resetter  = (*SlidingLog)(nil)
-	_ floodgate.Refunder  = (*SlidingLog)(nil)
-	_ floodgate.Capacitor = (*SlidingLog)(nil)
-	_ floodgate.Limiter   = (*SlidingCounter)(nil)
-	_ floodgate.Resetter  = (*SlidingCounter)(nil)
-	_ floodgate.Refunder  = (*SlidingCounter)(nil)
-	_ floodgate.Capacitor = (*SlidingCounter)(nil)
+	_ floodgate.Limiter    = (*TokenBucket)(nil)
+	_ floodgate.Resetter   = (*TokenBucket)(nil)
+	_ floodgate.Refunder   = (*TokenBucket)(nil)
+	_ floodgate.Capacitor  = (*TokenBucket)(nil)
+	_ floodgate.Namespacer = (*TokenBucket)(nil)
+	_ floodgate.Limiter    = (*SlidingLog)(nil)
+	_ floodgate.Resetter   = (*SlidingLog)(nil)
+	_ floodgate.Refunder   = (*SlidingLog)(nil)
+	_ floodgate.Capacitor  = (*SlidingLog)(nil)
+	_ floodgate.Namespacer = (*SlidingLog)(nil)
+	_ floodgate.Limiter    = (*SlidingCounter)(nil)
+	_ floodgate.Resetter   = (*SlidingCounter)(nil)
+	_ floodgate.Refunder   = (*SlidingCounter)(nil)
+	_ floodgate.Capacitor  = (*SlidingCounter)(nil)
+	_ floodgate.Namespacer = (*SlidingCounter)(nil)
 )
 
 // base is what every Redis limiter shares: the client, the key prefix, the
@@ -78,10 +82,21 @@ type base struct {
 	lease *leaseTable
 }
 
+// configured is implemented by a Scripter whose options can be invalid
+// (goredisstore and rueidisstore: Err).
+type configured interface{ Err() error }
+
 // init sets up l in place (it holds atomics, which must not be copied).
 func (l *base) init(client Scripter, c config) error {
 	if client == nil {
 		return fmt.Errorf("%w: nil Scripter", floodgate.ErrInvalidOption)
+	}
+	if c, ok := client.(configured); ok {
+		if err := c.Err(); err != nil {
+			// Refused here rather than on every decision, where a
+			// fallback would answer in Redis's place for good.
+			return fmt.Errorf("invalid Scripter: %w", err)
+		}
 	}
 	l.client = client
 	l.prefix = c.prefix

@@ -118,8 +118,12 @@ func newConfig(kind string, opts []Option) (config, error) {
 
 // WithPrefix sets the prefix of every Redis key the limiter writes
 // (default DefaultPrefix). Limiters with different policies need different
-// prefixes; see the key layout in the package documentation. The prefix
-// must not contain '{' or '}'.
+// prefixes; see the key layout in the package documentation. Two limiters
+// of one algorithm with one prefix write the same keys, whatever their
+// rates: floodgate.NewPolicySelector, NewSelectorFor, NewRoutes and All
+// refuse them together (see TokenBucket.Namespace), but two such limiters
+// used side by side in business code, or in two services on one Redis,
+// still count together. The prefix must not contain '{' or '}'.
 func WithPrefix(p string) Option {
 	return func(c *config) error {
 		if err := checkPrefix(p); err != nil {
@@ -201,7 +205,9 @@ func WithTimeout(d time.Duration) Option {
 // l's limit is per instance: with k instances behind a balancer, clients
 // get up to k times l's quota during an outage, and what they consumed in l
 // is not carried over to Redis (nor back). Size l accordingly, e.g. the
-// Redis rate divided by the instance count.
+// Redis rate divided by the instance count. Give each Redis limiter a
+// fallback of its own: one fallback behind two policies' limiters counts
+// both policies' keys together during an outage, and nothing can check it.
 func WithFallback(l floodgate.Limiter) Option {
 	return func(c *config) error {
 		if l == nil {

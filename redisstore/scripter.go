@@ -21,6 +21,10 @@ import (
 // An error wrapping ErrNotReplicated comes with the script's reply: the
 // limiter reads the decision, and keeps the error only for an allowed one.
 // Without the reply the error stands for the decision, whatever it was.
+//
+// A Scripter that also has an Err() error method (both adapters do: it
+// reports invalid options) and returns an error from it is refused by the
+// limiter constructors, with that error.
 type Scripter interface {
 	// EvalSha runs the cached script with the given SHA1 (EVALSHA). When
 	// the server does not hold the script it must return an error that

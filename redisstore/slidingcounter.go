@@ -161,6 +161,11 @@ func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error 
 	})
 }
 
+// Namespace reports where the counter keeps its clients' state, the
+// pattern of its keys (`redis keys "p:{*}:sc"`), as TokenBucket.Namespace
+// does. It makes the counter a floodgate.Namespacer.
+func (sc *SlidingCounter) Namespace() string { return keySpace(sc.keys("*")[0]) }
+
 // keys returns the counter's one key.
 func (sc *SlidingCounter) keys(key string) []string {
 	return []string{clientTag(sc.prefix, key) + "sc"}

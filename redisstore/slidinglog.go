@@ -168,6 +168,11 @@ func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
 	})
 }
 
+// Namespace reports where the log keeps its clients' state, the pattern
+// of its keys (`redis keys "p:{*}:log"`), as TokenBucket.Namespace does.
+// It makes the log a floodgate.Namespacer.
+func (l *SlidingLog) Namespace() string { return keySpace(l.keys("*")[0]) }
+
 // keys returns the log's one key.
 func (l *SlidingLog) keys(key string) []string {
 	return []string{clientTag(l.prefix, key) + "log"}

@@ -234,6 +234,15 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	})
 }
 
+// Namespace reports where the bucket keeps its clients' state, the
+// pattern of its keys (`redis keys "p:{*}:tb"`, or ":tbi" with
+// WithIntervalRefill): floodgate's selectors, route tables and All refuse
+// two limits of one namespace, which would count in one state. It makes
+// the bucket a floodgate.Namespacer. The Redis server is not part of it:
+// two buckets with one prefix on different servers are refused too, as
+// this one cannot tell whether two clients reach one server.
+func (b *TokenBucket) Namespace() string { return keySpace(b.key("*")) }
+
 // key returns the bucket's one key: p:{k}:tb, or p:{k}:tbi when refilled
 // intervally, so that neither mode reads the other's state.
 func (b *TokenBucket) key(key string) string {

@@ -78,6 +78,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
+	"github.com/floodgate-go/floodgate/redisstore/internal/waitreplicas"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,7 +86,7 @@ import (
 // redisstore.Scripter.
 type Scripter struct {
 	client redis.UniversalClient
-	// wait, when set, is appended to every pipeline: WAIT for replicas
+	// wait, when set, follows every batch: WAIT for replicas
 	// (WithWaitReplicas).
 	wait  *waitReplicas
 	batch groupcommit.Batcher[scriptCmd]
@@ -132,55 +133,68 @@ func (s *Scripter) Err() error { return s.err }
 
 // WithWaitReplicas makes every script call wait, after the script, until
 // at least n replicas have acknowledged its writes or timeout has passed
-// (Redis's WAIT, sent in the same pipeline as the script; a script itself
-// may not call WAIT). A call whose writes were not acknowledged by n
-// replicas in time returns its reply with an error wrapping
+// (Redis's WAIT, sent after the script on the same connection; a script
+// itself may not call WAIT). A call whose writes were not acknowledged by
+// n replicas in time returns its reply with an error wrapping
 // redisstore.ErrNotReplicated. The limiter then reports a denial as a
 // denial, and an allowed decision (made and charged on the master, but a
-// failover now could lose it) as ErrNotReplicated wrapped in ErrRedis, for
-// the caller's error policy. It bounds what a Sentinel failover can lose to the decisions
-// still waiting for their acknowledgement; see the redisstore README for
-// its cost. With group commit, one WAIT covers a whole batch.
+// failover now could lose it) as ErrNotReplicated wrapped in ErrRedis,
+// for the caller's error policy. It bounds what a Sentinel failover can
+// lose to the decisions still waiting for their acknowledgement; see the
+// redisstore README for its cost. With group commit, one WAIT covers a
+// whole batch.
 //
-// It needs a client with one master (Client, or a failover client for
-// Sentinel): on a ClusterClient or Ring, WAIT cannot be routed to the
-// node of the script, and the option is an error.
+// The wait never outlasts the decision. The scripts' replies are read
+// before WAIT is sent. WAIT then waits at most a third of what is left of
+// the earliest deadline among its batch's callers (the decision timeout,
+// redisstore.WithTimeout, 100 ms by default, or a caller's own earlier
+// deadline), and at most timeout; at half of what was left the client
+// stops waiting for WAIT's reply (Redis checks WAIT's timeout only when
+// its event loop wakes, every 100 ms on an idle server at the default hz
+// 10), closes the connection and reports the call not replicated. Either
+// way the script's reply comes back in time: a denial is never turned
+// into a timeout that fail-open or a fallback would pass. A timeout above
+// a third of the decision timeout is therefore never waited in full: set
+// WithTimeout to at least three times timeout.
+//
+// It needs a *redis.Client with one master (a Client, or a failover
+// client for Sentinel), for WAIT must follow the script on its connection,
+// with ContextTimeoutEnabled, for the client to stop waiting at the
+// decision's deadline. On anything else (a ClusterClient or Ring, where
+// WAIT cannot be routed to the node of the script) the option is an
+// error.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(s *Scripter) error {
-		if n <= 0 {
-			return fmt.Errorf("%w: WithWaitReplicas(%d): n must be positive", floodgate.ErrInvalidOption, n)
+		cfg, err := waitreplicas.New(n, timeout)
+		if err != nil {
+			return err
 		}
-		if timeout < time.Millisecond {
-			return fmt.Errorf("%w: WithWaitReplicas timeout %s: at least 1ms (WAIT counts milliseconds, and 0 waits forever)", floodgate.ErrInvalidOption, timeout)
+		rc, ok := s.client.(*redis.Client)
+		if !ok {
+			return fmt.Errorf("%w: WithWaitReplicas needs a *redis.Client with one master (a Client, or a failover client for Sentinel), not a %T", floodgate.ErrInvalidOption, s.client)
 		}
-		switch s.client.(type) {
-		case *redis.ClusterClient, *redis.Ring:
-			return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a %T", floodgate.ErrInvalidOption, s.client)
+		if !rc.Options().ContextTimeoutEnabled {
+			return fmt.Errorf("%w: WithWaitReplicas needs ContextTimeoutEnabled on the client: without it go-redis waits for WAIT past the decision's deadline, and a denial would come back as a timeout", floodgate.ErrInvalidOption)
 		}
-		s.wait = &waitReplicas{n: int64(n), ms: timeout.Milliseconds()}
+		s.wait = &waitReplicas{Config: *cfg, client: rc}
 		return nil
 	}
 }
 
-// waitReplicas is the WAIT sent after each batch (WithWaitReplicas).
+// waitReplicas is the WAIT sent after each batch (WithWaitReplicas), and
+// the client whose connection the batch and its WAIT share.
 type waitReplicas struct {
-	n, ms int64
+	waitreplicas.Config
+	client *redis.Client
 }
 
-func (w *waitReplicas) cmd(ctx context.Context) *redis.IntCmd {
-	return redis.NewIntCmd(ctx, "wait", w.n, w.ms)
-}
+// noRetryInt is WAIT as a command go-redis must not retry: WAIT counts the
+// writes of its own connection, so on another one it would count none and
+// report the batch replicated.
+type noRetryInt struct{ *redis.IntCmd }
 
-func (w *waitReplicas) check(cmd *redis.IntCmd) error {
-	got, err := cmd.Result()
-	if err != nil {
-		return fmt.Errorf("%w: WAIT: %w", redisstore.ErrNotReplicated, err)
-	}
-	if got < w.n {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %d ms", redisstore.ErrNotReplicated, got, w.n, w.ms)
-	}
-	return nil
-}
+// NoRetry tells go-redis not to retry the command.
+func (noRetryInt) NoRetry() bool { return true }
 
 // EvalSha runs the script cached under sha1; a NOSCRIPT reply is returned
 // wrapping redisstore.ErrNoScript.
@@ -231,6 +245,11 @@ func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args
 	}
 	c.V.cmd = c.V.newCmd(ctx)
 	if err := s.batch.Do(c); err != nil {
+		if c.Released() {
+			// The script replied, and only WAIT was outstanding: the
+			// reply (a denial, maybe) stands, not replicated.
+			return c.V.cmd.Val(), waitreplicas.Late(err)
+		}
 		return nil, err
 	}
 	if err := c.V.cmd.Err(); err != nil {
@@ -250,7 +269,11 @@ func (v *scriptCmd) newCmd(ctx context.Context) noRetry {
 
 // send runs one batch (see the package documentation: group commit).
 func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
-	if len(batch) == 1 && s.wait == nil {
+	if s.wait != nil {
+		s.sendWaiting(lead, batch)
+		return
+	}
+	if len(batch) == 1 {
 		_ = s.client.Process(lead.Ctx, lead.V.cmd)
 		return
 	}
@@ -262,25 +285,63 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 	for _, c := range batch {
 		_ = p.Process(c.Ctx, c.V.cmd)
 	}
-	var wait *redis.IntCmd
-	if s.wait != nil {
-		wait = s.wait.cmd(lead.Ctx)
-		_ = p.Process(lead.Ctx, wait)
-	}
 	// lead's deadline is the latest of the batch and bounds the socket
 	// reads and writes of all; its caller's cancellation must not abort
 	// the others' commands.
 	_, _ = p.Exec(groupcommit.DeadlineOnly{Parent: lead.Ctx})
-	if wait == nil {
-		return
+}
+
+// sendWaiting runs a batch and then its WAIT on one connection, in two
+// steps, so that the scripts' replies are in hand before WAIT can hold
+// anything up, and WAIT can be given up on without losing them (see
+// WithWaitReplicas). A go-redis pipeline whose last reply times out
+// reports the error on every command of it.
+func (s *Scripter) sendWaiting(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
+	conn := s.wait.client.Conn()
+	defer func() { _ = conn.Close() }()
+	ctx := groupcommit.DeadlineOnly{Parent: lead.Ctx}
+	p := conn.Pipeline()
+	for _, c := range batch {
+		_ = p.Process(c.Ctx, c.V.cmd)
 	}
-	if err := s.wait.check(wait); err != nil {
+	_, _ = p.Exec(ctx)
+	ran := false
+	for _, c := range batch {
+		if c.V.cmd.Err() == nil {
+			ran = true
+			c.Release()
+		}
+	}
+	if !ran {
+		return // no script ran: nothing to wait for
+	}
+	if err := s.wait.await(lead.Ctx, conn, batch); err != nil {
 		for _, c := range batch {
 			if c.V.cmd.Err() == nil {
 				c.V.err = err
 			}
 		}
 	}
+}
+
+// await sends WAIT on conn, timed by the batch's earliest deadline, and
+// returns nil if enough replicas acknowledged. ctx lends its values.
+func (w *waitReplicas) await(ctx context.Context, conn *redis.Conn, batch []*groupcommit.Call[scriptCmd]) error {
+	dl, ok := groupcommit.EarliestDeadline(batch)
+	plan, err := w.Plan(time.Now(), dl, ok)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	if ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, plan.Cutoff)
+		defer cancel()
+	}
+	cmd := noRetryInt{redis.NewIntCmd(ctx, "wait", w.N, plan.Millis)}
+	_ = conn.Process(ctx, cmd)
+	got, err := cmd.Result()
+	return w.Check(plan, got, err)
 }
 
 // sendCluster runs a batch on a Cluster: one pipeline per master, on that

@@ -36,6 +36,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
+	"github.com/floodgate-go/floodgate/redisstore/internal/waitreplicas"
 	"github.com/redis/rueidis"
 )
 
@@ -46,7 +47,9 @@ type Scripter struct {
 	// lazy holds what Lazy needs to connect; nil for New.
 	lazy *lazyConn
 
-	wait  *waitReplicas
+	// wait, when set, follows every batch: WAIT for replicas
+	// (WithWaitReplicas).
+	wait  *waitreplicas.Config
 	batch groupcommit.Batcher[scriptCmd]
 	err   error // a configuration error every call returns
 }
@@ -182,42 +185,38 @@ func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 
 // WithWaitReplicas makes every script call wait, after the script, until
 // at least n replicas have acknowledged its writes or timeout has passed
-// (Redis's WAIT, sent with the script in one DoMulti, on the same
-// connection; a script itself may not call WAIT). A call whose writes were
-// not acknowledged by n replicas in time returns its reply with an error
+// (Redis's WAIT, sent after the script on the same dedicated connection; a
+// script itself may not call WAIT). A call whose writes were not
+// acknowledged by n replicas in time returns its reply with an error
 // wrapping redisstore.ErrNotReplicated. The limiter then reports a denial
 // as a denial, and an allowed decision (made and charged on the master,
 // but a failover now could lose it) as ErrNotReplicated wrapped in
-// ErrRedis, for the caller's error policy. One WAIT covers a whole batch. It
-// needs a client with one master (standalone or Sentinel); on a cluster
-// client the option is an error.
+// ErrRedis, for the caller's error policy. One WAIT covers a whole batch.
+//
+// The wait never outlasts the decision. The scripts' replies are read
+// before WAIT is sent. WAIT then waits at most a third of what is left of
+// the earliest deadline among its batch's callers (the decision timeout,
+// redisstore.WithTimeout, 100 ms by default, or a caller's own earlier
+// deadline), and at most timeout; at half of what was left the client
+// stops waiting for WAIT's reply (Redis checks WAIT's timeout only when
+// its event loop wakes, every 100 ms on an idle server at the default hz
+// 10), closes the connection and reports the call not replicated. Either
+// way the script's reply comes back in time: a denial is never turned
+// into a timeout that fail-open or a fallback would pass. A timeout above
+// a third of the decision timeout is therefore never waited in full: set
+// WithTimeout to at least three times timeout.
+//
+// It needs a client with one master (standalone or Sentinel); on a
+// cluster client the option is an error.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(s *Scripter) error {
-		if n <= 0 {
-			return fmt.Errorf("%w: WithWaitReplicas(%d): n must be positive", floodgate.ErrInvalidOption, n)
+		cfg, err := waitreplicas.New(n, timeout)
+		if err != nil {
+			return err
 		}
-		if timeout < time.Millisecond {
-			return fmt.Errorf("%w: WithWaitReplicas timeout %s: at least 1ms (WAIT counts milliseconds, and 0 waits forever)", floodgate.ErrInvalidOption, timeout)
-		}
-		s.wait = &waitReplicas{n: int64(n), ms: timeout.Milliseconds()}
+		s.wait = cfg
 		return nil
 	}
-}
-
-// waitReplicas is the WAIT sent after each batch (WithWaitReplicas).
-type waitReplicas struct {
-	n, ms int64
-}
-
-func (w *waitReplicas) check(r rueidis.RedisResult) error {
-	got, err := r.AsInt64()
-	if err != nil {
-		return fmt.Errorf("%w: WAIT: %w", redisstore.ErrNotReplicated, err)
-	}
-	if got < w.n {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %d ms", redisstore.ErrNotReplicated, got, w.n, w.ms)
-	}
-	return nil
 }
 
 // EvalSha runs the script cached under sha1; a NOSCRIPT reply is returned
@@ -249,25 +248,30 @@ func (s *Scripter) do(ctx context.Context, c rueidis.Client, cmd rueidis.Complet
 	}
 	call := &groupcommit.Call[scriptCmd]{Ctx: ctx, V: scriptCmd{client: c, cmd: cmd}}
 	if err := s.batch.Do(call); err != nil {
+		if call.Released() {
+			// The script replied, and only WAIT was outstanding: the
+			// reply (a denial, maybe) stands, not replicated.
+			return call.V.reply, waitreplicas.Late(err)
+		}
 		return nil, err
 	}
 	return call.V.reply, call.V.err
 }
 
-// send runs one batch: a lone command with Do, several (or one followed by
-// WAIT) with one DoMulti.
+// send runs one batch: a lone command with Do, several with one DoMulti.
 func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
 	c := lead.V.client
-	if len(batch) == 1 && s.wait == nil {
+	if s.wait != nil {
+		s.sendWaiting(lead, batch)
+		return
+	}
+	if len(batch) == 1 {
 		lead.V.reply, lead.V.err = c.Do(lead.Ctx, lead.V.cmd).AsIntSlice()
 		return
 	}
-	cmds := make([]rueidis.Completed, 0, len(batch)+1)
+	cmds := make([]rueidis.Completed, 0, len(batch))
 	for _, call := range batch {
 		cmds = append(cmds, call.V.cmd)
-	}
-	if s.wait != nil {
-		cmds = append(cmds, c.B().Wait().Numreplicas(s.wait.n).Timeout(s.wait.ms).Build())
 	}
 	// lead's deadline is the latest of the batch; its caller's
 	// cancellation must not abort the others' commands.
@@ -277,14 +281,57 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 	for i, call := range batch {
 		call.V.reply, call.V.err = rs[i].AsIntSlice()
 	}
-	if s.wait == nil {
-		return
+}
+
+// sendWaiting runs a batch and then its WAIT on one dedicated connection,
+// in two steps, so that the scripts' replies are in hand before WAIT can
+// hold anything up, and WAIT can be given up on without losing them (see
+// WithWaitReplicas): a DoMulti that ends at its deadline reports every
+// reply as the error.
+func (s *Scripter) sendWaiting(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
+	dc, release := lead.V.client.Dedicate()
+	defer release()
+	cmds := make([]rueidis.Completed, 0, len(batch))
+	for _, call := range batch {
+		cmds = append(cmds, call.V.cmd)
 	}
-	if err := s.wait.check(rs[len(batch)]); err != nil {
+	ctx, cancel := groupcommit.Detached(lead.Ctx)
+	rs := dc.DoMulti(ctx, cmds...)
+	cancel()
+	ran := false
+	for i, call := range batch {
+		call.V.reply, call.V.err = rs[i].AsIntSlice()
+		if call.V.err == nil {
+			ran = true
+			call.Release()
+		}
+	}
+	if !ran {
+		return // no script ran: nothing to wait for
+	}
+	if err := s.await(lead.Ctx, dc, batch); err != nil {
 		for _, call := range batch {
 			if call.V.err == nil {
 				call.V.err = err
 			}
 		}
 	}
+}
+
+// await sends WAIT on dc, timed by the batch's earliest deadline, and
+// returns nil if enough replicas acknowledged. ctx lends its values.
+func (s *Scripter) await(ctx context.Context, dc rueidis.DedicatedClient, batch []*groupcommit.Call[scriptCmd]) error {
+	dl, ok := groupcommit.EarliestDeadline(batch)
+	plan, err := s.wait.Plan(time.Now(), dl, ok)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	if ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, plan.Cutoff)
+		defer cancel()
+	}
+	got, err := dc.Do(ctx, dc.B().Wait().Numreplicas(s.wait.N).Timeout(plan.Millis).Build()).AsInt64()
+	return s.wait.Check(plan, got, err)
 }

@@ -24,6 +24,7 @@ package groupcommit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,7 +47,21 @@ type Call[V any] struct {
 	// one backs batch for a call that sends only itself, so a lone
 	// caller's batch costs no allocation.
 	one [1]*Call[V]
+	// released is set by Release.
+	released atomic.Bool
 }
+
+// Release, called by Send in its goroutine, says that the reply in c.V
+// is final but for an error Send may still add (as goredisstore and
+// rueidisstore do after WAIT): from then on a caller whose context ends
+// before the batch returns may read the reply (see Released). Send must
+// not change the reply's fields after Release.
+func (c *Call[V]) Release() { c.released.Store(true) }
+
+// Released reports whether Send released c's reply (Release) before Do
+// returned c.Ctx's error: the caller may then read the reply, though not
+// the error Send may still be adding.
+func (c *Call[V]) Released() bool { return c.released.Load() }
 
 // Batcher groups concurrent calls into batches, at most one in flight.
 type Batcher[V any] struct {
@@ -156,6 +171,20 @@ func latestDeadline[V any](calls []*Call[V]) *Call[V] {
 		}
 	}
 	return best
+}
+
+// EarliestDeadline returns the earliest deadline of the calls' contexts,
+// and false if none has one: the time by which a batch must have answered
+// all of them.
+func EarliestDeadline[V any](calls []*Call[V]) (time.Time, bool) {
+	var earliest time.Time
+	found := false
+	for _, c := range calls {
+		if dl, ok := c.Ctx.Deadline(); ok && (!found || dl.Before(earliest)) {
+			earliest, found = dl, true
+		}
+	}
+	return earliest, found
 }
 
 // Detached returns a context with the deadline and values of ctx that

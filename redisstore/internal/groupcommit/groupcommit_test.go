@@ -182,3 +182,73 @@ func waitQueued(t *testing.T, b *Batcher[int], n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestEarliestDeadline: the batch must answer by its earliest deadline;
+// calls without one do not count.
+func TestEarliestDeadline(t *testing.T) {
+	base := time.Now().Add(time.Hour)
+	ctx := func(d time.Duration) context.Context {
+		c, cancel := context.WithDeadline(context.Background(), base.Add(d))
+		t.Cleanup(cancel)
+		return c
+	}
+	calls := []*Call[int]{{Ctx: context.Background()}, {Ctx: ctx(3 * time.Second)}, {Ctx: ctx(time.Second)}, {Ctx: ctx(2 * time.Second)}}
+	if dl, ok := EarliestDeadline(calls); !ok || !dl.Equal(base.Add(time.Second)) {
+		t.Errorf("EarliestDeadline = %v, %v; want %v", dl, ok, base.Add(time.Second))
+	}
+	if _, ok := EarliestDeadline(calls[:1]); ok {
+		t.Error("EarliestDeadline of calls without deadlines reports one")
+	}
+}
+
+// TestReleasedReply: a call whose context ends while its batch, sent by
+// another caller, is still in flight after Send released the replies
+// (Release) gets its context's error with Released true, and its reply
+// in V; without Release, Released is false.
+func TestReleasedReply(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, release := range []bool{true, false} {
+		inFlight, finish := make(chan int, 2), make(chan struct{})
+		b := Batcher[int]{Send: func(lead *Call[int], batch []*Call[int]) {
+			for _, c := range batch {
+				c.V *= 10
+				if release {
+					c.Release()
+				}
+			}
+			inFlight <- len(batch)
+			<-finish // WAIT, held up
+		}}
+		var wg sync.WaitGroup
+		do := func(c *Call[int], errc chan<- error) {
+			defer wg.Done()
+			errc <- b.Do(c)
+		}
+		errs := make(chan error, 3)
+		wg.Add(3)
+		go do(&Call[int]{Ctx: context.Background(), V: 1}, errs)
+		<-inFlight
+		lead := &Call[int]{Ctx: context.Background(), V: 2}
+		go do(lead, errs)
+		waitQueued(t, &b, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		late := &Call[int]{Ctx: ctx, V: 3}
+		lateErr := make(chan error, 1)
+		go do(late, lateErr)
+		waitQueued(t, &b, 2)
+		finish <- struct{}{} // the first batch returns; lead sends both
+		if n := <-inFlight; n != 2 {
+			t.Fatalf("second batch of %d calls, want 2", n)
+		}
+		cancel()
+		err := <-lateErr
+		if !errors.Is(err, context.Canceled) || late.Released() != release {
+			t.Fatalf("release %v: Do = %v, Released %v", release, err, late.Released())
+		}
+		if release && late.V != 30 {
+			t.Fatalf("released reply %d, want 30", late.V)
+		}
+		close(finish)
+		wg.Wait()
+	}
+}
