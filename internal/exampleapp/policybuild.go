@@ -112,13 +112,17 @@ func buildPolicySet(pf *PolicyFile, opts PolicyOptions, old *policySet) (*policy
 // handler wraps the service's routes in every policy, the first listed
 // outermost, and the bot check outside them all.
 func (b *builder) handler() (http.Handler, error) {
-	h := http.Handler(serviceMux(b.opts.Logger))
-	for i := len(b.pf.Policies) - 1; i >= 0; i-- {
+	mws := make([]func(http.Handler) http.Handler, len(b.pf.Policies))
+	for i := range b.pf.Policies {
 		mw, err := b.policy(fmt.Sprintf("policies[%d]", i), &b.pf.Policies[i])
 		if err != nil {
 			return nil, err
 		}
-		h = mw(h)
+		mws[i] = mw
+	}
+	h := http.Handler(serviceMux(b.opts.Logger))
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
 	}
 	return b.botCheck(h)
 }

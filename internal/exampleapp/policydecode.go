@@ -3,6 +3,7 @@ package exampleapp
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 )
@@ -61,8 +62,7 @@ func decodeObject(dec *json.Decoder, v reflect.Value, path string) error {
 			return err
 		}
 	}
-	_, err := dec.Token() // the closing brace
-	return err
+	return closeDelim(dec, path)
 }
 
 // decodeArray decodes a JSON array into the slice v.
@@ -78,8 +78,18 @@ func decodeArray(dec *json.Decoder, v reflect.Value, path string) error {
 		}
 		v.Set(reflect.Append(v, e))
 	}
-	_, err := dec.Token() // the closing bracket
-	return err
+	return closeDelim(dec, path)
+}
+
+// closeDelim reads the closing delimiter of an object or array at path.
+func closeDelim(dec *json.Decoder, path string) error {
+	if _, err := dec.Token(); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fieldErr(path, "not JSON: "+err.Error())
+	}
+	return nil
 }
 
 // expectDelim reads the opening delimiter of an object or array.
