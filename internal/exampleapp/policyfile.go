@@ -139,11 +139,6 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// MarshalJSON writes the duration as a Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
 // MaxPolicyFileBytes bounds the policy file read.
 const MaxPolicyFileBytes = 1 << 20
 

@@ -213,8 +213,7 @@ func TestReloadReport(t *testing.T) {
 	s.expect("GET", "/auth/available/user_id?userId=bob", ip, "", 200, `"probe";r=4;`, "")
 
 	// A policy left out is dropped; put back, it is new.
-	short := []byte(strings.Replace(string(reloadFile(v1)), `"limit": 1000`, `"limit": 1000`, 1))
-	short = []byte(`{"policies": [{"name": "probe", "routes": ["GET /auth/available/user_id"], "key": {"ip": {}},
+	short := []byte(`{"policies": [{"name": "probe", "routes": ["GET /auth/available/user_id"], "key": {"ip": {}},
 		"rate": {"limit": 5, "period": "10m", "algorithm": "sliding_log"}}]}`)
 	rep, err := s.ps.Reload(short)
 	if err != nil {
