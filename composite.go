@@ -25,15 +25,16 @@ type Refunder interface {
 //     are then asked for n, to learn their exact RetryAfter (they deny, and
 //     a denial consumes nothing); the others are not asked at all.
 //   - otherwise n is taken from each limiter in turn: first those that
-//     implement Refunder, then the others, each group in the order given
-//     to All.
+//     can give units back (Refunder, or Releaser for an in-flight limit's
+//     slots), then the others, each group in the order given to All.
 //
 // Guarantees. An allowed request took n units from every limiter. A denied
 // request consumed nothing, unless a limiter's state changed between the
 // first look and the take (a concurrent caller on the same key, or time
 // passing): then a limiter may allow while another denies. Units taken
-// from limiters that implement Refunder are given back with RefundN;
-// units taken from a limiter that does not implement Refunder stay taken
+// from limiters that implement Refunder are given back with RefundN, and
+// slots of one that holds them with ReleaseN; units taken from a limiter
+// that does neither stay taken
 // (at most n per such limiter and race), which is why those are asked
 // last. While taken, the units are not available to concurrent callers.
 //
@@ -42,7 +43,9 @@ type Refunder interface {
 // and Limit of the limiter that needs the longest wait (so a retry after
 // RetryAfter fits in every limit, if nothing else consumes meanwhile). In
 // both cases Remaining is the smallest over all limiters and ResetAfter the
-// longest.
+// longest. Overloaded is set when every limiter that denied was
+// overloaded (a service-wide in-flight cap): a denial of the key's own
+// limits is the client's.
 //
 // A limiter without a limit at the moment of the call (a SharedLimiter
 // over rate.Inf) is left out of the decision: it allows every cost, so
@@ -52,7 +55,7 @@ type Refunder interface {
 //
 // A Composite is safe for concurrent use if its limiters are.
 type Composite struct {
-	limiters []Limiter // in the order they are consumed: Refunders first
+	limiters []Limiter // in the order they are consumed: those that give back first
 	// mayBeUnlimited reports that some limiter implements unbounded, so
 	// AllowN must check which are unlimited on each call.
 	mayBeUnlimited bool
@@ -77,7 +80,7 @@ func All(limiters ...Limiter) (*Composite, error) {
 		if isNil(l) {
 			return nil, fmt.Errorf("%w: limiter %d given to All is nil", ErrInvalidOption, i)
 		}
-		if _, ok := l.(Refunder); ok {
+		if canGiveBack(l) {
 			c.limiters = append(c.limiters, l)
 		}
 		if _, ok := l.(unbounded); ok {
@@ -85,11 +88,18 @@ func All(limiters ...Limiter) (*Composite, error) {
 		}
 	}
 	for _, l := range limiters {
-		if _, ok := l.(Refunder); !ok {
+		if !canGiveBack(l) {
 			c.limiters = append(c.limiters, l)
 		}
 	}
 	return c, nil
+}
+
+// canGiveBack reports whether units taken from l can be given back: it
+// refunds, or it holds slots, which are released.
+func canGiveBack(l Limiter) bool {
+	_, ok := l.(Refunder)
+	return ok || holdsSlots(l)
 }
 
 // isNil reports whether l is nil or a nil pointer in an interface, which
@@ -232,10 +242,8 @@ func giveBack(ctx context.Context, limiters []Limiter, key string, n int, taken 
 		if !taken[i] {
 			continue
 		}
-		if r, ok := limiters[i].(Refunder); ok {
-			if err := r.RefundN(ctx, key, n); err != nil {
-				errs = append(errs, fmt.Errorf("floodgate: composite could not give back %d units: %w", n, err))
-			}
+		if err := undoTake(ctx, limiters[i], key, n); err != nil {
+			errs = append(errs, fmt.Errorf("floodgate: composite could not give back %d units: %w", n, err))
 		}
 	}
 	if len(errs) == 0 {
@@ -246,8 +254,11 @@ func giveBack(ctx context.Context, limiters []Limiter, key string, n int, taken 
 
 // merge combines per-limiter decisions into the one Composite reports.
 func merge(ds []Decision, allowed bool) Decision {
-	out := Decision{Allowed: allowed, Remaining: ds[0].Remaining, Limit: ds[0].Limit}
+	out := Decision{Allowed: allowed, Remaining: ds[0].Remaining, Limit: ds[0].Limit, Overloaded: !allowed}
 	for _, d := range ds {
+		if !d.Allowed && !d.Overloaded {
+			out.Overloaded = false
+		}
 		if d.ResetAfter > out.ResetAfter {
 			out.ResetAfter = d.ResetAfter
 		}

@@ -28,6 +28,10 @@
 // rates), and each option may be given once: anything else is an error
 // from the constructor.
 //
+// [NewInFlight] and [NewServiceInFlight] are in-flight (concurrency)
+// limits: at most n calls of a key, or of the whole service, in the
+// handler at once; a slot is released when the call settles.
+//
 // [All] combines limits on one key (10 per minute and 100 per hour), and
 // [FromRateLimiter] turns one *rate.Limiter into a server-wide cap (at
 // rate.Inf, no cap at all, also inside All). The
@@ -70,8 +74,26 @@
 // matched by an http.ServeMux itself so that the rule that applies is the
 // route that runs (HEAD with GET, most specific pattern first);
 // [MatchPattern] scopes a middleware to one pattern the same way. The
-// nested modules contrib/grpclimit and contrib/ginlimit carry the same
-// limits to gRPC servers and gin.
+// nested modules contrib/grpclimit, contrib/connectlimit and
+// contrib/ginlimit carry the same limits to gRPC servers, connect and gin.
+//
+// # Beyond a rate
+//
+// Three admission kinds work the same on every transport and store:
+//
+//   - The cost known after the response ([WithCostAfter]): a request is
+//     admitted at an estimate and charged its real cost once answered —
+//     what its handler reports ([ReportCost]), the bytes it sent
+//     ([CostBytes]), a header ([CostHeader]). The key may go into debt
+//     ([Charger]), and waits until it is paid; what concurrent requests
+//     can over-spend is bounded by what was in flight.
+//   - In-flight limits ([NewInFlight], [NewServiceInFlight], [Releaser]):
+//     a slot held from admission until the call settles, also on a panic
+//     or a hang-up; a service-wide cap answers 503 ([Decision].Overloaded).
+//   - Waiting instead of refusing ([WithWait], [Reserver]): a request whose
+//     turn comes within a maximum wait is held until then, within bounds
+//     per key and in total, and gives its turn back if its client hangs
+//     up.
 //
 // # Adapters: the admission core
 //
@@ -92,16 +114,20 @@
 //     values formatted once ([Quota]: header or metadata values, shared,
 //     allocation-free). The adapter answers in its transport's terms: a
 //     429 with headers, a ResourceExhausted status with trailers.
-//  3. Settle it. If Outcome.NeedsSettle, the adapter runs the handler and
-//     then calls [Gate.Settle] once with a [Result] — whether the call
-//     counts, whether the handler panicked (it then counts) — also when
-//     the handler panics.
+//  3. Settle it. If Outcome.NeedsSettle, the adapter runs the handler —
+//     with the context [Outcome.Context] returns, which carries the meter
+//     of [ReportCost] — and then calls [Gate.Settle] once with a [Result]
+//     — whether the call counts, whether the handler panicked (it then
+//     counts), what it cost if the adapter reads that from the response —
+//     also when the handler panics. Settling releases in-flight slots and
+//     charges the cost known after the call.
 //
 // The gate holds everything else, once: fail-closed, fail-open and
 // dry-run, the list of errors that are the client's doing ([ErrorStatus]
 // for HTTP), hang-ups, paced logging, the decision hook and the sampling
 // of live evictions. [NewGate] takes the transport-neutral options
 // ([WithCost], [WithFailOpen], [WithDryRun], [WithHeaders], [WithLogger],
-// [WithDecisionHook], [WithRefundUncounted] …). Admit allocates nothing
-// of its own, and needs no *http.Request.
+// [WithDecisionHook], [WithRefundUncounted], [WithSettledCost], [WithWait]
+// …). Admit allocates nothing of its own, and needs no *http.Request;
+// under WithWait it may hold a call until its turn.
 package floodgate

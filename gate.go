@@ -48,7 +48,13 @@ type gateConfig struct {
 	// priced: the adapter prices calls itself (WithCostFunc), so WithCost's
 	// capacity check does not apply.
 	priced bool
-	now    func() time.Time
+	// costAfter: each call's real cost is charged at settlement, its
+	// reserved cost being an estimate (WithSettledCost, WithCostAfter).
+	costAfter bool
+	// wait: denied calls wait for their turn within these bounds
+	// (WithWait); nil: they are refused at once.
+	wait *waiting
+	now  func() time.Time
 }
 
 // NewGate returns the admission core for the policies of sel, for an
@@ -84,6 +90,12 @@ func newGate(c gateConfig, policies []*policy) (*Gate, error) {
 		if _, ok := p.Limiter.(Refunder); c.settle && !ok {
 			return nil, fmt.Errorf("policy %q: %w: counting only some outcomes (WithCountStatus, WithRefundUncounted) needs a limiter that implements Refunder, to give back the cost of a call that does not count", p.Name, ErrInvalidOption)
 		}
+		if err := checkKinds(c, p); err != nil {
+			return nil, err
+		}
+	}
+	if c.wait != nil {
+		c.wait = c.wait.clone() // each gate counts its own waiters
 	}
 	g := &Gate{cfg: c, policies: policies}
 	if c.logger != nil {
@@ -144,7 +156,9 @@ const (
 	// OutcomeDenied: the limiter denied the call. Outcome.Err wraps
 	// ErrCostExceedsLimit when the call can never be allowed (waiting
 	// does not help: Decision.RetryAfter is 0 and no Retry-After is
-	// sent).
+	// sent). Decision.Overloaded marks the denial of a service-wide
+	// capacity rather than of the client's own limit: HTTP answers 503,
+	// gRPC and connect Unavailable, each with the wait.
 	OutcomeDenied
 	// OutcomeClientError: the call could not be keyed for its client's
 	// own doing (ErrNoKey, ErrNoClientIP, ErrKeyTooLong, ErrInvalidBody,
@@ -200,9 +214,11 @@ type Outcome struct {
 	// dry-run, an error outside fail-open's and dry-run's reach, a
 	// hang-up.
 	Blocked bool
-	// NeedsSettle reports that the call's cost is reserved until the
-	// adapter calls Settle after the handler (WithCountStatus,
-	// WithRefundUncounted).
+	// NeedsSettle reports that the adapter must call Settle once the
+	// handler is done, also when it panics: the call's cost is reserved
+	// until then (WithCountStatus, WithRefundUncounted), its real cost is
+	// charged then (WithSettledCost, WithCostAfter), or it holds slots of
+	// an in-flight limit (a limiter that implements Releaser) until then.
 	NeedsSettle bool
 	// Decision is the limiter's decision; zero when it failed.
 	Decision Decision
@@ -214,12 +230,26 @@ type Outcome struct {
 	// and denied calls; Retry-After only on a blocked denial that waiting
 	// cures.
 	Quota Quota
+	// Waited is how long Admit held the call for its turn (WithWait); 0
+	// for a call decided at once.
+	Waited time.Duration
+
+	// What Settle needs beyond the call: when the call's slots were
+	// taken (a policy whose limiter holds slots: Releaser), in Unix ns,
+	// and the meter its handler reports its cost to (WithSettledCost).
+	start   int64
+	metered bool
+	meter   *meter
 }
 
 // Admit decides a call: it asks the policy's limiter for the call's cost
 // under its key, with ctx (the call's context), applies the error policy
 // to whatever went wrong, logs, calls the decision hook, and returns the
-// Outcome. It writes nothing anywhere: answering is the adapter's.
+// Outcome. It writes nothing anywhere: answering is the adapter's. Under
+// WithWait it books the call's units and holds the call until its turn
+// (Outcome.Waited), or returns a denial at once when the turn is too far,
+// too many calls wait, or ctx's deadline comes first; a call whose ctx is
+// done while it waits gives its turn back and is OutcomeHungUp.
 func (g *Gate) Admit(ctx context.Context, c Call) (out Outcome) {
 	out.Call = c
 	g.admit(ctx, &out)
@@ -238,6 +268,11 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 	}
 	switch {
 	case err != nil:
+	case c.Free && g.cfg.costAfter:
+		// An estimate of nothing still needs a unit in hand, so that a
+		// key in debt waits; settlement gives it back if the call cost
+		// nothing.
+		c.Cost = 1
 	case c.Free:
 		c.Cost = 0
 	case c.Cost == 0:
@@ -249,7 +284,11 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		g.refuse(ctx, out, err, evictionSample{})
 		return
 	}
-	out.Decision, out.Err = c.policy.Limiter.AllowN(ctx, c.Key, c.Cost)
+	if g.cfg.wait == nil || c.Cost == 0 {
+		out.Decision, out.Err = c.policy.Limiter.AllowN(ctx, c.Key, c.Cost)
+	} else {
+		out.Err = g.reserve(ctx, out)
+	}
 	var evicted evictionSample
 	if g.logs.denials != nil || (g.cfg.hook != nil && rand.Uint32()%hookWatchOneIn == 0) {
 		evicted = g.sampleEvictions(ctx, out)
@@ -266,11 +305,16 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		d.Allowed, d.RetryAfter = false, 0
 	}
 	if d.Allowed {
-		out.NeedsSettle = g.cfg.settle && c.Cost > 0
+		if c.Cost > 0 && (g.cfg.settle || g.cfg.costAfter || c.policy.holds) {
+			g.settleLater(out)
+		}
 	} else {
 		out.Kind, out.Blocked = OutcomeDenied, !g.cfg.dryRun
 	}
-	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, now: g.cfg.now}
+	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, debts: g.cfg.costAfter, now: g.cfg.now}
+	if g.cfg.headers.ietf() {
+		qr.rate = c.policy.rateOf(c.Key)
+	}
 	c.policy.quota(&qr, &out.Quota)
 	if !d.Allowed && g.logs.denials != nil {
 		g.logDenial(ctx, out)
@@ -329,7 +373,7 @@ func errorKind(err error) OutcomeKind {
 func (out *Outcome) event(s evictionSample) DecisionEvent {
 	c := &out.Call
 	return DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost,
-		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: s.evicted, DebtsLost: s.lost}
+		Decision: out.Decision, Err: out.Err, Blocked: out.Blocked, EvictedLive: s.evicted, DebtsLost: s.lost, Waited: out.Waited}
 }
 
 // sampleEvictions looks, at most once a second, at the live evictions and
@@ -341,46 +385,6 @@ func (g *Gate) sampleEvictions(ctx context.Context, out *Outcome) evictionSample
 		g.logEvictions(ctx, p, s)
 	}
 	return s
-}
-
-// Result is what an adapter knows of a call once its handler has returned
-// or panicked, for Settle. The zero Result is a call that counts.
-type Result struct {
-	// Uncounted reports that the call does not count (its HTTP status,
-	// or its gRPC code, is not one the adapter's predicate counts):
-	// Settle gives its reserved cost back.
-	Uncounted bool
-	// Panicked reports that the handler panicked. The call counts,
-	// whatever Uncounted says: it may have done its work before the
-	// panic.
-	Panicked bool
-}
-
-// Settle completes a call after its handler, for an Outcome with
-// NeedsSettle (for any other it does nothing): it gives the reserved cost
-// back if res says the call does not count, and reports the refund to
-// the decision hook (DecisionEvent.AfterHandler). The refund is owed even
-// if the client has gone: ctx's cancellation is not passed on. An
-// adapter calls Settle once per call, also when the handler panics
-// (Result.Panicked) — the natural place for what has to happen at the
-// end of every admitted call.
-func (g *Gate) Settle(ctx context.Context, out Outcome, res Result) {
-	if !out.NeedsSettle || res.Panicked || !res.Uncounted {
-		return
-	}
-	c := &out.Call
-	var err error
-	if r, ok := c.policy.Limiter.(Refunder); ok { // checked by newGate
-		err = r.RefundN(context.WithoutCancel(ctx), c.Key, c.Cost)
-	} else {
-		err = fmt.Errorf("%w: policy %q cannot refund", ErrInvalidOption, c.policy.Name)
-	}
-	if err != nil {
-		g.logError(ctx, &out, err)
-	}
-	if g.cfg.hook != nil {
-		g.cfg.hook(DecisionEvent{Request: c.Request, Policy: c.policy.Name, Key: c.Key, Cost: c.Cost, Err: err, AfterHandler: true})
-	}
 }
 
 // DecisionEvent describes one decision of the admission core, for metrics
@@ -413,11 +417,21 @@ type DecisionEvent struct {
 	// called: a denial outside dry-run, an error outside fail-open's and
 	// dry-run's reach, or a client that went away.
 	Blocked bool
-	// AfterHandler marks the second event of a request under
-	// WithCountStatus: the handler's status did not count, so its cost was
-	// given back (Err reports a refund that failed; the cost then stays
-	// consumed). Decision is zero in this event.
+	// AfterHandler marks the second event of a call whose charge
+	// settlement changed: under WithCountStatus, the handler's status did
+	// not count, so its cost (Cost) was given back; under WithCostAfter,
+	// the real cost differed from the estimate, so the difference was
+	// given back (Cost) or charged (Charged). Err reports a correction
+	// that failed (a refund that fails leaves the cost consumed). Decision
+	// is zero in this event.
 	AfterHandler bool
+	// Charged is, in an AfterHandler event, the units charged beyond the
+	// estimate because the call's real cost was higher (WithCostAfter):
+	// the key may be in debt for them.
+	Charged int
+	// Waited is how long the call was held for its turn before it was
+	// allowed (WithWait).
+	Waited time.Duration
 	// EvictedLive is, when this decision sampled its limiter's Stats (at
 	// most once a second; with a logger on the first request after that
 	// second, with a hook alone on one request in 64 picked at random),

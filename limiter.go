@@ -34,6 +34,14 @@ type Resetter interface {
 type Decision struct {
 	// Allowed reports whether the n units were consumed.
 	Allowed bool
+	// Overloaded marks a denial by a capacity the whole service shares (a
+	// NewServiceInFlight limit, or an in-flight table full of other keys'
+	// slots) rather than by the key's own quota: no doing of the client's.
+	// The adapters answer it as a busy service (HTTP 503, gRPC and
+	// connect Unavailable), with the same RetryAfter, instead of 429 or
+	// ResourceExhausted. It sits in the padding after Allowed, so a
+	// Decision stays 40 bytes.
+	Overloaded bool
 	// Limit is the quota of the policy: events per period for a sliding
 	// window, the capacity (burst) for a token bucket.
 	Limit int

@@ -56,7 +56,10 @@ func NewMiddleware(l Limiter, opts ...MiddlewareOption) (func(http.Handler) http
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOption)
 	}
-	if c.key == nil {
+	switch {
+	case c.key == nil && keyless(l): // a service-wide limit: nothing to key
+		c.key = serviceKey
+	case c.key == nil:
 		if c.key, err = KeyByIP(); err != nil {
 			return nil, err
 		}
@@ -113,6 +116,9 @@ type middleware struct {
 func newMiddleware(c middlewareConfig, sel *SelectorFor[*http.Request]) (func(http.Handler) http.Handler, error) {
 	if c.given["WithRefundUncounted"] {
 		return nil, fmt.Errorf("%w: WithRefundUncounted is for adapters over a Gate; the middleware counts by status with WithCountStatus", ErrInvalidOption)
+	}
+	if c.given["WithSettledCost"] {
+		return nil, fmt.Errorf("%w: WithSettledCost is for adapters over a Gate; the middleware charges the cost after the response with WithCostAfter", ErrInvalidOption)
 	}
 	gate, err := newGate(c.gateConfig, sel.policies)
 	if err != nil {
@@ -185,7 +191,7 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		return
 	}
 	switch out.Kind {
-	case OutcomeDenied:
+	case OutcomeDenied: // 429, or 503 for Decision.Overloaded (see DeniedHandler)
 		writeQuota(w.Header(), &out.Quota)
 		m.cfg.denied(w, r, out.Decision)
 	case OutcomeHungUp:
@@ -195,12 +201,20 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 }
 
-// serveSettled runs the handler of a request whose cost is reserved
-// (WithCountStatus) and settles it by the status it was answered with,
-// or as counted if the handler panics: the panic goes on up, and
-// whatever the handler did before it counts.
+// serveSettled runs the handler of a request the gate settles after it
+// (NeedsSettle), and settles it: when the handler returns, by the
+// response it wrote (WithCountStatus, WithCostAfter), or as counted if
+// the handler panics — the panic goes on up, and whatever the handler did
+// before it counts. A request that only holds in-flight slots needs
+// nothing of the response.
 func (m *middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, out *Outcome) {
-	sw := &statusWriter{ResponseWriter: w, settling: settling{gate: m.gate, ctx: r.Context(), out: *out, counts: m.cfg.countStatus}}
+	if m.cfg.countStatus == nil && m.cfg.responseCost == nil {
+		m.serveHeld(w, r, next, out)
+		return
+	}
+	r = r.WithContext(out.Context(r.Context()))
+	sw := &statusWriter{ResponseWriter: w, settling: settling{gate: m.gate, ctx: r.Context(), req: r, out: *out,
+		counts: m.cfg.countStatus, cost: m.cfg.responseCost}}
 	returned := false
 	defer func() {
 		if !returned {
@@ -212,4 +226,13 @@ func (m *middleware) serveSettled(w http.ResponseWriter, r *http.Request, next h
 	if !sw.deferred {
 		sw.settleStatus(sw.statusCode())
 	}
+}
+
+// serveHeld runs the handler of a request holding in-flight slots, and
+// releases them when it returns or panics.
+func (m *middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, out *Outcome) {
+	returned := false
+	defer func() { m.gate.Settle(r.Context(), *out, Result{Panicked: !returned}) }()
+	next.ServeHTTP(w, r)
+	returned = true
 }

@@ -26,8 +26,11 @@ type middlewareConfig struct {
 	denied      DeniedHandler
 	onError     ErrorHandler
 	countStatus func(status int) bool
-	preflights  bool // WithLimitPreflights
-	given       map[string]bool
+	// responseCost reads a request's real cost from its response
+	// (WithCostAfter).
+	responseCost func(Response) (int, bool)
+	preflights   bool // WithLimitPreflights
+	given        map[string]bool
 }
 
 // once records that the option name was given and refuses a repeat: two
@@ -41,7 +44,8 @@ func (c *middlewareConfig) once(name string) error {
 }
 
 // WithKeyFunc sets how a request's key is formed (default: KeyByIP(), the
-// TCP peer's address only, so no client can choose its own key). Behind a
+// TCP peer's address only, so no client can choose its own key; for a
+// limit that ignores keys, NewServiceInFlight, none). Behind a
 // proxy, pass a KeyByIP configured with the proxy's address (with a
 // logger, the middleware warns when private or loopback peers send
 // forwarding headers it does not trust). A key error the client caused
@@ -401,13 +405,16 @@ func newMiddlewareConfig(opts []MiddlewareOption) (middlewareConfig, error) {
 	if c.given["WithLogKeys"] && c.logger == nil {
 		return c, fmt.Errorf("%w: WithLogKeys without WithLogger", ErrInvalidOption)
 	}
+	if c.given["WithWaitTimer"] && !c.given["WithWait"] {
+		return c, fmt.Errorf("%w: WithWaitTimer without WithWait", ErrInvalidOption)
+	}
 	return c, nil
 }
 
 // httpOnly lists the options of the net/http middleware that an adapter
 // over a Gate replaces with its transport's own.
 var httpOnly = []string{"WithKeyFunc", "WithPolicyName", "WithCostFunc", "WithSkip", "WithOnly",
-	"WithDeniedHandler", "WithErrorHandler", "WithCountStatus", "WithLimitPreflights"}
+	"WithDeniedHandler", "WithErrorHandler", "WithCountStatus", "WithLimitPreflights", "WithCostAfter"}
 
 // gateOnly refuses the options of the net/http middleware: given to a
 // Gate, they would do nothing.

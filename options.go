@@ -40,15 +40,15 @@ const (
 // config holds every option; each constructor checks that only the options
 // that apply to it were set.
 type config struct {
-	burst       int
-	burstSet    bool
-	maxKeys     int
-	maxKeyLen   int
-	shards      int
-	now         func() time.Time
+	burst     int
+	burstSet  bool
+	maxKeys   int
+	maxKeyLen int
+	shards    int
+	now       func() time.Time
 	// clock, when set, is shared with other limiters (see
 	// TokenBucketPlans): their times have one origin.
-	clock *clock
+	clock       *clock
 	interval    bool // token bucket: refill intervally
 	countDenied bool // sliding log: record denied attempts too
 	// forgetEvicted: no debt memory; a live eviction resets the key.

@@ -58,9 +58,9 @@ type PlanConfig struct {
 	// Resolve returns a key's plan. Required.
 	Resolve PlanResolver
 	// New builds the limiter of a plan, once per distinct plan (rate and
-	// burst), the first time a key on it is decided: in memory, or on
-	// Redis (every plan's limiter then on one prefix: a key's state is
-	// converted where it is, when its rate changes; see redisstore). All
+	// burst), the first time a key on it is decided: in memory
+	// (TokenBucketPlans and friends), or on Redis (every plan's limiter
+	// on one prefix, and every plan of one Period: see PlanLimiter). All
 	// of one algorithm. Required.
 	New func(Plan) (Limiter, error)
 	// CacheSize bounds the keys whose plan is kept (default
@@ -107,9 +107,18 @@ type PlanConfig struct {
 // never frees one. In memory the key's state moves from the old plan's
 // limiter to the new one's, under a lock of the key's (one of 256
 // stripes) that its decisions take too, so that no decision sees it in
-// both or neither; on Redis, every plan's limiter on one prefix, the
-// state stays in its key and the script converts it at the first
-// decision under its new rate.
+// both or neither.
+//
+// On Redis, every plan's limiter on one prefix, the state stays in its
+// key and the next decision reads it under the new plan's rate as it
+// stands: a window (sliding log or counter) keeps the units it counted
+// (KeepUsed), a token bucket keeps the time its debt takes to refill
+// (ScaleUsed: the share of the quota used is kept); Inherit is not
+// consulted. That is sound only for plans of one Period (a counter's
+// windows, a bucket's refill time are the period's): a plan of another
+// Period than the first plan built fails its lookup with ErrPlanLookup.
+// Do not call SetRate on a plan's limiter: every plan's limiter on the
+// prefix shares one rate record.
 //
 // Lookups: a key's plan is looked up on its first decision, and again
 // once CacheTTL has passed; decisions for a key whose lookup is in flight
@@ -124,15 +133,18 @@ type PlanConfig struct {
 //
 // A PlanLimiter is safe for concurrent use.
 type PlanLimiter struct {
-	cfg      PlanConfig
-	seed     maphash.Seed
-	cache    []planShard
-	lookups  chan struct{} // a slot per lookup in flight
-	stripes  [planStripes]sync.Mutex
-	plansMu  sync.Mutex
-	plans    map[planID]*planSlot
-	nplans   atomic.Int32
-	ttl      int64
+	cfg     PlanConfig
+	seed    maphash.Seed
+	cache   []planShard
+	lookups chan struct{} // a slot per lookup in flight
+	stripes [planStripes]sync.Mutex
+	plansMu sync.Mutex
+	plans   map[planID]*planSlot
+	// period is the Period of the plans whose limiters keep their state
+	// in place (on Redis): all must have the same; 0 before the first.
+	period time.Duration
+	nplans atomic.Int32
+	ttl    int64
 }
 
 // planStripes is the number of locks that serialise a key's decisions
@@ -342,6 +354,13 @@ func (p *PlanLimiter) slot(plan Plan) (*planSlot, error) {
 	}
 	s := &planSlot{plan: plan, lim: lim}
 	s.mover, _ = lim.(planMover)
+	if s.mover == nil {
+		if p.period != 0 && p.period != plan.Rate.Period {
+			return nil, fmt.Errorf("%w: plan %q has period %v, another plan %v: on Redis a key's state stays in its key and is read under its new plan as it is, which is sound only for plans of one period (see PlanLimiter)",
+				ErrPlanLookup, plan.Name, plan.Rate.Period, p.period)
+		}
+		p.period = plan.Rate.Period
+	}
 	p.plans[id] = s
 	p.nplans.Store(int32(len(p.plans)))
 	return s, nil

@@ -134,3 +134,17 @@ func (p *PlanLimiter) lookup(ctx context.Context, key string, old *planEntry, no
 	}
 	return e, nil
 }
+
+// rateOf returns the rate of key's plan if the cache holds it, for the
+// window of the key's headers (see policy.rateOf): the plan its decision
+// was just made under, without a lookup.
+func (p *PlanLimiter) rateOf(key string) (Rate, bool) {
+	sh := &p.cache[maphash.String(p.seed, key)%uint64(len(p.cache))]
+	sh.mu.Lock()
+	e, ok := sh.known.Peek(key)
+	sh.mu.Unlock()
+	if !ok {
+		return Rate{}, false
+	}
+	return e.slot.plan.Rate, true
+}

@@ -88,8 +88,13 @@ func addMember(h http.Header, fresh bool, key string, v []string) {
 // it is called, the middleware has already set Retry-After (unless the
 // request can never succeed because its cost exceeds the limit; then
 // d.RetryAfter is zero) and the quota headers of its HeaderStyle. It must
-// write the status, which should be http.StatusTooManyRequests, and the
-// body.
+// write the status and the body. The status should be
+// http.StatusTooManyRequests, or http.StatusServiceUnavailable for a
+// denial marked d.Overloaded (a service-wide in-flight cap: no doing of
+// the client's), as ProblemDetails and StaticJSON do.
+//
+// A denied call under WithWait was refused at once: its turn was too far
+// off, or too many calls were waiting already.
 type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Decision)
 
 // ProblemDetails is the default DeniedHandler. It answers 429 with an RFC
@@ -100,17 +105,43 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Decision)
 //
 // retryAfter, an extension member, repeats the Retry-After header in
 // seconds. A request whose cost exceeds the limit gets a detail saying so
-// and no retryAfter, since waiting does not help.
+// and no retryAfter, since waiting does not help. A denial marked
+// Overloaded (the service is at a service-wide in-flight cap) is answered
+// 503 Service Unavailable, with the same Retry-After.
 func ProblemDetails(w http.ResponseWriter, _ *http.Request, d Decision) {
 	var body []byte
-	if d.RetryAfter > 0 {
+	switch {
+	case d.Overloaded:
+		body = busyBody(RetryAfterSeconds(d.RetryAfter))
+	case d.RetryAfter > 0:
 		body = deniedBody(RetryAfterSeconds(d.RetryAfter))
-	} else {
+	default:
 		body = costExceededBody
 	}
 	w.Header()[headerContentType] = problemContentType
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(deniedStatus(d))
 	_, _ = w.Write(body) // the client may be gone; nothing to do about it
+}
+
+// deniedStatus is the status of a denial: 503 when the service is at a
+// service-wide capacity, 429 when the client is at its own limit.
+func deniedStatus(d Decision) int {
+	if d.Overloaded {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
+}
+
+// busyBody is the ProblemDetails body of an Overloaded denial: the
+// service is at its in-flight cap, not the client at its limit. Rarer
+// than denials, so formatted each time.
+func busyBody(secs int64) []byte {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The service is at capacity; retry after `...)
+	b = strconv.AppendInt(b, secs, 10)
+	b = append(b, ` seconds.","retryAfter":`...)
+	b = strconv.AppendInt(b, secs, 10)
+	return append(b, '}')
 }
 
 // deniedBodySlots is the size of the table of recent denial bodies.
@@ -147,8 +178,9 @@ func deniedBody(secs int64) []byte {
 	return b
 }
 
-// StaticJSON returns a DeniedHandler that answers 429 with body, byte for
-// byte, as application/json: the service's own error envelope, such as
+// StaticJSON returns a DeniedHandler that answers 429 (503 for a denial
+// marked Decision.Overloaded) with body, byte for byte, as
+// application/json: the service's own error envelope, such as
 //
 //	{"resultCode":"BPLTE429","resultMessage":"요청이 너무 많습니다.","resultDetailMessage":"10분당 호출 한도를 초과했습니다. 잠시 후 다시 시도해주세요.","data":null}
 //
@@ -159,9 +191,9 @@ func StaticJSON(body []byte) (DeniedHandler, error) {
 		return nil, fmt.Errorf("%w: denied body is not valid JSON", ErrInvalidOption)
 	}
 	b := append([]byte(nil), body...)
-	return func(w http.ResponseWriter, _ *http.Request, _ Decision) {
+	return func(w http.ResponseWriter, _ *http.Request, d Decision) {
 		w.Header()[headerContentType] = jsonContentType
-		w.WriteHeader(http.StatusTooManyRequests)
+		w.WriteHeader(deniedStatus(d))
 		_, _ = w.Write(b)
 	}, nil
 }

@@ -285,7 +285,9 @@ func (a *scAlg) debt(st *scState, now int64) debt {
 	prev, cur := st.counts(w)
 	switch {
 	case cur > 0:
-		return debt{at: (w + 2) * a.period, amt: prev + cur}
+		// Saturated at 2^31 (a debt of ChargeN), so that a restored count
+		// plus a request never wraps.
+		return debt{at: (w + 2) * a.period, amt: uint32(min(uint64(prev)+uint64(cur), 1<<31))}
 	case prev > 0:
 		return debt{at: (w + 1) * a.period, amt: prev}
 	}

@@ -337,16 +337,20 @@ func (a *slAlg) decide(d *Decision, st *slState, now int64, n int) {
 			a.record(st, now, uint32(n))
 			used += n
 		}
-	case a.countDenied:
+	case !a.countDenied || n == 0:
+	case used > a.limit:
+		// In debt (ChargeN, or a downgrade, see SetRate): the attempt
+		// counts as a charge would, and nothing older is dropped.
+		a.charge(st, now, uint32(n))
+		used = int(st.used())
+	default:
 		// Drop the oldest units so that, with the attempt, the log counts
-		// Rate.Limit: the newest Rate.Limit units of attempts count. A log
-		// that counts more (after a downgrade, see SetRate) drops only n:
-		// an attempt never shortens a wait.
-		st.takeOldest(uint32(min(used+n-a.limit, n)))
+		// Rate.Limit: the newest Rate.Limit units of attempts count.
+		st.takeOldest(uint32(used + n - a.limit))
 		a.record(st, now, uint32(n))
-		used = max(used, a.limit)
+		used = a.limit
 	}
-	d.Remaining = max(a.limit-used, 0)
+	d.Remaining = max(a.limit-used, 0) // below 0 in debt (ChargeN, a downgrade)
 	if st.count > 0 {
 		d.ResetAfter = durationNS(a.at(st, int(st.count)-1) + a.period - now)
 	}

@@ -26,24 +26,29 @@ type DeferredSettler interface {
 	DeferSettle() (settle func(status int))
 }
 
-// statusWriter records the status of a response for WithCountStatus, and
-// settles the request by it. It forwards Flush, Hijack and ReadFrom, and
-// Unwrap lets http.ResponseController reach the other optional methods
-// (deadlines, full duplex) of the writer below.
+// statusWriter records the status of a response for WithCountStatus,
+// and its body's size for WithCostAfter, and settles the request by them.
+// It forwards Flush, Hijack and ReadFrom, and Unwrap lets
+// http.ResponseController reach the other optional methods (deadlines,
+// full duplex) of the writer below.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	bytes  int64 // body bytes written
 	settling
 	deferred bool // a framework took the settlement over (DeferSettle)
 }
 
-// settling is what settles one request: the gate, the outcome and the
-// status predicate, and whether it is done.
+// settling is what settles one request: the gate, the outcome, how the
+// response decides it (the status predicate, the cost function), and
+// whether it is done.
 type settling struct {
 	gate    *Gate
 	ctx     context.Context
+	req     *http.Request // as the handler got it
 	out     Outcome
-	counts  func(status int) bool
+	counts  func(status int) bool      // nil: every status counts
+	cost    func(Response) (int, bool) // nil: the estimate, or ReportCost's
 	settled atomic.Bool
 }
 
@@ -54,9 +59,21 @@ func (s *settling) settle(res Result) {
 	}
 }
 
-// settleStatus settles the request by the status it was answered with.
-func (s *settling) settleStatus(status int) {
-	s.settle(Result{Uncounted: !s.counts(status)})
+// settleStatus settles the request by the response it was answered with:
+// its status, and for WithCostAfter, what the cost function reads of it.
+func (w *statusWriter) settleStatus(status int) {
+	if w.settled.Load() {
+		return
+	}
+	res := Result{Uncounted: w.counts != nil && !w.counts(status)}
+	if w.cost != nil {
+		reported, ok := w.out.ReportedCost()
+		if !ok {
+			reported = -1
+		}
+		res.Cost, res.CostKnown = w.cost(Response{Request: w.req, Status: status, Header: w.Header(), Bytes: w.bytes, Reported: reported})
+	}
+	w.settle(res)
 }
 
 // DeferSettle implements DeferredSettler.
@@ -77,7 +94,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 // Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
@@ -112,10 +131,15 @@ func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	var n int64
+	var err error
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(src)
+		n, err = rf.ReadFrom(src)
+	} else {
+		n, err = io.Copy(w.ResponseWriter, src)
 	}
-	return io.Copy(w.ResponseWriter, src)
+	w.bytes += n
+	return n, err
 }
 
 func (w *statusWriter) statusCode() int {

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync/atomic"
 
@@ -372,6 +373,9 @@ func (a *tbAlg) tokensCeil(ns, frac int64) int {
 	}
 	hi, lo := bits.Mul64(uint64(ns), a.limit)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
+	if hi+carry >= a.period { // a debt far beyond the burst (ChargeN)
+		return math.MaxInt
+	}
 	q, r := bits.Div64(hi+carry, lo, a.period)
 	if r > 0 {
 		q++

@@ -16,6 +16,14 @@
 // binary, run with EVALSHA and loaded with EVAL when the server answers
 // NOSCRIPT), atomic on the server.
 //
+// For the admission kinds beyond a rate they implement what their
+// in-memory twins do, with the same decisions: all three charge beyond
+// their quota (floodgate.Charger, for floodgate.WithCostAfter), and the
+// TokenBucket books ahead (floodgate.Reserver, for floodgate.WithWait).
+// InFlight (NewInFlight, NewServiceInFlight) is an in-flight limit whose
+// slots are leases, renewed while held and back within a lease when
+// their instance crashes (WithSlotLease).
+//
 // # Clients
 //
 // The limiters need only a Scripter, a two-method interface. The adapters
@@ -49,7 +57,8 @@
 // DefaultPrefix) is stored in one key: p:{k}:tb (token bucket), p:{k}:log
 // (sliding log: a sorted set of one entry per decision, named by the
 // running total of the units, and a mark of the units no longer counted)
-// or p:{k}:sc (sliding counter: both fixed windows). Only the client key
+// or p:{k}:sc (sliding counter: both fixed windows), p:{k}:if (in-flight
+// limit: each holding instance's slots and lease). Only the client key
 // stands inside the braces, the Cluster hash tag, so each decision touches
 // one slot and clients spread over every node; '%', '{' and '}' in k are
 // percent-escaped so they cannot move the tag. Give each policy its own

@@ -20,6 +20,9 @@ const DefaultPrefix = "floodgate"
 //	             decision, named by the running total of the units and
 //	             scored by its time, and the member "low")
 //	p:{k}:sc     sliding counter (a string "w prev cur")
+//	p:{k}:if     in-flight limit (a hash: holder -> "slots expiry", one
+//	             field per instance holding slots of k; p:{%}:if for the
+//	             whole service)
 //
 // One key per client, so that a maxmemory eviction takes a client's whole
 // state or none of it (never a log without its totals), and a Cluster

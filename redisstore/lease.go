@@ -92,7 +92,8 @@ func WithLease(l Lease) Option {
 
 // LeaseStats counts what leased quota did in one limiter (see
 // TokenBucket.LeaseStats). Counts start at zero when the limiter is built
-// and only grow, except Keys. Without WithLease every field is zero.
+// and only grow, except Keys; MaxKeys is fixed. Without WithLease every
+// field is zero.
 //
 // In units, while no RefundN was answered from a lease: LeasedUnits =
 // LocalUnits + ReturnedUnits + StrandedUnits + the units held now.
@@ -128,8 +129,10 @@ type LeaseStats struct {
 	// lower than it would be, whatever the number of instances, and
 	// nothing is skipped once the key is used at its rate.
 	AheadUnits uint64
-	// Keys is the number of client keys with lease state now.
-	Keys int
+	// Keys is the number of client keys with lease state now, and
+	// MaxKeys their bound (Lease.MaxKeys, about that many in all); MaxKeys
+	// is zero, and so tells, when the limiter does not lease.
+	Keys, MaxKeys int
 }
 
 // leaseAlgo is what an algorithm gives the lease mode.

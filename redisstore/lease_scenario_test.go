@@ -294,7 +294,9 @@ func TestLeaseEvictionStrandsNeverAdds(t *testing.T) {
 
 // TestLeaseOptions: WithLease is refused where it cannot work and with
 // values out of range, wrapping ErrInvalidOption; zero fields take the
-// defaults, which never lease on a small limit.
+// defaults, which never lease on a small limit. LeaseStats().MaxKeys is
+// the table's bound in lease mode and zero without it, which is how the
+// metrics adapters tell a leasing limiter.
 func TestLeaseOptions(t *testing.T) {
 	var s redisstore.Scripter = goRedis(t, "127.0.0.1:1").s
 	r := floodgate.PerMinute(10)
@@ -337,10 +339,30 @@ func TestLeaseOptions(t *testing.T) {
 		}
 	}
 	for _, a := range leaseAlgos {
-		if _, err := a.redis(s, r, redisstore.WithLease(redisstore.Lease{})); err != nil {
-			t.Errorf("%s with the default Lease: %v", a.name, err)
+		l, err := a.redis(s, r, redisstore.WithLease(redisstore.Lease{}))
+		if err != nil {
+			t.Fatalf("%s with the default Lease: %v", a.name, err)
+		}
+		if got := l.LeaseStats(); got != (redisstore.LeaseStats{MaxKeys: redisstore.DefaultLeaseKeys}) {
+			t.Errorf("%s with the default Lease: %+v, want zero counts and MaxKeys %d", a.name, got, redisstore.DefaultLeaseKeys)
+		}
+		if got := mustLeased(t, a, s, r, redisstore.WithLease(redisstore.Lease{MaxKeys: 77})).LeaseStats().MaxKeys; got != 77 {
+			t.Errorf("%s with Lease.MaxKeys 77: LeaseStats().MaxKeys %d", a.name, got)
+		}
+		if got := mustLeased(t, a, s, r).LeaseStats(); got != (redisstore.LeaseStats{}) {
+			t.Errorf("%s without WithLease: %+v, want all zero (MaxKeys 0: not leasing)", a.name, got)
 		}
 	}
+}
+
+// mustLeased builds a on s or fails t.
+func mustLeased(t *testing.T, a leaseAlgo, s redisstore.Scripter, r floodgate.Rate, opts ...redisstore.Option) leased {
+	t.Helper()
+	l, err := a.redis(s, r, opts...)
+	if err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+	return l
 }
 
 // TestLeaseMarkInBucketKey: a leasing bucket keeps its lease mark in the

@@ -111,6 +111,7 @@ func sumStats(ls []leased) redisstore.LeaseStats {
 		s.LocalRefunds += x.LocalRefunds
 		s.AheadUnits += x.AheadUnits
 		s.Keys += x.Keys
+		s.MaxKeys += x.MaxKeys
 	}
 	return s
 }
@@ -264,6 +265,18 @@ func TestLeaseConcurrentNeverOver(t *testing.T) {
 // allowed per key. An error fails t.
 func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, attempts int) map[string]int {
 	t.Helper()
+	got, errs := roundAllowed(insts, keys, goroutines, attempts, nil)
+	for _, err := range errs {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// roundAllowed is concurrentRound for callers off the test's goroutine:
+// it returns the failed decisions' errors instead of failing a test. cost
+// gives the units of the j-th request of goroutine g of instance i (nil:
+// one each).
+func roundAllowed(insts []leased, keys []string, goroutines, attempts int, cost func(i, g, j int) int) (map[string]int, []error) {
 	var mu sync.Mutex
 	got := map[string]int{}
 	var wg sync.WaitGroup
@@ -274,15 +287,18 @@ func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, at
 			go func() {
 				defer wg.Done()
 				for j := 0; j < attempts; j++ {
-					key := keys[(i+g+j)%len(keys)]
-					d, err := l.AllowN(context.Background(), key, 1)
+					key, n := keys[(i+g+j)%len(keys)], 1
+					if cost != nil {
+						n = cost(i, g, j)
+					}
+					d, err := l.AllowN(context.Background(), key, n)
 					if err != nil {
 						errs <- fmt.Errorf("instance %d: %w", i, err)
 						return
 					}
 					if d.Allowed {
 						mu.Lock()
-						got[key]++
+						got[key] += n
 						mu.Unlock()
 					}
 				}
@@ -291,8 +307,9 @@ func concurrentRound(t *testing.T, insts []leased, keys []string, goroutines, at
 	}
 	wg.Wait()
 	close(errs)
+	var out []error
 	for err := range errs {
-		t.Fatal(err)
+		out = append(out, err)
 	}
-	return got
+	return got, out
 }

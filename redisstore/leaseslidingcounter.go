@@ -73,7 +73,7 @@ func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now st
 		}
 		r, unrepl, err := sc.reply(ctx, leaseSlidingCounterScript, sc.leaseKeys(key), args, -1)
 		if err == nil {
-			if again, err := sc.rateMet(ctx, key, now, r); again || err != nil {
+			if again, err := sc.rateMet(ctx, key, now, r, sc.eval); again || err != nil {
 				if err != nil {
 					return floodgate.Decision{Limit: p.rate.Limit}, err
 				}

@@ -464,7 +464,7 @@ func (t *leaseTable) forget(key string) {
 
 // stats sums the shards' counts.
 func (t *leaseTable) stats() LeaseStats {
-	var s LeaseStats
+	s := LeaseStats{MaxKeys: t.cfg.MaxKeys}
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()

@@ -81,7 +81,7 @@ func (a *tbLease) leaseEval(ctx context.Context, key string, c *leaseCall, now s
 		p := v.alg.(*tbParams)
 		r, unrepl, err := b.reply(ctx, leaseTokenBucketScript, b.leaseKeys(key), a.args(p, v, c, now), -1)
 		if err == nil {
-			if again, err := b.rateMet(ctx, key, now, r); again || err != nil {
+			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {
 				if err != nil {
 					return floodgate.Decision{Limit: p.burst}, err
 				}

@@ -71,6 +71,9 @@ type base struct {
 	deny     *denyCache
 	counts   counters // behind Stats
 	rates    rates    // the rate decided under, and its record in Redis
+	// fixedLimit is Decision.Limit of a limiter without a rate (an
+	// in-flight limit), whose rates are not set up.
+	fixedLimit int
 	// lease holds the leases (WithLease, lease.go); nil in the plain mode.
 	lease *leaseTable
 }
@@ -141,7 +144,12 @@ func (l *base) Capacity() int { return l.limit() }
 
 // limit returns Decision.Limit under the current rate: the burst of a
 // token bucket, a window's Limit.
-func (l *base) limit() int { return int(l.rates.view.Load().rec.rate.burst) }
+func (l *base) limit() int {
+	if v := l.rates.view.Load(); v != nil {
+		return int(v.rec.rate.burst)
+	}
+	return l.fixedLimit
+}
 
 // decide is the decision path shared by every limiter: the deny cache,
 // then Redis under the per-decision timeout, then on failure the fallback
@@ -333,7 +341,13 @@ func (l *base) refund(ctx context.Context, key string, run func(ctx context.Cont
 		l.deny.remove(key)
 	}
 	cctx, cancel := l.bound(ctx)
-	err = run(cctx, arg)
+	// A charge or a refund is made under the rate every instance decides
+	// under: one that only charges (WithCostAfter's settlement) reads a
+	// changed record as a decision does.
+	err = l.refreshRate(cctx)
+	if err == nil {
+		err = run(cctx, arg)
+	}
 	if cancel != nil {
 		cancel()
 	}

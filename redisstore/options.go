@@ -47,6 +47,7 @@ type config struct {
 	interval      bool
 	maxKeyLen     int
 	rateRefresh   time.Duration   // 0: DefaultRateRefresh
+	slotLease     time.Duration   // in-flight limits: WithSlotLease
 	given         map[string]bool // options seen, each allowed once
 	// lease is WithLease's setting (lease.go).
 	lease *Lease
@@ -67,6 +68,7 @@ const (
 	kindTokenBucket = "token bucket"
 	kindSlidingLog  = "sliding log"
 	kindCounter     = "sliding counter"
+	kindInFlight    = "in-flight limit"
 )
 
 func newConfig(kind string, opts []Option) (config, error) {
@@ -75,6 +77,7 @@ func newConfig(kind string, opts []Option) (config, error) {
 		timeout:       DefaultTimeout,
 		probeInterval: DefaultProbeInterval,
 		maxKeyLen:     floodgate.DefaultMaxKeyLength,
+		slotLease:     DefaultSlotLease,
 		given:         make(map[string]bool),
 	}
 	for _, o := range opts {
@@ -105,6 +108,10 @@ func newConfig(kind string, opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: WithLease needs the greedy refill, not WithIntervalRefill", floodgate.ErrInvalidOption)
 	case c.probeSet && c.fallback == nil:
 		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
+	case c.given["WithSlotLease"] && kind != kindInFlight:
+		return c, fmt.Errorf("%w: WithSlotLease applies to an in-flight limit, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.lease != nil && kind == kindInFlight:
+		return c, fmt.Errorf("%w: WithLease (leased quota) does not apply to an in-flight limit, whose slots are leases of their own (WithSlotLease)", floodgate.ErrInvalidOption)
 	}
 	return c, nil
 }

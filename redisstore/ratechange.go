@@ -158,7 +158,7 @@ func (l *base) adopt(rec rateRecord) error {
 // ago or more: the decision path calls it before its round trip, where a
 // failure is the decision's (the fallback, if any, answers).
 func (l *base) refreshRate(ctx context.Context) error {
-	if int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh) {
+	if l.rates.compile == nil || int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh) {
 		return nil
 	}
 	return l.readRate(ctx, false)
@@ -422,15 +422,15 @@ func splitState(st []int64) (body []int64, v int64, rate []int64) {
 
 // rateMet handles a reply of a script that met a state of another
 // version (see prelude_rate.lua) without converting it itself (the lease
-// scripts): for a newer one it reads the record again, for an older one
-// it has a report decision (cost 0, the plain script) convert it. It
+// and reserve scripts): for a newer one it reads the record again, for an
+// older one it has a report decision (eval, of cost 0) convert it. It
 // reports whether the script should run again.
-func (l *base) rateMet(ctx context.Context, key, now string, r []int64) (bool, error) {
+func (l *base) rateMet(ctx context.Context, key, now string, r []int64, eval evalFunc) (bool, error) {
 	switch {
 	case len(r) == 1 && r[0] == replyStale:
 		return true, l.readRate(ctx, true)
 	case len(r) >= 7 && r[0] == replyConvert:
-		_, err := l.lease.algo.eval(ctx, key, 0, now)
+		_, err := eval(ctx, key, 0, now)
 		return true, err
 	}
 	return false, nil

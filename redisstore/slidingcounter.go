@@ -178,7 +178,8 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 func (sc *SlidingCounter) decision(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 	p := v.alg.(*scParams)
 	limit := p.rate.Limit
-	if r[1] < 0 || r[2] < 0 || r[1] > maxLimit || r[2] > maxLimit || r[3] < 0 || r[3] >= maxMicros {
+	// A count may exceed the limit in debt (ChargeN), up to maxCount.
+	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros {
 		return floodgate.Decision{Limit: limit}, errBadReply(r)
 	}
 	prev, cur := uint32(r[1]), uint32(r[2])

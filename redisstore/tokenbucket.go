@@ -285,18 +285,22 @@ func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now s
 		p := v.alg.(*tbParams)
 		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
 			v.ver, v.suffix, conv.expect, conv.with}
-	}, b.convertInterval, 4, b.intervalDecision)
+	}, b.convertInterval, 4, func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
+		return v.alg.(*tbParams).intervalDecision(r[1:], n, r[0] == 1)
+	})
 }
 
-// intervalDecision reads an interval bucket's reply.
-func (b *TokenBucket) intervalDecision(v *rateView, r []int64, n int) (floodgate.Decision, error) {
-	p := v.alg.(*tbParams)
-	start, used, at := r[1], r[2], r[3]
-	if used < 0 || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
+// intervalDecision derives the Decision of an intervally refilled bucket
+// from the state a script replied with, {start, used, now}. used may
+// exceed the burst when the bucket owes tokens charged or booked beyond
+// it (ChargeN, ReserveN), or after a downgrade (SetRate).
+func (p *tbParams) intervalDecision(r []int64, n int, allowed bool) (floodgate.Decision, error) {
+	start, used, at := r[0], r[1], r[2]
+	if used < 0 || used > p.maxUsed() || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
 		return floodgate.Decision{Limit: p.burst}, errBadReply(r)
 	}
 	limit, period := int64(p.limit), int64(p.period)
-	d := floodgate.Decision{Allowed: r[0] == 1, Limit: p.burst, Remaining: max(p.burst-int(used), 0)}
+	d := floodgate.Decision{Allowed: allowed, Limit: p.burst, Remaining: max(p.burst-int(used), 0)}
 	if used > 0 {
 		d.ResetAfter = micros(start + (used+limit-1)/limit*period - at)
 	}
@@ -315,7 +319,7 @@ func (p *tbParams) tokensCeil(us, frac int64) int {
 	}
 	hi, lo := bits.Mul64(uint64(us), p.limit)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
-	if hi+carry >= p.period { // a corrupt reply, or a debt beyond 2^64 tokens
+	if hi+carry >= p.period { // a debt far beyond the burst (ChargeN), or a corrupt reply
 		return p.burst
 	}
 	q, r := bits.Div64(hi+carry, lo, p.period)

@@ -51,14 +51,19 @@ func refuse(ctx context.Context, protocol string, out *floodgate.Outcome) error 
 // error's metadata (response headers on the Connect protocol, trailers on
 // gRPC and gRPC-Web), with grpc-retry-pushback-ms for the gRPC
 // protocols. A call that costs more than the limit can ever hold gets no
-// RetryInfo, and a pushback of -1.
+// RetryInfo, and a pushback of -1. A denial of a service-wide capacity
+// (Decision.Overloaded) is CodeUnavailable, with the same wait.
 func deny(protocol string, out *floodgate.Outcome) error {
 	wait := out.Decision.RetryAfter
 	var ce *connect.Error
 	if wait <= 0 {
 		ce = connect.NewError(connect.CodeResourceExhausted, errors.New("rate limit exceeded: the call costs more than the limit allows and cannot succeed"))
 	} else {
-		ce = connect.NewError(connect.CodeResourceExhausted, errors.New("rate limit exceeded; retry after "+wait.Round(time.Millisecond).String()))
+		code, why := connect.CodeResourceExhausted, "rate limit exceeded"
+		if out.Decision.Overloaded { // a service-wide capacity: the service is busy
+			code, why = connect.CodeUnavailable, "service at capacity"
+		}
+		ce = connect.NewError(code, errors.New(why+"; retry after "+wait.Round(time.Millisecond).String()))
 		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
 			ce.AddDetail(d)
 		}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/contrib/connectlimit"
 	"github.com/floodgate-go/floodgate/internal/conformance"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -33,12 +35,21 @@ func (d connectDriver) Start(t *testing.T, s conformance.Setup) conformance.Clie
 	if s.CountFailures {
 		opts = append(opts, connectlimit.WithCountCodes(func(c connect.Code) bool { return c == connect.CodeUnauthenticated }))
 	}
+	if s.CostAfter {
+		opts = append(opts, connectlimit.WithCostAfter(connectlimit.CostReported))
+	}
+	if s.Wait != nil {
+		opts = append(opts, connectlimit.WithWait(*s.Wait), connectlimit.WithWaitTimer(s.Timer))
+	}
 	lim, err := connectlimit.New(s.Limiter, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	act := func(_ context.Context, req *connect.Request[wrapperspb.StringValue]) (*connect.Response[wrapperspb.StringValue], error) {
+	act := func(ctx context.Context, req *connect.Request[wrapperspb.StringValue]) (*connect.Response[wrapperspb.StringValue], error) {
 		s.Ran()
+		if n, err := strconv.Atoi(req.Header().Get(conformance.HeaderCost)); err == nil {
+			_ = floodgate.ReportCost(ctx, n) // the case checks what was charged
+		}
 		switch conformance.Action(req.Msg.GetValue()) {
 		case conformance.Fail:
 			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("wrong password"))
@@ -68,6 +79,9 @@ func (c connectClient) Do(ctx context.Context, st conformance.Step) conformance.
 	if st.Client != "" {
 		req.Header().Set(conformance.HeaderClient, st.Client)
 	}
+	if st.Cost > 0 {
+		req.Header().Set(conformance.HeaderCost, strconv.Itoa(st.Cost))
+	}
 	_, err := c.c.CallUnary(ctx, req)
 	a := conformance.Answer{Detail: fmt.Sprint(err)}
 	if err == nil {
@@ -86,6 +100,9 @@ func (c connectClient) Do(ctx context.Context, st conformance.Step) conformance.
 		a.Kind = conformance.ClientError
 	case connect.CodeUnavailable:
 		a.Kind = conformance.Unavailable
+		if wait, ok := retryDelay(err); ok { // a busy service, not a failed limiter
+			a.Kind, a.RetryAfter = conformance.Overloaded, wait
+		}
 	case connect.CodeCanceled:
 		a.Kind = conformance.HungUp
 	}

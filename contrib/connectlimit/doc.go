@@ -35,6 +35,14 @@
 // WithCountCodes counts only some outcomes (failed sign-ins), with the
 // cost reserved before the handler and given back after it.
 //
+// The admission kinds of floodgate work here as over HTTP: WithCostAfter
+// charges a call its real cost once it has ended (what its handler
+// reports with floodgate.ReportCost, or a trailer: CostTrailer); an
+// in-flight limit (floodgate.NewInFlight) holds a call's slot until its
+// handler returns, a stream's until the stream ends, and a service-wide
+// cap refuses with CodeUnavailable and a RetryInfo; WithWait holds a call
+// for its turn.
+//
 // On the gRPC protocol, connect answers through net/http, which cannot
 // send a Trailers-Only response: a grpc-go client's retry policy does not
 // retry a denial from a connect server (connect and gRPC-Web clients, and

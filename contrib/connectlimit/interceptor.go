@@ -2,7 +2,9 @@ package connectlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -26,14 +28,16 @@ import (
 type Interceptor struct {
 	sel         *floodgate.SelectorFor[Call]
 	gate        *floodgate.Gate
-	counts      func(connect.Code) bool
+	counts      func(connect.Code) bool    // nil: every code counts
+	cost        func(Response) (int, bool) // nil: no cost after the call
 	limitHealth bool
 }
 
 var _ connect.Interceptor = (*Interceptor)(nil)
 
 // New returns an interceptor that limits every call with l, keyed by
-// WithKeyFunc (default KeyByIP(): the peer's address) under the policy
+// WithKeyFunc (default KeyByIP(): the peer's address; none for a
+// limit that ignores keys, floodgate.NewServiceInFlight) under the policy
 // name WithPolicyName (default floodgate.DefaultPolicyName). A nil
 // limiter, or an invalid option, is an error wrapping
 // floodgate.ErrInvalidOption.
@@ -45,7 +49,10 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptor, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil limiter", floodgate.ErrInvalidOption)
 	}
-	if c.key == nil {
+	switch sw, ok := l.(interface{ ServiceWide() bool }); {
+	case c.key == nil && ok && sw.ServiceWide(): // a service-wide limit: nothing to key
+		c.key = func(Call) (string, error) { return "", nil }
+	case c.key == nil:
 		if c.key, err = KeyByIP(); err != nil {
 			return nil, err
 		}
@@ -84,7 +91,7 @@ func newInterceptor(c *config, sel *floodgate.SelectorFor[Call]) (*Interceptor, 
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptor{sel: sel, gate: gate, counts: c.counts, limitHealth: c.limitHealth}, nil
+	return &Interceptor{sel: sel, gate: gate, counts: c.counts, cost: c.cost, limitHealth: c.limitHealth}, nil
 }
 
 // exempt reports a procedure of grpc.health.v1.Health itself, unless
@@ -107,11 +114,18 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return nil, refuse(ctx, peer.Protocol, &out)
 		}
 		var resp connect.AnyResponse
+		ctx = out.Context(ctx) // the meter of ReportCost, under WithCostAfter
 		run := func() (err error) {
 			resp, err = next(ctx, req)
 			return err
 		}
-		err := i.run(ctx, &out, run)
+		sent := func() (header, trailer http.Header) {
+			if resp != nil {
+				return resp.Header(), resp.Trailer()
+			}
+			return nil, nil
+		}
+		err := i.run(ctx, &out, run, sent)
 		if err != nil {
 			setErrorQuota(err, &out.Quota)
 		} else {
@@ -140,7 +154,9 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 			return refuse(ctx, peer.Protocol, &out)
 		}
 		out.Quota.SetHeaders(conn.ResponseHeader())
-		return i.run(ctx, &out, func() error { return next(ctx, conn) })
+		ctx = out.Context(ctx)
+		sent := func() (http.Header, http.Header) { return conn.ResponseHeader(), conn.ResponseTrailer() }
+		return i.run(ctx, &out, func() error { return next(ctx, conn) }, sent)
 	}
 }
 
@@ -151,10 +167,12 @@ func (i *Interceptor) admit(c Call) floodgate.Outcome {
 	return i.gate.Admit(c.Context, fc)
 }
 
-// run runs the handler of an admitted call and, if its cost is reserved
-// (WithCountCodes), settles it by the code it ended with, or as counted
-// if the handler panics: the panic goes on up.
-func (i *Interceptor) run(ctx context.Context, out *floodgate.Outcome, handler func() error) error {
+// run runs the handler of an admitted call and, if the admission core
+// settles it (out.NeedsSettle), settles it by the code it ended with and
+// what it sent (WithCountCodes, WithCostAfter), or as counted if the
+// handler panics: the panic goes on up. A call that only holds in-flight
+// slots releases them either way.
+func (i *Interceptor) run(ctx context.Context, out *floodgate.Outcome, handler func() error, sent func() (header, trailer http.Header)) error {
 	if !out.NeedsSettle {
 		return handler()
 	}
@@ -166,8 +184,29 @@ func (i *Interceptor) run(ctx context.Context, out *floodgate.Outcome, handler f
 	}()
 	err := handler()
 	returned = true
-	i.gate.Settle(ctx, *out, floodgate.Result{Uncounted: !i.counts(codeOf(err))})
+	i.gate.Settle(ctx, *out, i.result(out, err, sent))
 	return err
+}
+
+// result is what the call's end says for Settle: whether it counts, and
+// under WithCostAfter what it cost.
+func (i *Interceptor) result(out *floodgate.Outcome, err error, sent func() (http.Header, http.Header)) floodgate.Result {
+	res := floodgate.Result{Uncounted: i.counts != nil && !i.counts(codeOf(err))}
+	if i.cost == nil {
+		return res
+	}
+	reported, ok := out.ReportedCost()
+	if !ok {
+		reported = -1
+	}
+	resp := Response{Procedure: out.Call.Path, Err: err, Reported: reported}
+	resp.Header, resp.Trailer = sent()
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		resp.Trailer = ce.Meta()
+	}
+	res.Cost, res.CostKnown = i.cost(resp)
+	return res
 }
 
 // codeOf is the code a call ended with: 0 for success, which connect

@@ -96,7 +96,10 @@ func refuse(ctx context.Context, setTrailer trailerSetter, out *floodgate.Outcom
 // exact wait, and in the trailers the quota values, retry-after and
 // grpc-retry-pushback-ms, the wait in milliseconds rounded up. A call
 // that costs more than the limit can ever hold gets a pushback of -1,
-// which tells a client's retry policy not to retry, and no RetryInfo.
+// which tells a client's retry policy not to retry, and no RetryInfo. A
+// denial of a service-wide capacity (Decision.Overloaded) is Unavailable
+// instead, with the same wait: the service is busy, the caller is not
+// over its limit.
 func deny(setTrailer trailerSetter, out *floodgate.Outcome) error {
 	wait := out.Decision.RetryAfter
 	md := quotaMD(&out.Quota, 2)
@@ -116,6 +119,9 @@ func deny(setTrailer trailerSetter, out *floodgate.Outcome) error {
 		return status.Error(codes.ResourceExhausted, "rate limit exceeded: the call costs more than the limit allows and cannot succeed")
 	}
 	st := status.New(codes.ResourceExhausted, "rate limit exceeded; retry after "+wait.Round(time.Millisecond).String())
+	if out.Decision.Overloaded {
+		st = status.New(codes.Unavailable, "service at capacity; retry after "+wait.Round(time.Millisecond).String())
+	}
 	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
 		st = withInfo
 	}

@@ -2,6 +2,7 @@ package grpclimit_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/floodgate-go/floodgate/contrib/grpclimit"
@@ -27,6 +28,12 @@ func (grpcDriver) Start(t *testing.T, s conformance.Setup) conformance.Client {
 	if s.CountFailures {
 		opts = append(opts, grpclimit.WithCountCodes(func(c codes.Code) bool { return c == codes.Unauthenticated }))
 	}
+	if s.CostAfter {
+		opts = append(opts, grpclimit.WithCostAfter(grpclimit.CostReported))
+	}
+	if s.Wait != nil {
+		opts = append(opts, grpclimit.WithWait(*s.Wait), grpclimit.WithWaitTimer(s.Timer))
+	}
 	lim, err := grpclimit.New(s.Limiter, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +49,9 @@ type grpcClient struct{ c testpb.TestServiceClient }
 func (g grpcClient) Do(ctx context.Context, st conformance.Step) conformance.Answer {
 	if st.Client != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-client", st.Client)
+	}
+	if st.Cost > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-cost", strconv.Itoa(st.Cost))
 	}
 	req := &testpb.SimpleRequest{}
 	switch st.Action {
@@ -66,6 +76,9 @@ func (g grpcClient) Do(ctx context.Context, st conformance.Step) conformance.Ans
 		a.Kind = conformance.ClientError
 	case codes.Unavailable:
 		a.Kind = conformance.Unavailable
+		if wait, ok := retryDelay(err); ok { // a busy service, not a failed limiter
+			a.Kind, a.RetryAfter = conformance.Overloaded, wait
+		}
 	case codes.Canceled:
 		a.Kind = conformance.HungUp
 	}

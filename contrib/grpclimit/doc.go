@@ -46,4 +46,13 @@
 // A stream is decided once, when it opens. WithCountCodes counts only
 // some outcomes (failed sign-ins), with the cost reserved before the
 // handler and given back after it.
+//
+// The admission kinds of floodgate work here as over HTTP: WithCostAfter
+// charges a call its real cost once it has ended (what its handler
+// reports with floodgate.ReportCost on its context, or a trailer it sets:
+// CostTrailer); an in-flight limit (floodgate.NewInFlight) holds a call's
+// slot until its handler returns, a stream's until the stream ends, and a
+// service-wide cap refuses Trailers-Only with codes.Unavailable, a
+// RetryInfo and the pushback; WithWait holds a call for its turn, and
+// refuses at once a call whose deadline comes first.
 package grpclimit

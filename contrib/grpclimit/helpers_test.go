@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -56,10 +58,15 @@ func (s *testService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, 
 	return &testpb.Empty{}, nil
 }
 
-func (s *testService) UnaryCall(_ context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	s.unaries.Add(1)
 	if s.ran != nil {
 		s.ran()
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, "x-cost"); len(v) > 0 {
+		if n, err := strconv.Atoi(v[0]); err == nil {
+			_ = floodgate.ReportCost(ctx, n) // the test checks what was charged
+		}
 	}
 	if st := in.GetResponseStatus(); st != nil {
 		if st.GetMessage() == "panic" {

@@ -36,7 +36,8 @@ type Interceptors struct {
 	routes      map[string]*limit
 	skip        []func(ctx context.Context, fullMethod string) bool
 	limitHealth bool
-	counts      func(codes.Code) bool
+	counts      func(codes.Code) bool      // nil: every code counts
+	cost        func(Response) (int, bool) // nil: no cost after the call
 }
 
 // limit is one selector and the admission core deciding its calls.
@@ -46,7 +47,8 @@ type limit struct {
 }
 
 // New returns interceptors that limit every call with l, keyed by
-// WithKeyFunc (default KeyByIP(): the peer's address) under the policy
+// WithKeyFunc (default KeyByIP(): the peer's address; none for a
+// limit that ignores keys, floodgate.NewServiceInFlight) under the policy
 // name WithPolicyName (default floodgate.DefaultPolicyName). A nil
 // limiter, or an invalid option, is an error wrapping
 // floodgate.ErrInvalidOption.
@@ -58,7 +60,10 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil limiter", floodgate.ErrInvalidOption)
 	}
-	if c.key == nil {
+	switch sw, ok := l.(interface{ ServiceWide() bool }); {
+	case c.key == nil && ok && sw.ServiceWide(): // a service-wide limit: nothing to key
+		c.key = func(Call) (string, error) { return "", nil }
+	case c.key == nil:
 		if c.key, err = KeyByIP(); err != nil {
 			return nil, err
 		}
@@ -103,7 +108,7 @@ func newInterceptors(c *config, sel *floodgate.SelectorFor[Call]) (*Interceptors
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptors{all: l, skip: c.skip, limitHealth: c.limitHealth, counts: c.counts}, nil
+	return &Interceptors{all: l, skip: c.skip, limitHealth: c.limitHealth, counts: c.counts, cost: c.cost}, nil
 }
 
 func newLimit(c *config, sel *floodgate.SelectorFor[Call]) (*limit, error) {
@@ -158,8 +163,14 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		if !out.NeedsSettle {
 			return handler(ctx, req)
 		}
+		ctx = out.Context(ctx) // the meter of ReportCost, under WithCostAfter
+		var sent *sentMD
+		if i.cost != nil && stream != nil {
+			sent = &sentMD{}
+			ctx = grpc.NewContextWithServerTransportStream(ctx, &recordingTransport{ServerTransportStream: stream, sent: sent})
+		}
 		var resp any
-		err := i.settled(ctx, l, &out, func() (err error) {
+		err := i.settled(ctx, l, &out, sent, func() (err error) {
 			resp, err = handler(ctx, req)
 			return err
 		})
@@ -185,7 +196,12 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		if !out.NeedsSettle {
 			return handler(srv, ss)
 		}
-		return i.settled(ctx, l, &out, func() error { return handler(srv, ss) })
+		var sent *sentMD
+		if i.cost != nil {
+			sent = &sentMD{}
+			ss = &recordingStream{ServerStream: ss, ctx: out.Context(ctx), sent: sent}
+		}
+		return i.settled(ctx, l, &out, sent, func() error { return handler(srv, ss) })
 	}
 }
 
@@ -205,11 +221,13 @@ func (l *limit) admit(ctx context.Context, method string) floodgate.Outcome {
 	return l.gate.Admit(ctx, c)
 }
 
-// settled runs the handler of a call whose cost is reserved
-// (WithCountCodes) and settles it by the code it ended with, or as
-// counted if the handler panics: the panic goes on up, and whatever the
-// handler did before it counts.
-func (i *Interceptors) settled(ctx context.Context, l *limit, out *floodgate.Outcome, run func() error) error {
+// settled runs the handler of a call the admission core settles after
+// it (out.NeedsSettle), and settles it by the code it ended with and the
+// metadata it sent (WithCountCodes, WithCostAfter), or as counted if the
+// handler panics: the panic goes on up, and whatever the handler did
+// before it counts. A call that only holds in-flight slots releases them
+// either way.
+func (i *Interceptors) settled(ctx context.Context, l *limit, out *floodgate.Outcome, sent *sentMD, run func() error) error {
 	returned := false
 	defer func() {
 		if !returned {
@@ -218,6 +236,25 @@ func (i *Interceptors) settled(ctx context.Context, l *limit, out *floodgate.Out
 	}()
 	err := run()
 	returned = true
-	l.gate.Settle(ctx, *out, floodgate.Result{Uncounted: !i.counts(status.Code(err))})
+	l.gate.Settle(ctx, *out, i.result(out, sent, err))
 	return err
+}
+
+// result is what the call's end says for Settle: whether it counts, and
+// under WithCostAfter what it cost.
+func (i *Interceptors) result(out *floodgate.Outcome, sent *sentMD, err error) floodgate.Result {
+	res := floodgate.Result{Uncounted: i.counts != nil && !i.counts(status.Code(err))}
+	if i.cost == nil {
+		return res
+	}
+	reported, ok := out.ReportedCost()
+	if !ok {
+		reported = -1
+	}
+	resp := Response{FullMethod: out.Call.Path, Err: err, Reported: reported}
+	if sent != nil {
+		resp.Header, resp.Trailer = sent.get()
+	}
+	res.Cost, res.CostKnown = i.cost(resp)
+	return res
 }

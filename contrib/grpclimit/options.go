@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"google.golang.org/grpc/codes"
@@ -20,6 +21,7 @@ type config struct {
 	policyName  string
 	skip        []func(ctx context.Context, fullMethod string) bool
 	counts      func(codes.Code) bool
+	cost        func(Response) (int, bool)
 	limitHealth bool
 	given       map[string]bool
 }
@@ -153,6 +155,20 @@ func WithCountCodes(counts func(codes.Code) bool) Option {
 		c.gate = append(c.gate, floodgate.WithRefundUncounted())
 		return c.once("WithCountCodes")
 	}
+}
+
+// WithWait holds a call the limit would deny until its turn, when that
+// comes within w.MaxWait, instead of refusing it, as floodgate.WithWait
+// does for HTTP; beyond w's bounds, or when the call's deadline comes
+// before its turn, the call is refused at once. A caller that cancels
+// while waiting gives its turn back. Every policy's limiter must
+// implement floodgate.Reserver.
+func WithWait(w floodgate.WaitLimits) Option { return gateOption("WithWait", floodgate.WithWait(w)) }
+
+// WithWaitTimer sets the timer waiting calls sleep on, for tests (see
+// floodgate.WithWaitTimer); it requires WithWait.
+func WithWaitTimer(after func(time.Duration) (<-chan time.Time, func() bool)) Option {
+	return gateOption("WithWaitTimer", floodgate.WithWaitTimer(after))
 }
 
 func newConfig(opts []Option) (*config, error) {

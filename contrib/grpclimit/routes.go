@@ -44,7 +44,7 @@ func NewRoutes(routes []Route, opts ...Option) (*Interceptors, error) {
 	if err := c.selectorOnly(); err != nil {
 		return nil, err
 	}
-	i := &Interceptors{routes: make(map[string]*limit, len(routes)), skip: c.skip, limitHealth: c.limitHealth, counts: c.counts}
+	i := &Interceptors{routes: make(map[string]*limit, len(routes)), skip: c.skip, limitHealth: c.limitHealth, counts: c.counts, cost: c.cost}
 	for _, r := range routes {
 		if err := validRouteMethod(r.Method); err != nil {
 			return nil, err

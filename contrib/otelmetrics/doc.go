@@ -45,6 +45,15 @@
 //	floodgate.redis.fallback.decisions  counter {decision}; floodgate.limiter
 //	floodgate.redis.deny_cache.hits     counter {hit}; floodgate.limiter
 //	floodgate.redis.errors              counter {error}; floodgate.limiter, error.type (timeout, canceled, other)
+//	floodgate.redis.lease.local_decisions  counter {decision}; floodgate.limiter: allowed from a lease
+//	floodgate.redis.leases                 counter {lease}; floodgate.limiter: round trips that leased
+//	floodgate.redis.lease.units            counter {unit}; floodgate.limiter: units leased
+//	floodgate.redis.lease.returned_units   counter {unit}; floodgate.limiter: given back unused
+//	floodgate.redis.lease.stranded_units   counter {unit}; floodgate.limiter: lost as if used
+//	floodgate.redis.lease.ahead_units      counter {unit}; floodgate.limiter: refill skipped (token bucket)
+//
+// The lease instruments report the Redis limiters built with
+// redisstore.WithLease, and only those.
 //
 // The names follow OpenTelemetry's naming rules for metrics: no
 // pluralized up-down counter (….key.count, ….key.limit), counters

@@ -14,7 +14,9 @@ import (
 // Watch registers l under name so that each scrape reports its state, and
 // adds nothing to its decisions: the store's keys, bound and evictions for
 // floodgate's in-memory limiters (floodgate.store.*), the fallback,
-// deny-cache and error counts for redisstore's (floodgate.redis.*). A
+// deny-cache and error counts for redisstore's (floodgate.redis.*), and
+// the lease counts of those that lease (floodgate.redis.lease.* and
+// floodgate.redis.leases, see redisstore.WithLease). A
 // limiter that offers neither, or a name already registered with Limiter
 // or Watch, is an error; the error of a duplicate wraps ErrDuplicateName.
 // The name, like a policy name, must be printable ASCII.
@@ -51,7 +53,7 @@ func (m *Metrics) Limiter(name string, l floodgate.Limiter) (floodgate.Limiter, 
 // watched is a registered limiter, the statistics it offers and the
 // attributes they are reported with.
 type watched struct {
-	metricsbase.Sources[redisstore.Stats]
+	metricsbase.Sources[redisstore.Stats, redisstore.LeaseStats] // Lease only if it leases
 
 	limiter           metric.ObserveOption
 	idle, live        metric.ObserveOption
@@ -60,7 +62,10 @@ type watched struct {
 	other             metric.ObserveOption
 }
 
-func newWatched(name string, s metricsbase.Sources[redisstore.Stats]) *watched {
+func newWatched(name string, s metricsbase.Sources[redisstore.Stats, redisstore.LeaseStats]) *watched {
+	if !leasing(s.Lease) {
+		s.Lease = nil
+	}
 	return &watched{
 		Sources:   s,
 		limiter:   metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name))),

@@ -161,9 +161,10 @@ type Metrics struct {
 	debtsLost                                                           metric.Int64ObservableCounter
 	keys, maxKeys, debtCapacity                                         metric.Int64ObservableUpDownCounter
 	fallbackActive                                                      metric.Int64ObservableGauge
+	lease                                                               leaseInstruments
 
 	policies *metricsbase.Policies[policyCounters]
-	limiters *metricsbase.Registry[redisstore.Stats, *watched]
+	limiters *metricsbase.Registry[redisstore.Stats, redisstore.LeaseStats, *watched]
 
 	now func() time.Time // the latency clock; tests replace it
 }
@@ -243,11 +244,14 @@ func New(opts ...Option) (*Metrics, error) {
 	m.redisErrors, err = meter.Int64ObservableCounter("floodgate.redis.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Failed Redis round trips, by error.type: timeout, canceled (the caller gave up) or other."))
 	add(err)
+	m.lease, err = newLeaseInstruments(meter)
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: creating instruments: %w", err)
 	}
-	if _, err := meter.RegisterCallback(m.observe, m.decisions, m.keys, m.maxKeys, m.evictions, m.debtCapacity, m.debtsLost,
-		m.fallbackActive, m.fallbackDecisions, m.denyCacheHits, m.redisErrors); err != nil {
+	observed := append([]metric.Observable{m.decisions, m.keys, m.maxKeys, m.evictions, m.debtCapacity, m.debtsLost,
+		m.fallbackActive, m.fallbackDecisions, m.denyCacheHits, m.redisErrors}, m.lease.all()...)
+	if _, err := meter.RegisterCallback(m.observe, observed...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}
 	return m, nil
@@ -287,6 +291,9 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(m.redisErrors, clamp(s.TimeoutErrors), w.timeout)
 			o.ObserveInt64(m.redisErrors, clamp(s.CanceledErrors), w.canceled)
 			o.ObserveInt64(m.redisErrors, clamp(s.OtherErrors), w.other)
+		}
+		if w.Lease != nil {
+			m.lease.observe(o, w.Lease(), w.limiter)
 		}
 	}
 	return nil

@@ -68,9 +68,9 @@ func namingProblems(name, kind, unit string) []string {
 }
 
 // TestInstrumentNames collects every instrument, with a Redis limiter
-// falling back to a watched in-memory one and a declared policy, and
-// checks that all eleven are there and that each name follows
-// OpenTelemetry's naming rules.
+// falling back to a watched in-memory one, a leasing Redis limiter and a
+// declared policy, and checks that all seventeen are there and that each
+// name follows OpenTelemetry's naming rules.
 func TestInstrumentNames(t *testing.T) {
 	m, reader := newMetrics(t, WithPolicies("probe"))
 	fb := metricstest.NewBucket(t, floodgate.PerMinute(100), floodgatetest.NewClock(metricstest.T0))
@@ -84,6 +84,9 @@ func TestInstrumentNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := m.Watch("probe-fallback", fb); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Watch("leased", newRedisBucket(t, redisstore.WithLease(redisstore.Lease{}))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.AllowN(context.Background(), "k", 1); err != nil {

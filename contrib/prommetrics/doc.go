@@ -42,6 +42,15 @@
 //	floodgate_redis_fallback_decisions_total{limiter} counter
 //	floodgate_redis_deny_cache_hits_total{limiter}    counter
 //	floodgate_redis_errors_total{limiter, kind}       counter: kind is timeout, canceled or other
+//	floodgate_redis_lease_local_decisions_total{limiter}  counter: allowed from a lease
+//	floodgate_redis_leases_total{limiter}                 counter: round trips that leased
+//	floodgate_redis_lease_units_total{limiter}            counter: units leased
+//	floodgate_redis_lease_returned_units_total{limiter}   counter: given back unused
+//	floodgate_redis_lease_stranded_units_total{limiter}   counter: lost as if used
+//	floodgate_redis_lease_ahead_units_total{limiter}      counter: refill skipped (token bucket)
+//
+// The lease series exist for the Redis limiters built with
+// redisstore.WithLease, and only for those.
 //
 // A live eviction drops a key that still owed (remembered as debt, or
 // forgotten under floodgate.WithForgetEvicted): a rising

@@ -12,7 +12,9 @@ import (
 // Watch registers l under name so that each scrape reports its state, and
 // adds nothing to its decisions: the store's keys, bound and evictions for
 // floodgate's in-memory limiters (floodgate_store_*), the fallback,
-// deny-cache and error counts for redisstore's (floodgate_redis_*). A
+// deny-cache and error counts for redisstore's (floodgate_redis_*), and
+// the lease counts of those that lease (floodgate_redis_lease*, see
+// redisstore.WithLease). A
 // limiter that offers neither, or a name already registered with Limiter
 // or Watch, is an error; the error of a duplicate wraps ErrDuplicateName.
 // The name, like a policy name, must be printable ASCII.
@@ -44,12 +46,16 @@ func (m *Metrics) Limiter(name string, l floodgate.Limiter) (floodgate.Limiter, 
 	}), nil
 }
 
-// watched is a registered limiter and the statistics it offers.
+// watched is a registered limiter and the statistics it offers; Lease
+// only if it leases.
 type watched struct {
 	name string
-	metricsbase.Sources[redisstore.Stats]
+	metricsbase.Sources[redisstore.Stats, redisstore.LeaseStats]
 }
 
-func newWatched(name string, s metricsbase.Sources[redisstore.Stats]) *watched {
+func newWatched(name string, s metricsbase.Sources[redisstore.Stats, redisstore.LeaseStats]) *watched {
+	if !leasing(s.Lease) {
+		s.Lease = nil
+	}
 	return &watched{name: name, Sources: s}
 }

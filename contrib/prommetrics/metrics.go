@@ -116,7 +116,7 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 
 	policies *metricsbase.Policies[policyCounters]
-	limiters *metricsbase.Registry[redisstore.Stats, *watched]
+	limiters *metricsbase.Registry[redisstore.Stats, redisstore.LeaseStats, *watched]
 
 	now func() time.Time // the latency clock; tests replace it
 }
@@ -196,6 +196,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		storeDebtCapacityDesc, storeDebtsLostDesc, fallbackActiveDesc, fallbackDecisionsDesc, denyCacheHitsDesc, redisErrorsDesc} {
 		ch <- d
 	}
+	for _, d := range leaseDescs {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector. It reads every registered
@@ -226,6 +229,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(redisErrorsDesc, prometheus.CounterValue, float64(s.TimeoutErrors), w.name, "timeout")
 			ch <- prometheus.MustNewConstMetric(redisErrorsDesc, prometheus.CounterValue, float64(s.CanceledErrors), w.name, "canceled")
 			ch <- prometheus.MustNewConstMetric(redisErrorsDesc, prometheus.CounterValue, float64(s.OtherErrors), w.name, "other")
+		}
+		if w.Lease != nil {
+			collectLease(ch, w.name, w.Lease())
 		}
 	}
 }

@@ -36,6 +36,18 @@ type Setup struct {
 	Limiter       floodgate.Limiter
 	FailOpen      bool
 	CountFailures bool
+	// CostAfter makes the adapter charge each call the cost its handler
+	// reports with floodgate.ReportCost (the transport's WithCostAfter
+	// with its CostReported).
+	CostAfter bool
+	// Wait, if set, makes the adapter hold calls for their turn within
+	// these bounds (WithWait), asleep on Timer (WithWaitTimer).
+	Wait  *floodgate.WaitLimits
+	Timer func(time.Duration) (<-chan time.Time, func() bool)
+	// Deciding, if set, is signalled when a call is inside the decision
+	// (the Hanging limiter, or a wait timer that holds the call): a
+	// HangUp step gives up then.
+	Deciding chan struct{}
 	// Hook is the decision hook the driver must install.
 	Hook func(floodgate.DecisionEvent)
 	// Ran is called by the handler each time it runs.
@@ -60,10 +72,14 @@ type Step struct {
 	Action Action
 	// HangUp makes the client give up while the limiter decides.
 	HangUp bool
+	// Cost, if positive, is reported by the handler with
+	// floodgate.ReportCost as the call's real cost.
+	Cost int
 	// Want is what the client must see.
 	Want Kind
-	// RetryAfter, for a denial, is the wait the answer must carry (HTTP
-	// Retry-After in seconds, gRPC RetryInfo), 0 for none.
+	// RetryAfter, for a denial (also an Overloaded one), is the wait the
+	// answer must carry (HTTP Retry-After in seconds, gRPC RetryInfo), 0
+	// for none.
 	RetryAfter time.Duration
 }
 
@@ -76,6 +92,7 @@ const (
 	Failed      Kind = "failed"       // the handler failed the call
 	Panicked    Kind = "panicked"     // the handler panicked (the call broke off, or an internal error)
 	Denied      Kind = "denied"       // the limit denied the call
+	Overloaded  Kind = "overloaded"   // refused with a wait: the service is at a service-wide capacity (HTTP 503 with Retry-After, Unavailable with RetryInfo)
 	ClientError Kind = "client error" // refused for the client's own doing
 	Unavailable Kind = "unavailable"  // refused because the limiter failed
 	HungUp      Kind = "hung up"      // the client gave up before an answer
@@ -102,19 +119,46 @@ type Case struct {
 	Event func(events []floodgate.DecisionEvent) error
 }
 
-// t0 is the frozen time of the cases' limiters: no quota comes back
+// T0 is the frozen time of the cases' token buckets: no quota comes back
 // during a case.
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+var T0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func frozen() floodgate.Option { return floodgate.WithClock(func() time.Time { return t0 }) }
+// Store builds the limiters of the cases: in memory (Memory), or on
+// another store whose limiters must decide as the in-memory ones do (a
+// Redis store in redisstore's tests). Each call returns a fresh limiter,
+// with no state shared with any other.
+type Store struct {
+	// Name names the store in test names.
+	Name string
+	// Bucket returns a token bucket of limit per hour, on a clock frozen
+	// at T0: no quota comes back during a case.
+	Bucket func(limit int) floodgate.Limiter
+	// InFlight returns an in-flight limit of n per key, or for the whole
+	// service.
+	InFlight func(n int, serviceWide bool) floodgate.Limiter
+}
 
-// bucket returns a token bucket of limit per hour on the frozen clock.
-func bucket(limit int) floodgate.Limiter {
-	b, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: limit, Period: time.Hour}, frozen())
-	if err != nil {
-		panic(err) // constant arguments
-	}
-	return b
+// Memory is the store of floodgate's in-memory limiters.
+var Memory = Store{
+	Name: "memory",
+	Bucket: func(limit int) floodgate.Limiter {
+		b, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: limit, Period: time.Hour}, floodgate.WithClock(func() time.Time { return T0 }))
+		if err != nil {
+			panic(err) // constant arguments
+		}
+		return b
+	},
+	InFlight: func(n int, serviceWide bool) floodgate.Limiter {
+		build := floodgate.NewInFlight
+		if serviceWide {
+			build = floodgate.NewServiceInFlight
+		}
+		l, err := build(n)
+		if err != nil {
+			panic(err) // constant arguments
+		}
+		return l
+	},
 }
 
 // Failing is a limiter whose store is down.
@@ -147,9 +191,10 @@ func (h *Hanging) AllowN(ctx context.Context, _ string, _ int) (floodgate.Decisi
 	}
 }
 
-// Cases is the table.
-func Cases() []Case {
-	return []Case{
+// Cases is the table, with the limiters of store s.
+func Cases(s Store) []Case {
+	bucket := s.Bucket
+	return append([]Case{
 		{
 			Name:  "allowed",
 			Setup: func() Setup { return Setup{Limiter: bucket(2)} },
@@ -189,8 +234,11 @@ func Cases() []Case {
 			Event: allErr(ErrStoreDown, false),
 		},
 		{
-			Name:  "hang-up never reaches the handler, also under fail-open",
-			Setup: func() Setup { return Setup{Limiter: &Hanging{Deciding: make(chan struct{}, 1)}, FailOpen: true} },
+			Name: "hang-up never reaches the handler, also under fail-open",
+			Setup: func() Setup {
+				h := &Hanging{Deciding: make(chan struct{}, 1)}
+				return Setup{Limiter: h, FailOpen: true, Deciding: h.Deciding}
+			},
 			Steps: []Step{{Client: "ann", Action: Succeed, HangUp: true, Want: HungUp}},
 			Runs:  0,
 			Event: allErr(context.Canceled, true),
@@ -208,7 +256,7 @@ func Cases() []Case {
 			},
 			Runs: 4,
 		},
-	}
+	}, kindCases(s)...)
 }
 
 // allBlocked checks that every decision event has Blocked == blocked.
@@ -239,9 +287,13 @@ func allErr(want error, blocked bool) func([]floodgate.DecisionEvent) error {
 	}
 }
 
-// Run runs every case of the table through d.
-func Run(t *testing.T, d Driver) {
-	for _, c := range Cases() {
+// Run runs every case of the table through d, with in-memory limiters.
+func Run(t *testing.T, d Driver) { RunStore(t, d, Memory) }
+
+// RunStore runs every case of the table through d, with the limiters of
+// store s.
+func RunStore(t *testing.T, d Driver, s Store) {
+	for _, c := range Cases(s) {
 		t.Run(c.Name, func(t *testing.T) { runCase(t, d, c) })
 	}
 }
@@ -279,7 +331,7 @@ func runCase(t *testing.T, d Driver, c Case) {
 		} else {
 			got = client.Do(context.Background(), st)
 		}
-		if got.Kind != st.Want || (st.Want == Denied && got.RetryAfter != st.RetryAfter) {
+		if got.Kind != st.Want || ((st.Want == Denied || st.Want == Overloaded) && got.RetryAfter != st.RetryAfter) {
 			t.Errorf("%s, step %d (%s %s): saw %s (retry after %v; %s), want %s (retry after %v)",
 				d.Name(), i, st.Client, st.Action, got.Kind, got.RetryAfter, got.Detail, st.Want, st.RetryAfter)
 		}
@@ -300,9 +352,8 @@ func runCase(t *testing.T, d Driver, c Case) {
 // waits, bounded, for the server to report the decision it could not
 // make: the server learns of the hang-up after the client has gone.
 func hangUp(t *testing.T, client Client, s Setup, st Step, rec *recorder) Answer {
-	h, ok := s.Limiter.(*Hanging)
-	if !ok {
-		t.Fatal("a hang-up step needs the Hanging limiter")
+	if s.Deciding == nil {
+		t.Fatal("a hang-up step needs a Setup with Deciding")
 	}
 	for len(rec.got) > 0 {
 		<-rec.got // the events of earlier steps
@@ -310,7 +361,7 @@ func hangUp(t *testing.T, client Client, s Setup, st Step, rec *recorder) Answer
 	ctx, cancel := context.WithCancel(context.Background())
 	answered := make(chan Answer, 1)
 	go func() { answered <- client.Do(ctx, st) }()
-	wait(t, h.Deciding, "the limiter to be asked")
+	wait(t, s.Deciding, "the call to be inside the decision")
 	cancel()
 	got := <-answered
 	wait(t, rec.got, "the server to report the hang-up")

@@ -14,6 +14,7 @@ import (
 const (
 	HeaderClient = "X-Client"
 	HeaderAction = "X-Action"
+	HeaderCost   = "X-Cost"
 )
 
 // HTTPKey is the key function of the HTTP drivers: the call's client, or
@@ -34,13 +35,22 @@ func HTTPOptions(s Setup) []floodgate.MiddlewareOption {
 	if s.CountFailures {
 		opts = append(opts, floodgate.WithCountStatus(func(status int) bool { return status == http.StatusUnauthorized }))
 	}
+	if s.CostAfter {
+		opts = append(opts, floodgate.WithCostAfter(floodgate.CostReported))
+	}
+	if s.Wait != nil {
+		opts = append(opts, floodgate.WithWait(*s.Wait), floodgate.WithWaitTimer(s.Timer))
+	}
 	return opts
 }
 
-// HTTPAct does what an HTTP call asks: 200, 401, or a panic. ran is
-// called first.
+// HTTPAct does what an HTTP call asks: 200, 401, or a panic, having
+// reported the cost it names. ran is called first.
 func HTTPAct(w http.ResponseWriter, r *http.Request, ran func()) {
 	ran()
+	if n, err := strconv.Atoi(r.Header.Get(HeaderCost)); err == nil {
+		_ = floodgate.ReportCost(r.Context(), n) // the case checks what was charged
+	}
 	switch Action(r.Header.Get(HeaderAction)) {
 	case Fail:
 		http.Error(w, "wrong password", http.StatusUnauthorized)
@@ -69,6 +79,9 @@ func (c HTTPClient) Do(ctx context.Context, st Step) Answer {
 		req.Header.Set(HeaderClient, st.Client)
 	}
 	req.Header.Set(HeaderAction, string(st.Action))
+	if st.Cost > 0 {
+		req.Header.Set(HeaderCost, strconv.Itoa(st.Cost))
+	}
 	resp, err := c.Client.Do(req)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -95,6 +108,9 @@ func (c HTTPClient) Do(ctx context.Context, st Step) Answer {
 		a.Kind = ClientError
 	case http.StatusServiceUnavailable:
 		a.Kind = Unavailable
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			a.Kind, a.RetryAfter = Overloaded, time.Duration(s)*time.Second
+		}
 	case http.StatusInternalServerError:
 		a.Kind = Panicked
 	default:

@@ -12,6 +12,6 @@
 //
 // It lives in the root module, whose dependencies it must not change: it
 // imports neither an ecosystem's client nor redisstore. What it needs of
-// redisstore's limiters, their Stats type, is a type parameter the
-// adapters fill in.
+// redisstore's limiters, their Stats and LeaseStats types, are type
+// parameters the adapters fill in.
 package metricsbase

@@ -10,24 +10,32 @@ import (
 	"github.com/floodgate-go/floodgate/internal/metricsbase/metricstest"
 )
 
-// redisLike stands for redisstore's Stats, which this module cannot
-// import.
-type redisLike struct{ Errors uint64 }
+// redisLike and leaseLike stand for redisstore's Stats and LeaseStats,
+// which this module cannot import.
+type (
+	redisLike struct{ Errors uint64 }
+	leaseLike struct{ Stranded uint64 }
+)
 
 // remote is a limiter with Stats of the redisLike kind.
 type remote struct{ floodgate.Limiter }
 
 func (remote) Stats() redisLike { return redisLike{Errors: 3} }
 
+// leasing is a remote limiter with LeaseStats too.
+type leasing struct{ remote }
+
+func (leasing) LeaseStats() leaseLike { return leaseLike{Stranded: 5} }
+
 var errDuplicate = fmt.Errorf("%w: name already registered", floodgate.ErrInvalidOption)
 
 type entry struct {
 	name string
-	Sources[redisLike]
+	Sources[redisLike, leaseLike]
 }
 
-func newRegistry() *Registry[redisLike, entry] {
-	return NewRegistry(errDuplicate, func(name string, s Sources[redisLike]) entry { return entry{name, s} })
+func newRegistry() *Registry[redisLike, leaseLike, entry] {
+	return NewRegistry(errDuplicate, func(name string, s Sources[redisLike, leaseLike]) entry { return entry{name, s} })
 }
 
 // newBucket is a token bucket of 10 a minute with a store of 64 keys.
@@ -38,13 +46,17 @@ func newBucket(t testing.TB) *floodgate.TokenBucket {
 // TestSourcesOf: each kind of Stats is found, and only that kind.
 func TestSourcesOf(t *testing.T) {
 	tb := newBucket(t)
-	if s := SourcesOf[redisLike](tb); s.Store == nil || s.Redis != nil || s.Store().MaxKeys != 64 {
-		t.Errorf("token bucket: store %v, redis %v", s.Store != nil, s.Redis != nil)
+	if s := SourcesOf[redisLike, leaseLike](tb); s.Store == nil || s.Redis != nil || s.Lease != nil || s.Store().MaxKeys != 64 {
+		t.Errorf("token bucket: store %v, redis %v, lease %v", s.Store != nil, s.Redis != nil, s.Lease != nil)
 	}
-	if s := SourcesOf[redisLike](remote{tb}); s.Store != nil || s.Redis == nil || s.Redis().Errors != 3 {
-		t.Errorf("remote: store %v, redis %v", s.Store != nil, s.Redis != nil)
+	if s := SourcesOf[redisLike, leaseLike](remote{tb}); s.Store != nil || s.Redis == nil || s.Lease != nil || s.Redis().Errors != 3 {
+		t.Errorf("remote: store %v, redis %v, lease %v", s.Store != nil, s.Redis != nil, s.Lease != nil)
 	}
-	if s := SourcesOf[redisLike](metricstest.Bare{Limiter: tb}); !s.None() {
+	s := SourcesOf[redisLike, leaseLike](leasing{remote{tb}})
+	if s.Store != nil || s.Redis == nil || s.Lease == nil || s.Redis().Errors != 3 || s.Lease().Stranded != 5 {
+		t.Errorf("leasing: store %v, redis %v, lease %v", s.Store != nil, s.Redis != nil, s.Lease != nil)
+	}
+	if s := SourcesOf[redisLike, leaseLike](metricstest.Bare{Limiter: tb}); !s.None() {
 		t.Errorf("bare: %+v, want none", s)
 	}
 }

@@ -89,7 +89,10 @@ local function log_open(now, period, limit)
       L.low = t
     end
   end
-  L.used = math.min(math.max(log_diff(L.top, L.low), 0), LOG_MAX)
+  -- A log counts at most limit units, or limit*limit in debt (ChargeN:
+  -- below limit entries, each of at most limit units), or up to LOG_MAX
+  -- after its limit was lowered (see SetRate).
+  L.used = math.min(math.max(log_diff(L.top, L.low), 0), math.max(limit * limit, LOG_MAX))
   return L
 end
 
@@ -222,4 +225,36 @@ local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor)
   L.used = u
   log_save(L, period, floor, vname)
   return nil
+
+end
+
+-- log_charge records w units at L.now beyond the limit if need be
+-- (ChargeN), as floodgate.SlidingLog does in memory: an entry weighs at
+-- most limit units (more changes no wait for a request), and a log that
+-- already holds limit live entries is folded into one entry at L.now of
+-- at most limit units (its older units then count a little longer, never
+-- shorter).
+local function log_charge(L, w, limit)
+  w = math.min(w, limit)
+  log_clear(L)
+  -- The live entries: neither aged out nor emptied by a drop (WithCountDenied).
+  if L.count - L.aged >= limit and L.off + L.count - log_reaching(L, 1) >= limit then
+    w = math.min(L.used + w, limit)
+    redis.call('UNLINK', KEYS[1])
+    L.off, L.count, L.low, L.top, L.aged, L.used = 0, 0, 0, 0, 0, 0
+  end
+  if L.count > 0 and L.last == L.now then
+    -- Merged into the newest entry: cap its weight at limit.
+    local prev = L.low
+    if L.count - L.aged > 1 then
+      local t = log_at(L.off + L.count - 2)
+      if log_diff(t, prev) > 0 then
+        prev = t
+      end
+    end
+    w = math.min(w, limit - log_diff(L.top, prev))
+  end
+  if w > 0 then
+    log_record(L, w)
+  end
 end

@@ -14,7 +14,8 @@
 -- the request fits if cur + n <= limit and
 -- prev·(period - elapsed) <= (limit - cur - n)·period. Those products can
 -- pass 2^53, where Lua's doubles stop being exact, so they are compared as
--- two limbs of base 2^25 (divisions by a power of two are exact).
+-- four limbs of base 2^24 (divisions by a power of two are exact); prev may
+-- reach 2^30 in debt (ChargeN).
 --
 -- Reply: {allowed, prev, cur, now}: the counts after the decision and the
 -- time, in microseconds since the origin, they are as of. The caller
@@ -31,22 +32,42 @@ end
 local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
 local elapsed = now - start
 
-local B = 33554432 -- 2^25
--- mul returns a·b as (hi, lo) in base 2^25, for a < 2^25 and b < 2^50.
+local B = 16777216 -- 2^24
+-- mul returns a·b as four limbs of base 2^24, most significant first, for
+-- a < 2^31 (a count, up to a debt's 2^30) and b < 2^50: every partial
+-- product and carry stays below 2^53.
 local function mul(a, b)
-  local bl = b % B
-  local p2 = a * bl
-  local lo = p2 % B
-  return a * ((b - bl) / B) + (p2 - lo) / B, lo
+  local a0 = a % B
+  local a1 = (a - a0) / B
+  local b0 = b % B
+  local r = (b - b0) / B
+  local b1 = r % B
+  local b2 = (r - b1) / B
+  local c0, c1, c2, c3 = a0 * b0, a0 * b1 + a1 * b0, a0 * b2 + a1 * b1, a1 * b2
+  local l0 = c0 % B
+  c1 = c1 + (c0 - l0) / B
+  local l1 = c1 % B
+  c2 = c2 + (c1 - l1) / B
+  local l2 = c2 % B
+  c3 = c3 + (c2 - l2) / B
+  return c3, l2, l1, l0
+end
+
+-- le reports whether the product a is at most the product b, limb by limb.
+local function le(a3, a2, a1, a0, b3, b2, b1, b0)
+  if a3 ~= b3 then return a3 < b3 end
+  if a2 ~= b2 then return a2 < b2 end
+  if a1 ~= b1 then return a1 < b1 end
+  return a0 <= b0
 end
 
 local allowed = 0
 if n == 0 then
   allowed = 1 -- a report, even above a downgraded limit (see SetRate)
 elseif cur + n <= limit then
-  local ah, al = mul(prev, period - elapsed)
-  local bh, bl = mul(limit - cur - n, period)
-  if ah < bh or (ah == bh and al <= bl) then
+  local x3, x2, x1, x0 = mul(prev, period - elapsed)
+  local y3, y2, y1, y0 = mul(limit - cur - n, period)
+  if le(x3, x2, x1, x0, y3, y2, y1, y0) then
     allowed = 1
   end
 end

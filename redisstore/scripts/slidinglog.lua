@@ -40,6 +40,11 @@ if n == 0 or L.used + n <= limit then -- a report, even above a lowered limit
     log_record(L, n)
     wrote = true
   end
+elseif ARGV[5] == '1' and n > 0 and L.used > limit then
+  -- In debt (ChargeN): the attempt counts as a charge would, and nothing
+  -- older is dropped.
+  log_charge(L, n, limit)
+  wrote = true
 elseif ARGV[5] == '1' and n > 0 then
   -- Drop the oldest units so that, with the attempt, the log counts limit
   -- (only n of them when it counts more, after its limit was lowered).

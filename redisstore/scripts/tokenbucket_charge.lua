@@ -1,0 +1,46 @@
+-- Charges tokens beyond what the bucket holds (floodgate.Charger): the
+-- theoretical arrival time moves on by n*period/limit whatever the bucket
+-- holds, so the bucket may go into debt; it saturates cap us past now
+-- rather than grow without bound.
+--
+-- KEYS[1]  the bucket, as in tokenbucket.lua
+-- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[2]  incq, ARGV[3] incr: n*period/limit = incq + incr/limit us
+--          (the caller caps incq at cap)
+-- ARGV[4]  limit
+-- ARGV[5]  cap, in microseconds: how far past now the debt may reach
+-- ARGV[7], ARGV[8] the rate's version and suffix (prelude_rate.lua)
+-- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+--
+-- Every number stays below 2^53: now < 2^52, a stored arrival time at
+-- most cap (2^51) past its now, plus incq <= cap.
+--
+-- Reply: {owed}, the microseconds until the bucket is full again.
+
+local now = clock_us(ARGV[1])
+local limit, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local tat, frac = now, 0
+local s = rate_get(2, ARGV[7], '', '')
+if type(s) == 'table' then
+  return s
+end
+if s then
+  local a, b = string.match(s, '^(%d+) (%d+)')
+  a, b = tonumber(a), tonumber(b)
+  if a >= now then
+    tat, frac = a, b
+  end
+end
+tat, frac = tat + tonumber(ARGV[2]), frac + tonumber(ARGV[3])
+if frac >= limit then
+  tat, frac = tat + 1, frac - limit
+end
+if tat - now >= cap then
+  tat, frac = now + cap, 0
+end
+local ttl = tat - now
+if frac > 0 then
+  ttl = ttl + 1
+end
+redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[8], 'PX', expiry_ms(ttl, ARGV[6]))
+return {ttl}
