@@ -142,8 +142,8 @@ func (p *process) probe() (int, string) {
 func (p *process) expectProbes(quota string, statuses ...int) {
 	p.t.Helper()
 	for i, want := range statuses {
-		if got, policy := p.probe(); got != want || !strings.HasPrefix(policy, `"probe";q=`+quota+";") {
-			p.t.Fatalf("probe %d: %d under %q, want %d under q=%s", i, got, policy, want, quota)
+		if got, policy := p.probe(); got != want || policy != `"probe";q=`+quota+";w=86400" {
+			p.t.Fatalf("probe %d: %d under %q, want %d under q=%s;w=86400", i, got, policy, want, quota)
 		}
 	}
 }

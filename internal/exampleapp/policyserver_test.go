@@ -185,12 +185,12 @@ func TestReloadUnderLoad(t *testing.T) {
 	s.expect("GET", "/auth/available/user_id?userId=bob", prober, "", 200, `"probe";r=0;`, "")
 	s.expect("GET", "/auth/available/user_id?userId=bob", prober, "", 429, `"probe";r=0;`, "")
 	// The account spent 1 of its new 3 (KeepUsed): 2 more, from the next decision.
-	s.expect("POST", "/rewards/claim", "198.51.100.8", `{"accountId":"acct"}`, 200, `"reward_account";r=1;`, `"reward_account";q=3;`)
+	s.expect("POST", "/rewards/claim", "198.51.100.8", `{"accountId":"acct"}`, 200, `"reward_account";r=1;`, `"reward_account";q=3;w=86400`)
 	s.expect("POST", "/rewards/claim", "198.51.100.8", `{"accountId":"acct"}`, 200, `"reward_account";r=0;`, "")
 	s.expect("POST", "/rewards/claim", "198.51.100.8", `{"accountId":"acct"}`, 429, `"reward_account";r=0;`, "")
 	// Each sign-up client's 100 are still in its log, whatever the
 	// limit went through.
-	s.expect("POST", "/signup", "203.0.113.1", `{"nickname":"last"}`, 201, `"signup_ip";r=899;`, `"signup_ip";q=1000;`)
+	s.expect("POST", "/signup", "203.0.113.1", `{"nickname":"last"}`, 201, `"signup_ip";r=899;`, `"signup_ip";q=1000;w=3600`)
 }
 
 // TestReloadReport: what a reload keeps, changes, builds and drops,
@@ -275,7 +275,7 @@ func TestReloadRefusedKeepsLimits(t *testing.T) {
 	if !strings.Contains(s.logs.String(), `"msg":"policies reloaded","file":"`+path+`","kept":["probe","signup_ip"],"changed":["reward_account"]`) {
 		t.Errorf("reload not logged:\n%s", s.logs.String())
 	}
-	s.expect("POST", "/rewards/claim", "198.51.100.8", `{"accountId":"acct"}`, 200, `"reward_account";r=1;`, `"reward_account";q=3;`)
+	s.expect("POST", "/rewards/claim", "198.51.100.8", `{"accountId":"acct"}`, 200, `"reward_account";r=1;`, `"reward_account";q=3;w=86400`)
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines.
