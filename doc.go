@@ -63,9 +63,12 @@
 // IETF RateLimit-Policy and RateLimit headers. A failing limiter or store
 // follows an explicit policy: fail closed (503) by default, or fail open;
 // what the client caused (no key, a bad address or body) is a 400 under
-// either, a misconfiguration a 500, and a client that hangs up mid-decision
-// never reaches the handler ([ErrorStatus], [WithFailOpen]). A browser's
-// CORS preflight passes uncounted ([WithLimitPreflights]).
+// either, a misconfiguration a 500, any other error of a key or cost
+// function a 503 under either — fail-open forgives only the limiter — and
+// a client that hangs up mid-decision never reaches the handler
+// ([ErrorStatus], [WithFailOpen]). A browser's
+// CORS preflight costs nothing once a CORS handler has answered it, and a
+// request merely dressed as one is counted ([WithLimitPreflights]).
 // [NewMiddleware] reports invalid options as errors; [NewPolicyMiddleware]
 // picks the limit per request with a [PolicySelector] — for sign-ups, the
 // nickname pattern ([NormalizePattern]) when one can be formed, else the
@@ -109,7 +112,8 @@
 //     WithCost), and the method and path for the log lines.
 //  2. Admit it. [Gate.Admit] decides and returns an [Outcome] value:
 //     allowed, denied, refused for the client's own error, misconfigured,
-//     the limiter failed, or the client hung up — with the error policy
+//     the limiter failed, the client hung up, or keying or pricing the
+//     call failed with an error of its own — with the error policy
 //     already applied (Outcome.Blocked), the [Decision], and the quota
 //     values formatted once ([Quota]: header or metadata values, shared,
 //     allocation-free). The adapter answers in its transport's terms: a

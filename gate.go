@@ -114,13 +114,15 @@ type Call struct {
 	// Key is the key the call is counted under; empty when Err is set.
 	Key string
 	// Err is why the call could not be keyed or priced: a key function's
-	// error, or the adapter's cost function's. Admit then answers by the
-	// error policy without asking the limiter.
+	// error, or the adapter's cost function's. Admit then refuses the
+	// call without asking the limiter, whatever the error policy (dry-run
+	// aside): a client error, a misconfiguration, or OutcomeKeyFailed.
 	Err error
 	// Cost is the units the call costs. 0 stands for the gate's cost
 	// (WithCost, default 1), so that no call is free by omission; an
 	// adapter that prices a call at nothing sets Free. A negative cost
-	// is an error (ErrInvalidCost), which goes to the error policy.
+	// is a misconfiguration (an error wrapping ErrInvalidOption and
+	// ErrInvalidCost).
 	Cost int
 	// Free makes the call cost nothing: it is decided with n = 0, which
 	// reports the quota without consuming, and always allowed.
@@ -134,6 +136,10 @@ type Call struct {
 	Request *http.Request
 
 	policy *policy // set by the selector
+	// refundable: the call's cost is reserved until Settle, which gives
+	// it back if the call turns out not to count, when the policy's
+	// limiter can refund (the middleware's CORS preflights).
+	refundable bool
 }
 
 // Policy returns the name of the policy the call was keyed by, or would
@@ -172,16 +178,28 @@ const (
 	OutcomeMisconfigured
 	// OutcomeFailed: the limiter or its store failed. The error policy
 	// decides: refused (fail closed, the default; HTTP 503, gRPC
-	// Unavailable) or let through (WithFailOpen, WithDryRun).
+	// Unavailable) or let through (WithFailOpen, WithDryRun). Only the
+	// limiter's own errors are of this kind; see OutcomeKeyFailed.
 	OutcomeFailed
 	// OutcomeHungUp: the client went away while the call was being
 	// decided, and no decision was made. Always refused, under every
 	// policy: nobody is left to serve. Nothing needs to be sent (HTTP
 	// logs it as 499, StatusClientClosedRequest).
 	OutcomeHungUp
+	// OutcomeKeyFailed: keying or pricing the call failed with an error
+	// of its own — a custom key function's lookup that failed, a cost
+	// function that cannot parse the body — that is neither a client
+	// error above nor a misconfiguration. No limiter was asked, so there
+	// is no failure of the limit for the error policy to forgive:
+	// refused under every error policy but dry-run, fail-open included,
+	// since a client that can make keying fail would otherwise pass
+	// uncounted on demand. HTTP answers 503, as ErrorStatus does for an
+	// error it does not know; gRPC Unavailable. A key or cost function
+	// that means the client's fault wraps ErrInvalidBody (400) instead.
+	OutcomeKeyFailed
 )
 
-var outcomeKindNames = [...]string{"allowed", "denied", "client error", "misconfigured", "limiter failed", "hung up"}
+var outcomeKindNames = [...]string{"allowed", "denied", "client error", "misconfigured", "limiter failed", "hung up", "key failed"}
 
 // String returns the kind's name, e.g. "denied".
 func (k OutcomeKind) String() string {
@@ -278,9 +296,10 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 	case c.Cost == 0:
 		c.Cost = g.cfg.cost
 	case c.Cost < 0:
-		err = fmt.Errorf("%w: cost function returned %d", ErrInvalidCost, c.Cost)
+		err = fmt.Errorf("%w: %w: the cost function returned %d", ErrInvalidOption, ErrInvalidCost, c.Cost)
 	}
 	if err != nil {
+		out.Kind = callErrorKind(err)
 		g.refuse(ctx, out, err, evictionSample{})
 		return
 	}
@@ -294,6 +313,7 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		evicted = g.sampleEvictions(ctx, out)
 	}
 	if out.Err != nil && !errors.Is(out.Err, ErrCostExceedsLimit) {
+		out.Kind = errorKind(out.Err)
 		g.refuse(ctx, out, out.Err, evicted)
 		return
 	}
@@ -305,7 +325,8 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		d.Allowed, d.RetryAfter = false, 0
 	}
 	if d.Allowed {
-		if c.Cost > 0 && (g.cfg.settle || g.cfg.costAfter || c.policy.holds) {
+		c.refundable = c.refundable && canRefund(c.policy.Limiter)
+		if c.Cost > 0 && (g.cfg.settle || g.cfg.costAfter || c.policy.holds || c.refundable) {
 			g.settleLater(out)
 		}
 	} else {
@@ -325,13 +346,13 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 }
 
 // refuse completes the outcome of a call on which no decision could be
-// made. Only a failure of the limiter is the error policy's to decide;
-// the client's own doing, a misconfiguration and a client that went away
-// are refused under every policy (dry-run aside, which lets everything
-// through but the last).
+// made, of the kind out.Kind its caller sorted err into. Only a failure
+// of the limiter is the error policy's to decide; the client's own
+// doing, a misconfiguration, a key or cost function's own error and a
+// client that went away are refused under every policy (dry-run aside,
+// which lets everything through but the last).
 func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evictionSample) {
 	out.Err, out.Blocked, out.Call.Cost = err, true, 0
-	out.Kind = errorKind(err)
 	switch {
 	case ctx.Err() != nil:
 		// The client went away, and the limiter most likely failed
@@ -345,6 +366,9 @@ func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evic
 	case out.Kind == OutcomeMisconfigured:
 		out.Blocked = !g.cfg.dryRun
 		g.logMisconfig(ctx, out)
+	case out.Kind == OutcomeKeyFailed:
+		out.Blocked = !g.cfg.dryRun
+		g.logError(ctx, out, err)
 	default:
 		out.Blocked = !g.cfg.dryRun
 		g.logClient(ctx, out)
@@ -354,10 +378,11 @@ func (g *Gate) refuse(ctx context.Context, out *Outcome, err error, evicted evic
 	}
 }
 
-// errorKind sorts an error on which no decision could be made: the
-// client's own doing, a misconfiguration, or a failure of the limiter
-// (everything else: the client can only wait it out). This list is the
-// one place that says what a client may be refused for under fail-open.
+// errorKind sorts an error of the limiter on which no decision could be
+// made: the client's own doing, a misconfiguration, or a failure of the
+// limiter (everything else: the client can only wait it out). This list
+// and callErrorKind are the one place that says what a client may be
+// refused for under fail-open.
 func errorKind(err error) OutcomeKind {
 	switch {
 	case errors.Is(err, ErrInvalidOption):
@@ -367,6 +392,17 @@ func errorKind(err error) OutcomeKind {
 		return OutcomeClientError
 	}
 	return OutcomeFailed
+}
+
+// callErrorKind sorts an error of keying or pricing a call, as
+// errorKind does, except that no such error is a failure of the limiter:
+// fail-open forgives only the limiter's own, never one that a request can
+// provoke before the limiter is asked.
+func callErrorKind(err error) OutcomeKind {
+	if k := errorKind(err); k != OutcomeFailed {
+		return k
+	}
+	return OutcomeKeyFailed
 }
 
 // event is the DecisionEvent of an outcome.

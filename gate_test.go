@@ -109,7 +109,9 @@ func TestGateOutcomes(t *testing.T) {
 		{"no client IP", context.Background(), &fakeLimiter{d: allow}, call{err: ErrNoClientIP}, 0, want{OutcomeClientError, true, true, false, false, false}},
 		{"misconfigured key", context.Background(), &fakeLimiter{d: allow}, call{err: fmt.Errorf("%w: outside the mux", ErrInvalidOption)}, 0, want{OutcomeMisconfigured, true, true, false, false, false}},
 		{"store down", context.Background(), &fakeLimiter{err: storeDown}, call{client: "a"}, 0, want{OutcomeFailed, true, false, false, false, false}},
-		{"negative cost", context.Background(), &fakeLimiter{d: allow}, call{client: "a"}, -1, want{OutcomeFailed, true, false, false, false, false}},
+		{"negative cost", context.Background(), &fakeLimiter{d: allow}, call{client: "a"}, -1, want{OutcomeMisconfigured, true, true, false, false, false}},
+		{"key function's own error", context.Background(), &fakeLimiter{d: allow}, call{err: errors.New("session store: connection refused")}, 0, want{OutcomeKeyFailed, true, true, false, false, false}},
+		{"key function's store error, wrapped", context.Background(), &fakeLimiter{d: allow}, call{err: fmt.Errorf("lookup: %w", storeDown)}, 0, want{OutcomeKeyFailed, true, true, false, false, false}},
 		{"hung up", cancelled, &fakeLimiter{err: context.Canceled}, call{client: "a"}, 0, want{OutcomeHungUp, true, true, true, false, false}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

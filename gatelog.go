@@ -83,11 +83,17 @@ func (g *Gate) logError(ctx context.Context, out *Outcome, err error) {
 	if !ok {
 		return
 	}
+	msg, letThrough := "rate limiter could not decide", g.cfg.failOpen || g.cfg.dryRun
+	if out.Kind == OutcomeKeyFailed {
+		// Never the error policy's to forgive: say so, since a line
+		// reading fail_open=true would be a lie.
+		msg, letThrough = "rate limit could not key or price a request; it is refused under every error policy", g.cfg.dryRun
+	}
 	policy, method, path := out.where()
-	g.cfg.logger.LogAttrs(ctx, slog.LevelError, "rate limiter could not decide",
+	g.cfg.logger.LogAttrs(ctx, slog.LevelError, msg,
 		policy, method, path,
 		slog.String("error", err.Error()),
-		slog.Bool("fail_open", g.cfg.failOpen || g.cfg.dryRun),
+		slog.Bool("fail_open", letThrough),
 		slog.Uint64("suppressed", suppressed))
 }
 

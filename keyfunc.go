@@ -14,8 +14,10 @@ import (
 )
 
 // KeyFunc returns the key a request is limited by. An error means no key
-// could be formed; the middleware's error policy then decides the answer,
-// so a malformed request never silently shares an "unknown" bucket.
+// could be formed, and the request is refused under every error policy
+// (fail-open forgives only the limiter's failures; see ErrorStatus for
+// the status of each error), so a malformed request never silently
+// shares an "unknown" bucket, nor passes uncounted.
 //
 // The constructors whose arguments can be invalid (KeyByIP, KeyByHeader,
 // KeyByQuery, KeyByForm, KeyByJSONField, JoinKeys, KeyByPattern) return

@@ -105,9 +105,6 @@ type middleware struct {
 	// exempting: WithSkip or WithOnly was given (saves a call per request
 	// when neither was).
 	exempting bool
-	// preflightServed: a CORS preflight reached a handler that served it
-	// as a request; preflights are limited from then on.
-	preflightServed atomic.Bool
 	// forwardCheck is the Unix ns before which forwarding headers are not
 	// looked at again.
 	forwardCheck atomic.Int64
@@ -139,12 +136,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	if r.Method == http.MethodOptions && m.exemptPreflight(r) {
-		m.servePreflight(w, r, next)
-		return
-	}
 	var out Outcome
 	m.call(r, &out.Call)
+	// A CORS preflight is decided as a request, and given back if it is
+	// answered as a preflight (preflight.go).
+	out.Call.refundable = r.Method == http.MethodOptions && !m.cfg.preflights && isPreflight(r)
 	m.gate.admit(r.Context(), &out)
 	if m.cfg.logger != nil {
 		m.checkForwarding(r, &out)
@@ -203,18 +199,18 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 
 // serveSettled runs the handler of a request the gate settles after it
 // (NeedsSettle), and settles it: when the handler returns, by the
-// response it wrote (WithCountStatus, WithCostAfter), or as counted if
-// the handler panics — the panic goes on up, and whatever the handler did
-// before it counts. A request that only holds in-flight slots needs
-// nothing of the response.
+// response it wrote (WithCountStatus, WithCostAfter, a CORS preflight
+// given back if answered as one), or as counted if the handler panics —
+// the panic goes on up, and whatever the handler did before it counts. A
+// request that only holds in-flight slots needs nothing of the response.
 func (m *middleware) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, out *Outcome) {
-	if m.cfg.countStatus == nil && m.cfg.responseCost == nil {
+	if m.cfg.countStatus == nil && m.cfg.responseCost == nil && !out.Call.refundable {
 		m.serveHeld(w, r, next, out)
 		return
 	}
 	r = r.WithContext(out.Context(r.Context()))
 	sw := &statusWriter{ResponseWriter: w, settling: settling{gate: m.gate, ctx: r.Context(), req: r, out: *out,
-		counts: m.cfg.countStatus, cost: m.cfg.responseCost}}
+		counts: m.cfg.countStatus, cost: m.cfg.responseCost, preflight: out.Call.refundable}}
 	returned := false
 	defer func() {
 		if !returned {

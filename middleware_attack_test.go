@@ -3,6 +3,7 @@ package floodgate
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -164,6 +165,100 @@ func TestMiddlewareClientErrorsNeverFailOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareKeyAndCostErrorsNeverFailOpen: an error from keying or
+// pricing a request is no failure of the limiter, so fail-open must not
+// let it through (red-team finding 9: a cost function failing on a
+// truncated JSON body passed 10 of 10 on a quota of 1, uncounted). Ten
+// such requests on a quota of 1 reach the handler 0 times under fail
+// closed, fail open and a custom error handler, with the status
+// ErrorStatus gives; only dry-run lets them through. The quota is left
+// whole: an honest request passes after them.
+func TestMiddlewareKeyAndCostErrorsNeverFailOpen(t *testing.T) {
+	batch := func(r *http.Request) (int, error) { // prices a batch by its items
+		var b struct{ Items []string }
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			return 0, fmt.Errorf("batch: %w", err)
+		}
+		return len(b.Items), nil
+	}
+	clientBatch := func(r *http.Request) (int, error) { // says whose fault it is
+		n, err := batch(r)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrInvalidBody, err)
+		}
+		return n, nil
+	}
+	session := func(r *http.Request) (string, error) { // a session lookup whose store is down
+		if r.Header.Get("Cookie") == "" {
+			return r.RemoteAddr, nil
+		}
+		return "", errors.New("session store: connection refused")
+	}
+	negative := func(*http.Request) (int, error) { return -1, nil }
+	tests := []struct {
+		name   string
+		opts   []MiddlewareOption
+		bad    func(r *http.Request) // makes an honest request fail to key or price
+		status int
+	}{
+		{"cost function error", []MiddlewareOption{WithCostFunc(batch)}, truncate, 503},
+		{"cost function blaming the body", []MiddlewareOption{WithCostFunc(clientBatch)}, truncate, 400},
+		{"negative cost", []MiddlewareOption{WithCostFunc(negative)}, nil, 500},
+		{"key function error", []MiddlewareOption{WithKeyFunc(session), WithCost(1)}, func(r *http.Request) { r.Header.Set("Cookie", "s=1") }, 503},
+	}
+	for _, tt := range tests {
+		for _, pol := range []struct {
+			name string
+			opt  MiddlewareOption
+			runs int
+		}{{"closed", nil, 0}, {"open", WithFailOpen(), 0}, {"handler", WithErrorHandler(FailClosed), 0}, {"dry", WithDryRun(), 10}} {
+			t.Run(tt.name+"/"+pol.name, func(t *testing.T) {
+				var events []DecisionEvent
+				opts := append([]MiddlewareOption{WithDecisionHook(func(e DecisionEvent) { events = append(events, e) }),
+					WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil)))}, tt.opts...)
+				if pol.opt != nil {
+					opts = append(opts, pol.opt)
+				}
+				next := &countingHandler{}
+				h := mustMiddleware(t, mustTokenBucket(t, PerHour(1)), opts...)(next)
+				for i := 0; i < 10; i++ {
+					r := newRequest("POST", "/batch", "192.0.2.1:1")
+					r.Body = ioNopCloser(`{"items":["a"]}`)
+					if tt.bad != nil {
+						tt.bad(r)
+					}
+					want := tt.status
+					if pol.runs > 0 {
+						want = http.StatusOK
+					}
+					if w := serve(h, r); w.Code != want {
+						t.Fatalf("request %d: status %d, want %d", i, w.Code, want)
+					}
+				}
+				if next.count() != pol.runs {
+					t.Fatalf("the handler ran %d times, want %d: a key or cost error opened the gate", next.count(), pol.runs)
+				}
+				for _, ev := range events {
+					if ev.Err == nil || ev.Blocked != (pol.runs == 0) || ErrorStatus(ev.Err) != tt.status {
+						t.Fatalf("event %+v: want an error answered %d, blocked %v", ev, tt.status, pol.runs == 0)
+					}
+				}
+				r := newRequest("POST", "/batch", "192.0.2.1:1")
+				r.Body = ioNopCloser(`{"items":["a"]}`)
+				if tt.name == "negative cost" {
+					return // no honest request to price
+				}
+				if w := serve(h, r); w.Code != 200 {
+					t.Errorf("an honest request after them: status %d, want 200 (the quota was spent)", w.Code)
+				}
+			})
+		}
+	}
+}
+
+// truncate gives r a JSON body cut short.
+func truncate(r *http.Request) { r.Body = ioNopCloser(`{"items":["a"]`) }
 
 // ioNopCloser is a request body of s.
 func ioNopCloser(s string) *nopBody { return &nopBody{strings.NewReader(s)} }

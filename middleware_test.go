@@ -302,7 +302,7 @@ func TestMiddlewareCost(t *testing.T) {
 	if got := lim2.recorded(); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("cost func: calls %v, want %v", got, want)
 	}
-	if wantCodes := []int{200, 200, 503, 503}; !equalInts(codes, wantCodes) {
+	if wantCodes := []int{200, 200, 500, 503}; !equalInts(codes, wantCodes) {
 		t.Errorf("statuses %v, want %v", codes, wantCodes)
 	}
 }

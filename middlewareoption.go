@@ -49,11 +49,12 @@ func (c *middlewareConfig) once(name string) error {
 // proxy, pass a KeyByIP configured with the proxy's address (with a
 // logger, the middleware warns when private or loopback peers send
 // forwarding headers it does not trust). A key error the client caused
-// (ErrNoKey, ErrNoClientIP, ErrInvalidBody, ErrKeyTooLong) is answered
-// 400 (or 413) under every error policy; a key function that is
-// misconfigured (an error wrapping ErrInvalidOption) gets 500; see
-// ErrorStatus. It cannot be used with NewPolicyMiddleware, whose policies
-// carry their key functions.
+// (ErrNoKey, ErrNoClientIP, ErrInvalidBody, ErrKeyTooLong,
+// ErrAmbiguousKey) is answered 400 (or 413) under every error policy; a
+// key function that is misconfigured (an error wrapping ErrInvalidOption)
+// gets 500; any other error of a key function (a lookup that failed) gets
+// 503, also under WithFailOpen; see ErrorStatus. It cannot be used with
+// NewPolicyMiddleware, whose policies carry their key functions.
 func WithKeyFunc(f KeyFunc) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
@@ -96,9 +97,11 @@ func WithCost(n int) MiddlewareOption {
 
 // WithCostFunc makes the cost depend on the request, e.g. on the size of a
 // batch. A cost of 0 lets the request through without consuming (it
-// still gets the quota headers); an error, or a negative cost, goes to the
-// error policy. It replaces WithCost; giving
-// both is an error.
+// still gets the quota headers). A request it cannot price is refused
+// under every error policy, fail-open included (dry-run aside): an error
+// wrapping ErrInvalidBody (a body the client sent malformed) is answered
+// 400, any other error 503, and a negative cost, a bug of the function,
+// 500 (see ErrorStatus). It replaces WithCost; giving both is an error.
 func WithCostFunc(f func(r *http.Request) (int, error)) MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		if f == nil {
@@ -163,8 +166,9 @@ func WithDeniedHandler(h DeniedHandler) MiddlewareOption {
 //
 // Fail-open never covers what the client can cause or the server must
 // fix, since those would be free passes on demand: a key error of the
-// client's doing is answered 400 (or 413), a misconfiguration 500 (see
-// ErrorStatus). Nor does it cover a client that went away while the
+// client's doing is answered 400 (or 413), a misconfiguration 500, and
+// any other error of a key or cost function 503 (see ErrorStatus): only
+// the limiter's own errors are let through. Nor does it cover a client that went away while the
 // limiter was deciding (the limiter then typically fails with the
 // request's cancelled context): such a request never reaches the handler,
 // under any error policy, and is answered StatusClientClosedRequest with
@@ -341,21 +345,27 @@ func WithRefundUncounted() MiddlewareOption {
 	}
 }
 
-// WithLimitPreflights limits CORS preflight requests like any other. By
-// default a preflight (an OPTIONS request carrying Origin and
-// Access-Control-Request-Method, which a browser sends on its own before
-// a cross-origin request) is neither counted nor refused: counting it
-// would spend a unit of the user's quota per real request, and refusing
-// it would hide the real answer from the page, since a refused preflight
-// reaches the script as a network error, not as a 429 it can read.
+// WithLimitPreflights counts CORS preflight requests like any other
+// request. By default a preflight — a request in the exact shape a
+// browser sends on its own before a cross-origin request: OPTIONS, an
+// Origin that is a serialized origin, one Access-Control-Request-Method,
+// no body, no Authorization or Cookie — is decided as a request, its cost
+// reserved, and given back once the handler has answered it as a
+// preflight that succeeds in a browser: a 2xx carrying
+// Access-Control-Allow-Origin, with no body. So an honest preflight,
+// answered by a CORS handler inside the limit, never consumes quota (it
+// would charge the user twice per real request), while a request merely
+// dressed as one — at a handler that answers OPTIONS as it answers GET,
+// with a body, a bare 401 or a 204 without CORS headers — stays counted,
+// and no more of them than the quota holds are ever in flight. On a spent
+// quota a preflight is refused with 429, which costs a browser nothing:
+// in that placement the 429 of the real request carries no CORS headers
+// either, so the page could not read it. The CORS handler belongs outside
+// the limit (see the README's section on CORS); preflights then never
+// reach it.
 //
-// The exemption cannot become a way around the limit: a preflight the
-// handler serves as a request — one whose response has a body, which no
-// CORS handler's preflight answer has (a handler that answers OPTIONS as
-// it answers GET, with no CORS handler in between) — ends it for this
-// middleware, with a line at ERROR: from then on, preflights are limited
-// as under this option. See the README's section on CORS for where the
-// CORS handler goes.
+// A limiter that cannot give units back (no Refunder: SharedLimiter, or
+// one of your own) counts preflights as under this option.
 func WithLimitPreflights() MiddlewareOption {
 	return func(c *middlewareConfig) error {
 		c.preflights = true

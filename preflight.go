@@ -1,83 +1,97 @@
 package floodgate
 
 import (
-	"bufio"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
+	"strings"
 )
 
 // A CORS preflight is an OPTIONS request that a browser sends on its own,
 // before a cross-origin request that is not "simple", to ask whether the
-// real request may be sent: it carries Origin and
-// Access-Control-Request-Method, no credentials and no body, and its
-// answer (from a CORS handler) has no body either. The middleware lets
-// it through without a decision (WithLimitPreflights says otherwise):
-// counting it would charge the user twice per real request, refusing it
-// would make the page see a network error instead of the 429 of the real
-// request.
+// real request may be sent. Counting it would charge the user twice per
+// real request; letting it through uncounted lets anyone reach a handler
+// that answers OPTIONS as it answers GET by dressing requests as
+// preflights. So the middleware decides a preflight like any request —
+// its cost reserved, which bounds how many are in flight, and a spent
+// quota refused — and gives the cost back once the handler has answered
+// it as a preflight succeeds in a browser: a 2xx with
+// Access-Control-Allow-Origin and no body. Anything else the handler
+// made of it stays counted (WithLimitPreflights: every preflight does).
+//
+// Only a request in a browser's exact preflight shape is one: OPTIONS,
+// an Origin that is a serialized origin, one Access-Control-Request-Method
+// that is a method token, no body, and no credentials (browsers never send
+// Authorization or Cookie on a preflight). Whatever else is dressed as one
+// is a request like any other.
 
-// exemptPreflight reports whether r is a CORS preflight the middleware
-// lets through uncounted.
-func (m *middleware) exemptPreflight(r *http.Request) bool {
-	if m.cfg.preflights || m.preflightServed.Load() {
+// isPreflight reports whether r has a browser's CORS preflight shape.
+func isPreflight(r *http.Request) bool {
+	if r.Method != http.MethodOptions || r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		return false
 	}
 	h := r.Header
-	return len(h["Origin"]) > 0 && len(h["Access-Control-Request-Method"]) > 0 && h["Access-Control-Request-Method"][0] != ""
+	origin, method := h["Origin"], h["Access-Control-Request-Method"]
+	return len(origin) == 1 && serializedOrigin(origin[0]) &&
+		len(method) == 1 && isToken(method[0]) &&
+		len(h["Authorization"]) == 0 && len(h["Cookie"]) == 0
 }
 
-// servePreflight passes an exempt preflight to the handler, and ends the
-// exemption if the handler serves it as a request: its answer has a
-// body, which a CORS handler's preflight answer never has. Without that,
-// a client could reach a handler that answers OPTIONS as it answers GET
-// (no method check, no CORS handler in between) as often as it likes by
-// dressing its requests as preflights.
-func (m *middleware) servePreflight(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	pw := &preflightWriter{ResponseWriter: w}
-	next.ServeHTTP(pw, r)
-	if pw.body && m.preflightServed.CompareAndSwap(false, true) {
-		l := m.cfg.logger
-		if l == nil {
-			l = slog.Default()
-		}
-		l.LogAttrs(r.Context(), slog.LevelError,
-			"floodgate: a CORS preflight reached a handler that answered it with a body, as a request; preflights are limited from now on. Put the CORS handler outside the limit (it answers preflights itself), or route the limited handler by method",
-			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path))
+// serializedOrigin reports whether s is an origin as a browser serializes
+// it (RFC 6454 §6.2): "null", or a lower-case scheme, "://", and a
+// lower-case host with an optional port — no path, query, user or
+// trailing slash.
+func serializedOrigin(s string) bool {
+	if s == "null" {
+		return true
 	}
+	scheme, host, ok := strings.Cut(s, "://")
+	if !ok || scheme == "" || host == "" || scheme[0] < 'a' || scheme[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(scheme); i++ {
+		if c := scheme[i]; !lowerAlnum(c) && c != '+' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; !lowerAlnum(c) && c != '-' && c != '.' && c != ':' && c != '[' && c != ']' {
+			return false
+		}
+	}
+	return host[0] != ':' && host[len(host)-1] != ':'
 }
 
-// preflightWriter notes whether a preflight's answer has a body. It
-// forwards Flush, Hijack and ReadFrom, and Unwrap lets
-// http.ResponseController reach the writer below.
-type preflightWriter struct {
-	http.ResponseWriter
-	body bool // a body was written, or the connection hijacked
+func lowerAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+
+// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2), as a
+// method is.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !lowerAlnum(c) && !('A' <= c && c <= 'Z') && !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
 
-func (w *preflightWriter) Write(b []byte) (int, error) {
-	w.body = w.body || len(b) > 0
-	return w.ResponseWriter.Write(b)
+// preflightAnswer records, for a preflight, whether its answer is one a
+// browser takes for a successful preflight: the status, whether
+// Access-Control-Allow-Origin went out with it, and whether a body
+// followed (or the connection was taken over).
+type preflightAnswer struct {
+	allowOrigin bool // Access-Control-Allow-Origin was in the header as sent
+	body        bool // a body was written, or the connection hijacked
 }
 
-// Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
-func (w *preflightWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Flush implements http.Flusher.
-func (w *preflightWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
-
-// Hijack implements http.Hijacker: a hijacked connection is served, not
-// answered as a preflight.
-func (w *preflightWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.body = true
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+// answered reports whether the preflight was answered as one: a 2xx (the
+// Fetch standard's "ok status"), allowing an origin, with no body.
+func (a *preflightAnswer) answered(status int) bool {
+	return status >= 200 && status < 300 && a.allowOrigin && !a.body
 }
 
-// ReadFrom implements io.ReaderFrom.
-func (w *preflightWriter) ReadFrom(src io.Reader) (int64, error) {
-	n, err := io.Copy(w.ResponseWriter, src)
-	w.body = w.body || n > 0
-	return n, err
+// committed notes the header as it goes out.
+func (a *preflightAnswer) committed(h http.Header) {
+	a.allowOrigin = len(h["Access-Control-Allow-Origin"]) > 0
 }

@@ -42,7 +42,7 @@ const page = `<!doctype html><html><body><pre id="out">pending</pre><script>
 func TestPreflightInRealBrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
-		t.Skip("chromium is not installed (apt-get install chromium); the same placements are checked without a browser by TestPreflightNeitherCountedNorRefused")
+		t.Skip("chromium is not installed (apt-get install chromium); the same placements are checked without a browser by TestPreflightNeverConsumesQuota and TestPreflightAnswers")
 	}
 	for _, tt := range []struct {
 		placement string

@@ -219,12 +219,18 @@ type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 //   - 413 Content Too Large for a body above a key function's bound
 //     (ErrInvalidBody together with an *http.MaxBytesError).
 //   - 500 Internal Server Error for a misconfiguration the server must fix
-//     (ErrInvalidOption, e.g. KeyByRoutePattern outside a ServeMux).
+//     (ErrInvalidOption, e.g. KeyByRoutePattern outside a ServeMux, or a
+//     cost function that returned a negative cost).
 //   - 503 Service Unavailable for the rest: the limiter or its store
-//     failed, which the client can only wait out.
+//     failed, or a key or cost function failed with an error of its own
+//     (a lookup that failed, a body it cannot parse), which the client
+//     can only wait out or the server must look into.
 //
-// Only the last is a failure of the limit itself; WithFailOpen applies to
-// it alone.
+// WithFailOpen applies to the limiter's failures alone: a 503 for a key
+// or cost function's own error is never let through (OutcomeKeyFailed),
+// since a client that could provoke it would pass uncounted. A key or
+// cost function that means "the client's fault" wraps ErrInvalidBody, and
+// gets 400.
 func ErrorStatus(err error) int {
 	switch errorKind(err) {
 	case OutcomeMisconfigured:

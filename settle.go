@@ -92,7 +92,7 @@ func (g *Gate) Settle(ctx context.Context, out Outcome, res Result) {
 // panicked, and within 0..2^24 like any cost; its estimate otherwise.
 func (g *Gate) realCost(out *Outcome, res Result) int {
 	est := out.Call.Cost
-	if g.cfg.settle && res.Uncounted && !res.Panicked {
+	if (g.cfg.settle || out.Call.refundable) && res.Uncounted && !res.Panicked {
 		return 0
 	}
 	if !g.cfg.costAfter {

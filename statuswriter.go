@@ -11,7 +11,7 @@ import (
 
 // DeferredSettler is implemented by the ResponseWriter the middleware
 // hands to the handler of a request it settles by status
-// (WithCountStatus). A framework whose response may still change after
+// (WithCountStatus, or a CORS preflight given back if answered as one). A framework whose response may still change after
 // the handler has returned calls DeferSettle before returning: the
 // middleware then does not settle when the handler returns, and the
 // framework calls the function it got, once, with the status actually
@@ -19,18 +19,21 @@ import (
 // limit can set the status after c.Next() (an error handler answering
 // 401 for a handler's c.Error, say).
 //
-// A request whose settlement is deferred and never completed stays
-// counted: the safe side. A handler that panics is counted either way
+// A status of 0 means the framework could not see the status sent: the
+// request counts (a preflight is not given back), the safe side. A
+// request whose settlement is deferred and never completed stays
+// counted too. A handler that panics is counted either way
 // (later calls of the function do nothing); so is a second call.
 type DeferredSettler interface {
 	DeferSettle() (settle func(status int))
 }
 
 // statusWriter records the status of a response for WithCountStatus,
-// and its body's size for WithCostAfter, and settles the request by them.
-// It forwards Flush, Hijack and ReadFrom, and Unwrap lets
-// http.ResponseController reach the other optional methods (deadlines,
-// full duplex) of the writer below.
+// its body's size for WithCostAfter, and for a CORS preflight whether it
+// was answered as one, and settles the request by them. It forwards
+// Flush, Hijack and ReadFrom, and Unwrap lets http.ResponseController
+// reach the other optional methods (deadlines, full duplex) of the writer
+// below.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -40,16 +43,18 @@ type statusWriter struct {
 }
 
 // settling is what settles one request: the gate, the outcome, how the
-// response decides it (the status predicate, the cost function), and
-// whether it is done.
+// response decides it (the status predicate, the cost function, and for
+// a preflight its answer so far), and whether it is done.
 type settling struct {
-	gate    *Gate
-	ctx     context.Context
-	req     *http.Request // as the handler got it
-	out     Outcome
-	counts  func(status int) bool      // nil: every status counts
-	cost    func(Response) (int, bool) // nil: the estimate, or ReportCost's
-	settled atomic.Bool
+	gate      *Gate
+	ctx       context.Context
+	req       *http.Request // as the handler got it
+	out       Outcome
+	counts    func(status int) bool      // nil: every status counts
+	cost      func(Response) (int, bool) // nil: the estimate, or ReportCost's
+	preflight bool                       // the request has a preflight's shape: see preflight.go
+	answer    preflightAnswer
+	settled   atomic.Bool
 }
 
 // settle settles the request once; later calls do nothing.
@@ -60,12 +65,17 @@ func (s *settling) settle(res Result) {
 }
 
 // settleStatus settles the request by the response it was answered with:
-// its status, and for WithCostAfter, what the cost function reads of it.
+// its status — it does not count if the predicate says so, or if it is a
+// preflight answered as one — and for WithCostAfter, what the cost
+// function reads of it.
 func (w *statusWriter) settleStatus(status int) {
 	if w.settled.Load() {
 		return
 	}
-	res := Result{Uncounted: w.counts != nil && !w.counts(status)}
+	res := Result{Uncounted: status > 0 && w.counts != nil && !w.counts(status)}
+	if w.preflight && status > 0 {
+		res.Uncounted = res.Uncounted || w.answeredPreflight(status)
+	}
 	if w.cost != nil {
 		reported, ok := w.out.ReportedCost()
 		if !ok {
@@ -76,23 +86,46 @@ func (w *statusWriter) settleStatus(status int) {
 	w.settle(res)
 }
 
+// answeredPreflight reports whether a preflight was answered as one.
+func (w *statusWriter) answeredPreflight(status int) bool {
+	seen := w.status != 0
+	if !seen && !w.deferred {
+		// The handler wrote nothing: net/http sends the header as it is
+		// now.
+		w.answer.committed(w.Header())
+		seen = true
+	}
+	w.answer.body = w.answer.body || w.bytes > 0
+	// A status a framework sent around this writer may have had a body
+	// this writer did not see either: it stays counted.
+	return seen && w.answer.answered(status)
+}
+
 // DeferSettle implements DeferredSettler.
 func (w *statusWriter) DeferSettle() func(status int) {
 	w.deferred = true
 	return w.settleStatus
 }
 
+// final records the response's final status, as its header goes out.
+func (w *statusWriter) final(code int) {
+	w.status = code
+	if w.preflight {
+		w.answer.committed(w.Header())
+	}
+}
+
 func (w *statusWriter) WriteHeader(code int) {
 	// 1xx responses other than 101 are interim; the final status follows.
 	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.status = code
+		w.final(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
@@ -110,7 +143,7 @@ func (w *statusWriter) Flush() { _ = w.FlushError() }
 // http.ResponseController prefers it to Flush.
 func (w *statusWriter) FlushError() error {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
@@ -119,8 +152,11 @@ func (w *statusWriter) FlushError() error {
 // connection, if it can be.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil && w.status == 0 {
-		w.status = http.StatusSwitchingProtocols
+	if err == nil {
+		w.answer.body = true // served, whatever the status
+		if w.status == 0 {
+			w.status = http.StatusSwitchingProtocols
+		}
 	}
 	return conn, rw, err
 }
@@ -129,7 +165,7 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // keeps the wrapped writer's fast path (sendfile for a *os.File).
 func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.final(http.StatusOK)
 	}
 	var n int64
 	var err error

@@ -41,7 +41,7 @@ func refuse(ctx context.Context, protocol string, out *floodgate.Outcome) error 
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("rate limit: the call carries no usable key"))
 	case floodgate.OutcomeMisconfigured:
 		return connect.NewError(connect.CodeInternal, errors.New("rate limit: misconfigured"))
-	default: // OutcomeFailed, failing closed
+	default: // OutcomeFailed failing closed, OutcomeKeyFailed
 		return connect.NewError(connect.CodeUnavailable, errors.New("rate limiter unavailable; try again later"))
 	}
 }

@@ -28,7 +28,9 @@ type connectDriver struct {
 func (d connectDriver) Name() string { return "connect/" + d.protocol }
 
 func (d connectDriver) Start(t *testing.T, s conformance.Setup) conformance.Client {
-	opts := []connectlimit.Option{connectlimit.WithKeyFunc(must(connectlimit.KeyByHeader(conformance.HeaderClient))), connectlimit.WithDecisionHook(s.Hook)}
+	byClient := must(connectlimit.KeyByHeader(conformance.HeaderClient))
+	key := func(c connectlimit.Call) (string, error) { return conformance.KeyFailure(byClient(c)) }
+	opts := []connectlimit.Option{connectlimit.WithKeyFunc(key), connectlimit.WithDecisionHook(s.Hook)}
 	if s.FailOpen {
 		opts = append(opts, connectlimit.WithFailOpen())
 	}

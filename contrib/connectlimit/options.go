@@ -98,8 +98,10 @@ func WithLimitHealth() Option {
 // WithFailOpen lets a call through when the limiter or its store fails.
 // The default is to fail closed with connect.CodeUnavailable. A call
 // refused for its own doing (floodgate.ErrNoKey, ErrNoClientIP,
-// ErrKeyTooLong) is CodeInvalidArgument even so, and a call whose client
-// went away during the decision never runs.
+// ErrKeyTooLong) is CodeInvalidArgument even so, a key function's own
+// error (a lookup that failed) CodeUnavailable, and a call whose client
+// went away during the decision never runs: only the limiter's failures
+// are let through.
 func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
 
 // WithDryRun decides, sends the quota headers, logs and calls the hook,

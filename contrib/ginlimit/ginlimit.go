@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/gin-gonic/gin"
@@ -47,17 +51,25 @@ func NewRoutes(rt *floodgate.Routes, opts ...floodgate.MiddlewareOption) (gin.Ha
 // chain carries a gin request through the floodgate middleware.
 type chain struct {
 	c    *gin.Context
+	l    *limit
 	next bool // the middleware let the request through
 }
 
 type chainKey struct{}
 
+// limit is one gin handler's state: whether it has warned that it
+// settles without Serve.
+type limit struct {
+	warned atomic.Bool
+}
+
 // handler adapts a floodgate middleware: the handler it protects runs the
 // rest of the gin chain.
 func handler(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 	limited := mw(http.HandlerFunc(runChain))
+	l := &limit{}
 	return func(c *gin.Context) {
-		ch := &chain{c: c}
+		ch := &chain{c: c, l: l}
 		limited.ServeHTTP(c.Writer, c.Request.WithContext(context.WithValue(c.Request.Context(), chainKey{}, ch)))
 		if !ch.next {
 			// Denied or refused: floodgate has answered.
@@ -84,13 +96,30 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 	gw := &writer{ResponseWriter: orig, mw: w}
 	c.Writer = gw
 	if ds, ok := w.(floodgate.DeferredSettler); ok {
-		// The request is settled by its status (WithCountStatus), and a
-		// middleware registered before the limit may still set it after
-		// this chain returns: gw stays c.Writer, and settles the request
-		// with the status actually sent.
-		gw.settling = &settling{settle: ds.DeferSettle()}
+		// The request is settled by its status (WithCountStatus, a CORS
+		// preflight), and a middleware registered before the limit may
+		// still set it after this chain returns: gw stays c.Writer.
+		settle := ds.DeferSettle()
+		if s, ok := r.Context().Value(sentKey{}).(*sent); ok {
+			// Serve records the response beneath gin: the status
+			// actually sent settles the request once the engine is done.
+			s.settles = append(s.settles, settle)
+			c.Next()
+			return
+		}
+		// Best effort: the status actually sent, as far as this writer,
+		// gin's and the request's end can tell it.
+		// A middleware before the limit that put a writer of its own in
+		// c.Writer may put gin's back and answer through it after this
+		// chain returns, unseen: then a response not sent by then counts
+		// whatever its status. On gin's own writer, an answer after the
+		// chain goes through gw, or is the status gin holds.
+		swapped := !ginsOwn(orig)
+		gw.settling = &settling{settle: settle, unseenCounts: swapped}
 		c.Next()
-		gw.returned(r.Context())
+		if !gw.returned(r.Context()) && swapped {
+			ch.l.warnUnseen(r)
+		}
 		return
 	}
 	defer func() { c.Writer = orig }()
@@ -104,16 +133,22 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 // settling settles a request by the status gin sends, once the limit's
 // chain has returned: at once if the response is committed by then,
 // else when it is (a middleware before the limit writes it), or, for a
-// status gin sends without a body after the whole chain (which no
-// writer here sees), when the request's context ends — the server
-// cancels it when the handler is done. Until then the request counts.
+// response no writer here sees (a status gin sends without a body after
+// the whole chain, or one a middleware before the limit writes through
+// a writer it swapped in and restored), when the request's context ends
+// — the server cancels it when the handler is done — as a status not
+// known, which counts. Until then the request counts.
 type settling struct {
 	mu        sync.Mutex
 	settle    func(status int) // the middleware's, from DeferSettle
 	status    int              // the status set so far; committed if sent
 	committed bool             // the status is sent: it is final
-	back      bool             // the limit's chain has returned
-	done      bool
+	// unseenCounts: a status not sent through this limit's writer is
+	// not known (a middleware before the limit swapped gin's writer), and
+	// counts.
+	unseenCounts bool
+	back         bool // the limit's chain has returned
+	done         bool
 }
 
 // set records a status set before anything is sent, as gin does.
@@ -142,15 +177,21 @@ func (s *settling) settleIf(ended bool) {
 	ready := s.back && !s.done && (s.committed || ended)
 	s.done = s.done || ready
 	status := s.status
+	if !s.committed && s.unseenCounts {
+		// Nothing this limit sees sent the response: a middleware before
+		// it may have answered through the writer it swapped out, with
+		// any status. Unknown counts.
+		status = 0
+	}
 	s.mu.Unlock()
 	if ready {
 		s.settle(status)
 	}
 }
 
-// returned records that the limit's chain is back; the status so far is
-// gin's.
-func (w *writer) returned(ctx context.Context) {
+// returned records that the limit's chain is back, and reports whether
+// the response was sent by then; the status so far is gin's.
+func (w *writer) returned(ctx context.Context) bool {
 	s := w.settling
 	s.mu.Lock()
 	s.back = true
@@ -161,9 +202,23 @@ func (w *writer) returned(ctx context.Context) {
 	s.mu.Unlock()
 	if committed {
 		s.settleIf(false)
-		return
+		return true
 	}
 	context.AfterFunc(ctx, func() { s.settleIf(true) })
+	return false
+}
+
+// warnUnseen says once, at WARN, that a middleware before the limit
+// swapped gin's writer and a response this limit settles by its status
+// was not sent when the limit's chain returned: without Serve such a
+// request counts whatever its status.
+func (l *limit) warnUnseen(r *http.Request) {
+	if l.warned.CompareAndSwap(false, true) {
+		slog.Default().LogAttrs(r.Context(), slog.LevelWarn,
+			"ginlimit: a middleware registered before the limit replaced gin's writer, and a response the limit settles by its status (WithCountStatus, a CORS preflight's refund) was not sent when the limit's chain returned; what that middleware sends through the writer it swapped out is not seen, so such a request counts whatever its status (a preflight is not given back). Serve the engine with ginlimit.Serve(engine) to settle by the status actually sent",
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path))
+	}
 }
 
 // writer is the gin.ResponseWriter the handlers see while the middleware
@@ -236,3 +291,16 @@ func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *writer) Unwrap() http.ResponseWriter { return w.mw }
 
 var _ gin.ResponseWriter = (*writer)(nil)
+
+// ginsOwn reports whether w is the writer gin puts in every context,
+// not one a middleware swapped in.
+func ginsOwn(w gin.ResponseWriter) bool {
+	return reflect.TypeOf(w) == ginWriterType()
+}
+
+// ginWriterType is the type of gin's own writer, unexported by gin: read
+// off a context gin makes.
+var ginWriterType = sync.OnceValue(func() reflect.Type {
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	return reflect.TypeOf(c.Writer)
+})

@@ -87,7 +87,7 @@ func refuse(ctx context.Context, setTrailer trailerSetter, out *floodgate.Outcom
 		return status.Error(codes.InvalidArgument, "rate limit: the call carries no usable key")
 	case floodgate.OutcomeMisconfigured:
 		return status.Error(codes.Internal, "rate limit: misconfigured")
-	default: // OutcomeFailed, failing closed
+	default: // OutcomeFailed failing closed, OutcomeKeyFailed
 		return status.Error(codes.Unavailable, "rate limiter unavailable; try again later")
 	}
 }

@@ -21,7 +21,9 @@ type grpcDriver struct{}
 func (grpcDriver) Name() string { return "gRPC" }
 
 func (grpcDriver) Start(t *testing.T, s conformance.Setup) conformance.Client {
-	opts := []grpclimit.Option{grpclimit.WithKeyFunc(must(grpclimit.KeyByMetadata("x-client"))), grpclimit.WithDecisionHook(s.Hook)}
+	byClient := must(grpclimit.KeyByMetadata("x-client"))
+	key := func(c grpclimit.Call) (string, error) { return conformance.KeyFailure(byClient(c)) }
+	opts := []grpclimit.Option{grpclimit.WithKeyFunc(key), grpclimit.WithDecisionHook(s.Hook)}
 	if s.FailOpen {
 		opts = append(opts, grpclimit.WithFailOpen())
 	}

@@ -125,8 +125,10 @@ func WithLimitHealth() Option {
 // security control, and failing open hands an attacker who can make it
 // fail an unlimited method. A call refused for its own doing
 // (floodgate.ErrNoKey, ErrNoClientIP, ErrKeyTooLong) is
-// codes.InvalidArgument even so, and a call whose client went away during
-// the decision never runs.
+// codes.InvalidArgument even so, a key function's own error (a lookup
+// that failed) codes.Unavailable, and a call whose client went away
+// during the decision never runs: only the limiter's failures are let
+// through.
 func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
 
 // WithDryRun decides, sends the quota metadata, logs and calls the hook,

@@ -94,7 +94,7 @@ const (
 	Denied      Kind = "denied"       // the limit denied the call
 	Overloaded  Kind = "overloaded"   // refused with a wait: the service is at a service-wide capacity (HTTP 503 with Retry-After, Unavailable with RetryInfo)
 	ClientError Kind = "client error" // refused for the client's own doing
-	Unavailable Kind = "unavailable"  // refused because the limiter failed
+	Unavailable Kind = "unavailable"  // refused because the limiter, or keying the call, failed
 	HungUp      Kind = "hung up"      // the client gave up before an answer
 )
 
@@ -172,6 +172,24 @@ func (Failing) AllowN(context.Context, string, int) (floodgate.Decision, error) 
 	return floodgate.Decision{}, ErrStoreDown
 }
 
+// Unkeyable is a step's Client that the drivers' key functions fail to
+// key with an error of their own, ErrKeyFailed (see KeyFailure).
+const Unkeyable = "unkeyable"
+
+// ErrKeyFailed is the key functions' error for Unkeyable: no sentinel of
+// floodgate's, as a custom key function's failed lookup would return.
+var ErrKeyFailed = errors.New("conformance: the key function's lookup failed")
+
+// KeyFailure passes a key function's result on, except for the key
+// Unkeyable, which it fails with ErrKeyFailed. Every driver's key function
+// goes through it.
+func KeyFailure(key string, err error) (string, error) {
+	if err == nil && key == Unkeyable {
+		return "", ErrKeyFailed
+	}
+	return key, err
+}
+
 // Hanging is a limiter that decides only when the caller gives up, as a
 // network store does whose round trip outlasts the client: it signals
 // Deciding, then fails with the context's error.
@@ -218,6 +236,19 @@ func Cases(s Store) []Case {
 			Steps: []Step{{Client: "", Action: Succeed, Want: ClientError}, {Client: "", Action: Succeed, Want: ClientError}},
 			Runs:  0,
 			Event: allErr(floodgate.ErrNoKey, true),
+		},
+		{
+			// Fail-open forgives the limiter's failures only: a key
+			// function's own error is refused, and spends nothing.
+			Name:  "key function error, also under fail-open",
+			Setup: func() Setup { return Setup{Limiter: bucket(1), FailOpen: true} },
+			Steps: []Step{
+				{Client: Unkeyable, Action: Succeed, Want: Unavailable},
+				{Client: Unkeyable, Action: Succeed, Want: Unavailable},
+				{Client: "ann", Action: Succeed, Want: OK},
+			},
+			Runs:  1,
+			Event: firstErr(2, ErrKeyFailed, true),
 		},
 		{
 			Name:  "limiter failure, fail closed",
@@ -281,6 +312,25 @@ func allErr(want error, blocked bool) func([]floodgate.DecisionEvent) error {
 		for _, ev := range evs {
 			if !errors.Is(ev.Err, want) || ev.Blocked != blocked {
 				return fmt.Errorf("event with error %v, blocked %v; want %v, blocked %v", ev.Err, ev.Blocked, want, blocked)
+			}
+		}
+		return nil
+	}
+}
+
+// firstErr checks that the first n decision events have an error
+// wrapping want and Blocked == blocked, and the others no error.
+func firstErr(n int, want error, blocked bool) func([]floodgate.DecisionEvent) error {
+	return func(evs []floodgate.DecisionEvent) error {
+		if len(evs) < n {
+			return fmt.Errorf("%d decision events, want at least %d", len(evs), n)
+		}
+		if err := allErr(want, blocked)(evs[:n]); err != nil {
+			return err
+		}
+		for _, ev := range evs[n:] {
+			if ev.Err != nil {
+				return fmt.Errorf("event after the errors with error %v", ev.Err)
 			}
 		}
 		return nil

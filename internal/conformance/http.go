@@ -18,10 +18,10 @@ const (
 )
 
 // HTTPKey is the key function of the HTTP drivers: the call's client, or
-// ErrNoKey without one.
+// ErrNoKey without one (and ErrKeyFailed for Unkeyable).
 func HTTPKey(r *http.Request) (string, error) {
 	if c := r.Header.Get(HeaderClient); c != "" {
-		return c, nil
+		return KeyFailure(c, nil)
 	}
 	return "", floodgate.ErrNoKey
 }
