@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/internal/exampleapp"
+	"github.com/floodgate-go/floodgate/turnstile"
 )
 
 // step is one request of a sequence run against two servers.
@@ -87,5 +91,57 @@ func TestPolicyFlagsConflict(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "set it in the policy file") {
 			t.Errorf("%s with -policies: %v, want refused", flag, err)
 		}
+	}
+}
+
+// TestSignupScenarioFile: policies-signup.json, scenario B, puts the bot
+// check before every sign-up limit: 40 attempts without a token are
+// refused (400) and cost nobody's quota, so the next 5 sign-ups of a
+// pattern pass, the 6th is denied, and the ceiling has counted only the
+// 6; the reward claim is not bot-checked.
+func TestSignupScenarioFile(t *testing.T) {
+	_, siteverify := startDummySiteverify(t)
+	data, err := os.ReadFile("policies-signup.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts := policyOptions(logger, "1x0000000000000000000000000000000AA")
+	if opts.BotCheck == nil || !opts.RequireBotCheck {
+		t.Fatal("with a secret, policyOptions neither builds nor requires a bot check")
+	}
+	// The same bot check, verifying against the local dummy siteverify.
+	opts.BotCheck = func(spec exampleapp.BotCheckSpec, proxies []netip.Prefix) (func(http.Handler) http.Handler, error) {
+		bc := botCheckConfig{Secret: "1x0000000000000000000000000000000AA", Hostnames: spec.Hostnames, Action: spec.Action}
+		return newBotCheck(bc, proxies, logger, turnstile.WithEndpoint(siteverify))
+	}
+	clk := floodgatetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	opts.Clock = clk.Now
+	ps, err := exampleapp.NewPolicyServer(data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{t: t, h: ps, clock: clk}
+	const peer = "192.0.2.10:1234"
+	for i := 0; i < 40; i++ {
+		if w := s.signupWithToken(peer, "abc"+strconv.Itoa(i), ""); w.Code != http.StatusBadRequest {
+			t.Fatalf("attempt %d without a token: %d, want 400", i, w.Code)
+		}
+	}
+	for i := 1; i <= 6; i++ {
+		w := s.signupWithToken(peer, "abc"+strconv.Itoa(i), "XXXX.DUMMY.TOKEN.XXXX")
+		want := http.StatusCreated
+		if i == 6 {
+			want = http.StatusTooManyRequests
+		}
+		if w.Code != want {
+			t.Fatalf("sign-up %d with a token: %d, want %d", i, w.Code, want)
+		}
+		if i == 6 && !strings.Contains(strings.Join(w.Header().Values("RateLimit"), ","), `"signup_ip_ceiling";r=24;`) {
+			t.Fatalf("the ceiling counted more than the 6 checked attempts: %q", w.Header().Values("RateLimit"))
+		}
+	}
+	if w := s.do("POST", "/rewards/claim", peer, `{"accountId":"a1"}`); w.Code != http.StatusOK {
+		t.Fatalf("reward claim without a token: %d, want 200", w.Code)
 	}
 }
