@@ -109,61 +109,58 @@ func buildPolicySet(pf *PolicyFile, opts PolicyOptions, old *policySet) (*policy
 	return b.set, b.changes, b.report, nil
 }
 
-// handler wraps the service's routes in every policy, the first listed
-// outermost, and the bot check outside them all.
+// handler returns the set's handler: a dispatcher that runs each request
+// through the policies whose routes it matches, in file order, behind the
+// bot check if its routes match.
 func (b *builder) handler() (http.Handler, error) {
-	mws := make([]func(http.Handler) http.Handler, len(b.pf.Policies))
+	d := &dispatcher{mux: serviceMux(b.opts.Logger), patterns: map[string]int{}}
 	for i := range b.pf.Policies {
-		mw, err := b.policy(fmt.Sprintf("policies[%d]", i), &b.pf.Policies[i])
+		path := fmt.Sprintf("policies[%d]", i)
+		routes, err := d.routeMask(path+".routes", b.pf.Policies[i].Routes)
 		if err != nil {
 			return nil, err
 		}
-		mws[i] = mw
+		mw, err := b.policy(path, &b.pf.Policies[i])
+		if err != nil {
+			return nil, err
+		}
+		d.policies = append(d.policies, routedMiddleware{mw: mw, routes: routes})
 	}
-	h := http.Handler(serviceMux(b.opts.Logger))
-	for i := len(mws) - 1; i >= 0; i-- {
-		h = mws[i](h)
+	if err := b.botCheck(d); err != nil {
+		return nil, err
 	}
-	return b.botCheck(h)
+	d.chains.Store(&map[uint64]http.Handler{})
+	return d, nil
 }
 
-// botCheck puts the file's bot check in front of h on its routes.
-func (b *builder) botCheck(h http.Handler) (http.Handler, error) {
+// botCheck puts the file's bot check in front of d's policies on its
+// routes.
+func (b *builder) botCheck(d *dispatcher) error {
 	bc := b.pf.BotCheck
 	if bc == nil {
 		if b.opts.RequireBotCheck {
-			return nil, fieldErr("botCheck", "required: TURNSTILE_SECRET is set, and without a botCheck sign-ups would not be checked")
+			return fieldErr("botCheck", "required: TURNSTILE_SECRET is set, and without a botCheck sign-ups would not be checked")
 		}
-		return h, nil
+		return nil
 	}
 	if b.opts.BotCheck == nil {
-		return nil, fieldErr("botCheck", "TURNSTILE_SECRET is not set: no secret to verify tokens with")
+		return fieldErr("botCheck", "TURNSTILE_SECRET is not set: no secret to verify tokens with")
 	}
-	match, err := matchAny("botCheck.routes", bc.Routes)
+	routes, err := d.routeMask("botCheck.routes", bc.Routes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	check, err := b.opts.BotCheck(*bc, b.pf.prefixes())
 	if err != nil {
-		return nil, causeErr("botCheck", err)
+		return causeErr("botCheck", err)
 	}
-	checked := check(h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if match(r) {
-			checked.ServeHTTP(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}), nil
+	d.botCheck = routedMiddleware{mw: check, routes: routes}
+	return nil
 }
 
 // policy builds the middleware of the policy p at path.
 func (b *builder) policy(path string, p *PolicySpec) (func(http.Handler) http.Handler, error) {
-	match, err := matchAny(path+".routes", p.Routes)
-	if err != nil {
-		return nil, err
-	}
-	mwOpts, err := b.middlewareOptions(path, p, match)
+	mwOpts, err := b.middlewareOptions(path, p)
 	if err != nil {
 		return nil, err
 	}
@@ -202,13 +199,13 @@ func wrapAt(path string, err error) error {
 }
 
 // middlewareOptions returns the options every limit of p shares.
-func (b *builder) middlewareOptions(path string, p *PolicySpec, match func(*http.Request) bool) ([]floodgate.MiddlewareOption, error) {
+func (b *builder) middlewareOptions(path string, p *PolicySpec) ([]floodgate.MiddlewareOption, error) {
 	style := p.Headers
 	if style == "" {
 		style = b.pf.Headers
 	}
 	opts := []floodgate.MiddlewareOption{
-		floodgate.WithLogger(b.opts.Logger), floodgate.WithOnly(match),
+		floodgate.WithLogger(b.opts.Logger),
 		floodgate.WithHeaders(headerStyles[style]), // "" is absent: HeadersIETF, the zero value
 	}
 	if b.opts.Clock != nil {
@@ -328,27 +325,6 @@ func (b *builder) keyFunc(path string, k KeySpec) (floodgate.KeyFunc, error) {
 		return nil, causeErr(path, err)
 	}
 	return kf, nil
-}
-
-// matchAny returns a predicate matching the requests a ServeMux would
-// route to any of routes.
-func matchAny(path string, routes []string) (func(*http.Request) bool, error) {
-	matchers := make([]func(*http.Request) bool, len(routes))
-	for i, p := range routes {
-		m, err := floodgate.MatchPattern(p)
-		if err != nil {
-			return nil, causeErr(fmt.Sprintf("%s[%d]", path, i), err)
-		}
-		matchers[i] = m
-	}
-	return func(r *http.Request) bool {
-		for _, m := range matchers {
-			if m(r) {
-				return true
-			}
-		}
-		return false
-	}, nil
 }
 
 // applyChanges sets the new rates of a reload, in order; if one fails,
