@@ -55,9 +55,15 @@ type reloadServer struct {
 
 func newReloadServer(t *testing.T, r rates) *reloadServer {
 	t.Helper()
+	return newFileServer(t, reloadFile(r))
+}
+
+// newFileServer is a reloadServer of the policy file data.
+func newFileServer(t *testing.T, data []byte) *reloadServer {
+	t.Helper()
 	clk := floodgatetest.NewClock(time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC))
 	logs := &syncBuffer{}
-	ps, err := NewPolicyServer(reloadFile(r), PolicyOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil)), Clock: clk.Now})
+	ps, err := NewPolicyServer(data, PolicyOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil)), Clock: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +73,7 @@ func newReloadServer(t *testing.T, r rates) *reloadServer {
 }
 
 // do sends a request as client ip and returns its status and
-// RateLimit / RateLimit-Policy headers.
+// RateLimit / RateLimit-Policy headers (each policy's, comma-joined).
 func (s *reloadServer) do(method, path, ip, body string) (int, string, string, error) {
 	req, err := http.NewRequest(method, s.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -83,7 +89,7 @@ func (s *reloadServer) do(method, path, ip, body string) (int, string, string, e
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("RateLimit"), resp.Header.Get("RateLimit-Policy"), nil
+	return resp.StatusCode, strings.Join(resp.Header.Values("RateLimit"), ", "), strings.Join(resp.Header.Values("RateLimit-Policy"), ", "), nil
 }
 
 // expect sends a request and checks its status and, if not empty, the
@@ -294,4 +300,52 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestOverlappingRoutes: a request is limited by every policy one of
+// whose routes it matches, in file order, as a ServeMux matches
+// patterns: "/" takes every request, a GET pattern takes HEAD, and the
+// first policy listed decides first.
+func TestOverlappingRoutes(t *testing.T) {
+	s := newFileServer(t, []byte(`{"trustedProxies": ["127.0.0.1"], "policies": [
+		{"name": "all", "routes": ["/"], "key": {"ip": {}}, "rate": {"limit": 4, "period": "1h", "algorithm": "sliding_log"}},
+		{"name": "signup", "routes": ["POST /signup", "GET /auth/available/user_id"], "key": {"ip": {}}, "rate": {"limit": 100, "period": "1h", "algorithm": "token_bucket"}}
+	]}`))
+	const ip = "198.51.100.20"
+	s.expect("POST", "/signup", ip, `{"nickname":"x"}`, 201, `"all";r=3;`, `"all";q=4;w=3600`)
+	s.expect("HEAD", "/auth/available/user_id?userId=x", ip, "", 200, `"all";r=2;`, "")
+	s.expect("GET", "/healthz", ip, "", 200, `"all";r=1;`, "")
+	if _, rl, _, _ := s.do("GET", "/healthz", "198.51.100.21", ""); strings.Contains(rl, "signup") {
+		t.Errorf("GET /healthz limited by the signup policy: %q", rl)
+	}
+	_, rl, _, _ := s.do("POST", "/signup", ip, `{"nickname":"y"}`)
+	if !strings.HasPrefix(rl, `"all";r=0;`) || !strings.Contains(rl, `, "signup";r=97;`) {
+		t.Errorf("a sign-up matching both: RateLimit %q, want both policies", rl)
+	}
+	// The 5th request: denied by "all", which comes first; "signup" is
+	// not charged.
+	s.expect("POST", "/signup", ip, `{"nickname":"z"}`, 429, `"all";r=0;`, "")
+	if h := s.ps.cur.Load().handler.(*dispatcher); len(*h.chains.Load()) != 3 {
+		t.Errorf("%d chains kept, want 3 (\"/\" alone, and with each other route)", len(*h.chains.Load()))
+	}
+}
+
+// TestDispatcherChainsBounded: past maxChains sets of matches, chains are
+// built per request and not kept, so the cache cannot grow without bound.
+func TestDispatcherChainsBounded(t *testing.T) {
+	var calls atomic.Int64
+	count := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); h.ServeHTTP(w, r) })
+	}
+	d := &dispatcher{mux: http.NotFoundHandler(), policies: []routedMiddleware{{mw: count, routes: 1}}}
+	d.chains.Store(&map[uint64]http.Handler{})
+	for mask := uint64(0); mask < 2*maxChains; mask++ {
+		d.chain(mask).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	}
+	if n := len(*d.chains.Load()); n != maxChains {
+		t.Errorf("%d chains kept, want %d", n, maxChains)
+	}
+	if n := calls.Load(); n != maxChains { // the odd masks hold bit 1
+		t.Errorf("the policy ran %d times, want %d", n, maxChains)
+	}
 }
