@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strings"
 	"time"
 
@@ -106,6 +107,7 @@ func buildPolicySet(pf *PolicyFile, opts PolicyOptions, old *policySet) (*policy
 			b.report.Dropped = append(b.report.Dropped, name)
 		}
 	}
+	sort.Strings(b.report.Dropped) // map order would make each log line differ
 	return b.set, b.changes, b.report, nil
 }
 
