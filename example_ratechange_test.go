@@ -2,6 +2,7 @@ package floodgate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,4 +47,47 @@ func ExampleTokenBucket_SetRate() {
 	// 3 spent of 3/min   allowed=false limit=3 remaining=0 retry=20s
 	// raised to 6/min    allowed=true  limit=6 remaining=2 retry=0s
 	// cut to 2/min       allowed=false limit=2 remaining=0 retry=1m30s
+}
+
+// A rate per key, in business code: an export job is limited per
+// customer at the rate of the customer's plan, which the resolver looks
+// up (in the account database; here a map) and the PlanLimiter caches for
+// a minute. A customer the resolver does not know gets ErrNoPlan, and a
+// failed lookup ErrPlanLookup: neither is allowed.
+func ExamplePlanLimiter() {
+	plans := map[string]floodgate.Plan{
+		"acme":   {Name: "free", Rate: floodgate.PerHour(2)},
+		"globex": {Name: "business", Rate: floodgate.PerHour(100)},
+	}
+	exports, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
+		Resolve: func(_ context.Context, customer string) (floodgate.Plan, error) {
+			plan, ok := plans[customer]
+			if !ok {
+				return floodgate.Plan{}, floodgate.ErrNoPlan
+			}
+			return plan, nil
+		},
+		New: floodgate.TokenBucketPlans(),
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for _, customer := range []string{"acme", "acme", "acme", "globex", "initech"} {
+		d, err := exports.Allow(ctx, customer)
+		switch {
+		case errors.Is(err, floodgate.ErrNoPlan):
+			fmt.Printf("%-8s no plan: refused\n", customer)
+		case err != nil:
+			fmt.Printf("%-8s lookup failed: refused\n", customer)
+		default:
+			fmt.Printf("%-8s allowed=%-5v limit=%d remaining=%d\n", customer, d.Allowed, d.Limit, d.Remaining)
+		}
+	}
+	// Output:
+	// acme     allowed=true  limit=2 remaining=1
+	// acme     allowed=true  limit=2 remaining=0
+	// acme     allowed=false limit=2 remaining=0
+	// globex   allowed=true  limit=100 remaining=99
+	// initech  no plan: refused
 }

@@ -111,10 +111,11 @@ type PlanConfig struct {
 //
 // On Redis, every plan's limiter on one prefix, the state stays in its
 // key and the next decision reads it under the new plan's rate as it
-// stands: a window (sliding log or counter) keeps the units it counted
-// (KeepUsed), a token bucket keeps the time its debt takes to refill
-// (ScaleUsed: the share of the quota used is kept); Inherit is not
-// consulted. That is sound only for plans of one Period (a counter's
+// stands: a window (sliding log or counter) and an intervally refilled
+// bucket keep the units they counted (KeepUsed), a greedy token bucket
+// keeps the time its debt takes to refill (with bursts equal to the
+// limits, ScaleUsed: the share of the quota used); Inherit is not
+// consulted. Switching back and forth never shortens a key's wait. That is sound only for plans of one Period (a counter's
 // windows, a bucket's refill time are the period's): a plan of another
 // Period than the first plan built fails its lookup with ErrPlanLookup.
 // Do not call SetRate on a plan's limiter: every plan's limiter on the

@@ -374,3 +374,37 @@ func TestPlanKnownKey(t *testing.T) {
 		t.Errorf("a customer: %s", got)
 	}
 }
+
+// fixedLimiter is a limiter that keeps its state in place, as a Redis
+// limiter does (it cannot move a key's state to another plan's limiter).
+type fixedLimiter struct{ rate floodgate.Rate }
+
+func (l fixedLimiter) AllowN(context.Context, string, int) (floodgate.Decision, error) {
+	return floodgate.Decision{Allowed: true, Limit: l.rate.Limit}, nil
+}
+
+// TestPlanInPlaceOnePeriod: limiters that keep a key's state in place (on
+// Redis) read it under the new plan as it stands, which is sound only for
+// plans of one period: a sliding counter's windows of another length
+// would find the key's window long gone and forgive it everything. A
+// plan of another period fails its lookup, and so its decisions.
+func TestPlanInPlaceOnePeriod(t *testing.T) {
+	book := newPlanBook(map[string]floodgate.Plan{
+		"ann": freePlan, "bob": proPlan,
+		"eve": {Name: "hourly", Rate: floodgate.Rate{Limit: 100, Period: time.Hour}},
+	})
+	plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: book.resolve,
+		New: func(p floodgate.Plan) (floodgate.Limiter, error) { return fixedLimiter{p.Rate}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"ann", "bob"} {
+		if d, err := plans.Allow(ctx, key); err != nil || !d.Allowed {
+			t.Fatalf("%s, a plan of the first plan's period: %+v, %v", key, d, err)
+		}
+	}
+	if d, err := plans.Allow(ctx, "eve"); !errors.Is(err, floodgate.ErrPlanLookup) || d.Allowed {
+		t.Fatalf("eve, a plan of another period: %+v, %v; want ErrPlanLookup and no allowance", d, err)
+	}
+}

@@ -24,35 +24,44 @@ var snippetMarker = regexp.MustCompile(`^<!-- snippet: (\S+)((?: \S+)+) -->$`)
 
 // TestREADMESnippets checks that each quoted code block is exactly the
 // declarations it names, with their doc comments, in the order named: the
-// README shows code that compiles and that an Example runs.
+// README, and the guides of docs/ that quote code, show code that
+// compiles and that an Example runs.
 func TestREADMESnippets(t *testing.T) {
-	readme := readREADME(t)
+	if found := checkSnippets(t, "README.md", readREADME(t)); found < 3 {
+		t.Errorf("found %d snippet markers in the README, want the three ways to use it at least", found)
+	}
+	if found := checkSnippets(t, "docs/rates.md", readDoc(t, "docs/rates.md")); found < 2 {
+		t.Errorf("found %d snippet markers in docs/rates.md, want SetRate's and PlanLimiter's examples", found)
+	}
+}
+
+// checkSnippets checks the snippets of one document, and returns how many
+// it quotes.
+func checkSnippets(t *testing.T, name string, doc []string) int {
 	found := 0
-	for i := 0; i < len(readme); i++ {
-		m := snippetMarker.FindStringSubmatch(readme[i])
+	for i := 0; i < len(doc); i++ {
+		m := snippetMarker.FindStringSubmatch(doc[i])
 		if m == nil {
 			continue
 		}
 		found++
 		file, names := m[1], strings.Fields(m[2])
-		if i+1 >= len(readme) || readme[i+1] != "```go" {
-			t.Errorf("README line %d: snippet marker not followed by a ```go block", i+1)
+		if i+1 >= len(doc) || doc[i+1] != "```go" {
+			t.Errorf("%s line %d: snippet marker not followed by a ```go block", name, i+1)
 			continue
 		}
 		end := i + 2
-		for end < len(readme) && readme[end] != "```" {
+		for end < len(doc) && doc[end] != "```" {
 			end++
 		}
-		got := strings.Join(readme[i+2:end], "\n")
+		got := strings.Join(doc[i+2:end], "\n")
 		want := declarations(t, file, names)
 		if got != want {
-			t.Errorf("README line %d quotes %s %v, but it differs; the file has:\n%s", i+1, file, names, want)
+			t.Errorf("%s line %d quotes %s %v, but it differs; the file has:\n%s", name, i+1, file, names, want)
 		}
 		i = end
 	}
-	if found < 3 {
-		t.Errorf("found %d snippet markers in the README, want the three ways to use it at least", found)
-	}
+	return found
 }
 
 // declarations returns the source of the named declarations of file,
@@ -227,7 +236,13 @@ func goMinor(v string) string {
 
 func readREADME(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile("README.md")
+	return readDoc(t, "README.md")
+}
+
+// readDoc returns the lines of a Markdown file of the module.
+func readDoc(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
