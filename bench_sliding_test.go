@@ -293,7 +293,7 @@ func BenchmarkSlidingLogDebt(b *testing.B) {
 			b.ResetTimer()
 			var v debt
 			for i := 0; i < b.N; i++ {
-				v = l.debt(st, now)
+				v = l.cur.Load().debt(st, now)
 			}
 			b.StopTimer()
 			if !v.owes(now) {

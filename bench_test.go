@@ -336,3 +336,39 @@ func BenchmarkSharedLimiter(b *testing.B) {
 	}
 	reportAllowed(b, allowed)
 }
+
+// BenchmarkSetRate: a change of rate on a store of 100,000 keys, each
+// owing part of its quota, and a debt memory holding as many more (twice
+// the keys the store holds passed through it): the cost of a change, per
+// key converted (tracked or remembered), and the longest a shard was held.
+// Each iteration changes between two rates, converting every key and
+// debt.
+//
+//	go test -run '^$' -bench SetRate .
+func BenchmarkSetRate(b *testing.B) {
+	for _, how := range []Inherit{KeepUsed, ScaleUsed} {
+		b.Run(how.String(), func(b *testing.B) {
+			clk := newTBClock()
+			tb, err := NewTokenBucket(Rate{Limit: 7, Period: time.Hour}, WithClock(clk.Now), WithMaxKeys(benchKeys))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, k := range makeKeys(2 * benchKeys) {
+				_, _ = tb.AllowN(ctx, k, 3)
+			}
+			rates := [2]Rate{{Limit: 9, Period: 50 * time.Minute}, {Limit: 7, Period: time.Hour}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := tb.SetRate(ctx, RateChange{Rate: rates[i%2], Inherit: how}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			st := tb.Stats()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(st.Keys+int(st.EvictedLive)), "ns/key")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(tb.store.shards))/1e3, "µs/shard")
+		})
+	}
+}

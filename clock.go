@@ -45,6 +45,10 @@ func (c *clock) nanos() int64 {
 	}
 }
 
+// sameClock reports whether a and b count time from one origin, as the
+// limiters a plan factory builds do (see TokenBucketPlans).
+func sameClock(a, b *clock) bool { return a.epoch == b.epoch && a.high == b.high }
+
 // durationNS converts a non-negative count of nanoseconds to a Duration,
 // clamping negative values (which only rounding could produce) to zero.
 func durationNS(ns int64) time.Duration {

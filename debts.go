@@ -359,3 +359,55 @@ func (b *debtBucket) soonest() int {
 	}
 	return s
 }
+
+// remap replaces every debt the memory holds, its own entries' and its
+// shared bounds', by f of it (a bound is passed with shared set), at now:
+// after a change of rate, each in the units of the new one. An entry that
+// owes nothing afterwards is freed; a shield lasts as long as the bounds
+// of its buckets do afterwards, and goes with them.
+func (d *debts) remap(f func(debt) debt, now int64) {
+	d.until = math.MinInt64
+	for b := range d.buckets {
+		for i := range d.buckets[b] {
+			e := &d.buckets[b][i]
+			if !e.live(now) || e.marker() {
+				continue
+			}
+			v := e.debt()
+			v.shared = e.fp() == 0
+			v = f(v)
+			if !v.owes(now) {
+				*e = debtEntry{}
+				continue
+			}
+			*e = debtEntry{v.at, e.word&^amtMask | uint64(v.amt)}
+			d.until = max(d.until, v.at)
+		}
+	}
+	for b := range d.buckets {
+		for i := range d.buckets[b] {
+			if e := &d.buckets[b][i]; e.live(now) && e.marker() {
+				d.reshield(uint32(b), e, now)
+			}
+		}
+	}
+}
+
+// reshield sets the shield e of bucket b to last as long as the shared
+// bounds of its two buckets, or frees it if neither binds any more.
+func (d *debts) reshield(b uint32, e *debtEntry, now int64) {
+	var bound debt
+	for _, bk := range [2]uint32{b, d.other(b, e.fp())} {
+		for _, x := range d.buckets[bk] {
+			if x.fp() == 0 && x.live(now) {
+				bound = bound.max(x.debt())
+			}
+		}
+	}
+	if !bound.owes(now) {
+		*e = debtEntry{}
+		return
+	}
+	e.at = bound.at
+	d.until = max(d.until, bound.at)
+}

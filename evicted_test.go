@@ -82,12 +82,28 @@ func (c *replayClock) now() time.Time { return c.t }
 // requests bounded allowed (every attempt, under WithCountDenied), so the
 // two agree on what was spent.
 func replay(t *testing.T, k limiterKind, seed uint64, bounded, reference keyedLimiter, clk *replayClock) (string, bool) {
+	return replayChanging(t, k, seed, bounded, reference, clk, nil)
+}
+
+// replayChanging is replay with, if changes is not empty, a change of
+// rate to one of them now and then, made on both limiters alike.
+func replayChanging(t *testing.T, k limiterKind, seed uint64, bounded, reference keyedLimiter, clk *replayClock, changes []floodgate.RateChange) (string, bool) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	const keys, steps = 24, 1500
 	for step := 0; step < steps; step++ {
 		key := fmt.Sprint("k", rng.IntN(keys))
+		if len(changes) > 0 && rng.IntN(100) < 2 {
+			c := changes[rng.IntN(len(changes))]
+			mustNot(t, bounded.(floodgate.RateSetter).SetRate(ctx, c))
+			mustNot(t, reference.(floodgate.RateSetter).SetRate(ctx, c))
+			k.rate, k.capacity = c.Rate, c.Rate.Limit
+			if c.Burst > 0 {
+				k.capacity = c.Burst
+			}
+			continue
+		}
 		switch r := rng.IntN(100); {
 		case r < 6:
 			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(2 * k.rate.Period))))
@@ -185,6 +201,60 @@ func TestBoundedStoreNeverForgives(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestBoundedStoreNeverForgivesAcrossRateChanges is the same replay with
+// changes of rate now and then, under each strategy, on both stores
+// alike: the debts the bounded store remembers for its evicted keys, in
+// the units of the rate they were recorded under, are converted with its
+// keys, and a key that comes back after one or several changes is never
+// allowed what the exact store, which kept the key and converted it
+// exactly, would deny.
+func TestBoundedStoreNeverForgivesAcrossRateChanges(t *testing.T) {
+	trials := 20
+	if testing.Short() || raceEnabled {
+		trials = 5
+	}
+	for _, k := range everyKind() {
+		for _, how := range []floodgate.Inherit{floodgate.KeepUsed, floodgate.ScaleUsed, floodgate.AddDifference, floodgate.StartFresh} {
+			for _, mem := range []int{floodgate.DefaultDebtsPerKey, 1} {
+				t.Run(fmt.Sprintf("%s/%v/debts%d", k.name, how, mem), func(t *testing.T) {
+					changes := rateChanges(k, how)
+					evicted := uint64(0)
+					for trial := 0; trial < trials; trial++ {
+						clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+						opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+						bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(4), floodgate.WithShards(1), floodgate.WithDebtMemory(mem))...)
+						mustNot(t, err)
+						reference, err := k.build(k.rate, opts...)
+						mustNot(t, err)
+						if why, ok := replayChanging(t, k, uint64(trial), bounded, reference, clk, changes); !ok {
+							t.Fatalf("trial %d: the bounded store forgave: %s", trial, why)
+						}
+						evicted += bounded.Stats().EvictedLive
+					}
+					if evicted == 0 {
+						t.Fatal("no live eviction: the replay tests nothing")
+					}
+				})
+			}
+		}
+	}
+}
+
+// rateChanges returns changes of k's rate under how: back to it, and to
+// twice and half its quota, and twice and half its period.
+func rateChanges(k limiterKind, how floodgate.Inherit) []floodgate.RateChange {
+	var out []floodgate.RateChange
+	for _, f := range [][2]int{{2, 2}, {4, 2}, {1, 2}, {2, 4}, {2, 1}} {
+		c := floodgate.RateChange{Inherit: how,
+			Rate: floodgate.Rate{Limit: max(k.rate.Limit*f[0]/2, 1), Period: k.rate.Period * time.Duration(f[1]) / 2}}
+		if k.capacity != k.rate.Limit {
+			c.Burst = max(k.capacity*f[0]/2, 1)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // sprayOut evicts every key the store tracks: count distinct fresh keys

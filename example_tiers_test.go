@@ -1,66 +1,69 @@
 package floodgate_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
 
 // Tiers: each customer's API key is limited at the rate of its plan, free
-// 3 per minute and pro 10 per minute, and requests without a known key at
-// 2 per minute per client IP. One policy per plan, in a PolicySelector:
-// a plan's key function yields the API key only for keys on that plan
-// (floodgate.ErrNoKey otherwise, so the next plan is tried), and the plan
-// names itself in the RateLimit headers. An unknown or missing key falls
-// through to the anonymous policy, so guessing keys buys nothing.
+// 3 per minute and pro 10 per minute, which a PlanLimiter looks up in the
+// account store and caches; requests without a known key are limited at
+// 2 per minute per client IP. KnownKey makes an unknown or missing key
+// fall through to the anonymous policy, so guessing keys buys nothing.
+// Each response carries the key's own quota. Ann upgrades to pro while
+// she is limited: within the cache's 10 s her requests are pro's, with
+// what she spent still spent (KeepUsed).
 func Example_tiers() {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 
-	// The plan of each API key, as the service's account store knows it
-	// (look it up in a cache: each plan's key function asks).
-	planOf := map[string]string{"key-ann": "free", "key-bob": "pro"}
-	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	free := floodgate.Plan{Name: "free", Rate: floodgate.PerMinute(3)}
+	pro := floodgate.Plan{Name: "pro", Rate: floodgate.PerMinute(10)}
+	var mu sync.Mutex
+	accounts := map[string]floodgate.Plan{"key-ann": free, "key-bob": pro} // the account store
+	plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
+		Resolve: func(_ context.Context, key string) (floodgate.Plan, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			plan, ok := accounts[key]
+			if !ok {
+				return floodgate.Plan{}, floodgate.ErrNoPlan
+			}
+			return plan, nil
+		},
+		New:      floodgate.TokenBucketPlans(floodgate.WithClock(clock)),
+		CacheTTL: 10 * time.Second, // a plan change reaches its key within 10 s
+		Clock:    clock,
+	})
 	if err != nil {
 		panic(err)
 	}
-	onPlan := func(plan string) floodgate.KeyFunc {
-		return func(r *http.Request) (string, error) {
-			key, err := apiKey(r)
-			if err != nil {
-				return "", err // no key: ErrNoKey, the next policy applies
-			}
-			if planOf[key] != plan {
-				return "", fmt.Errorf("%w: key not on the %s plan", floodgate.ErrNoKey, plan)
-			}
-			return key, nil
-		}
+	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	if err != nil {
+		panic(err)
 	}
 	clientIP, err := floodgate.KeyByIP()
 	if err != nil {
 		panic(err)
 	}
-
-	policies := []floodgate.Policy{
-		{Name: "free", Key: onPlan("free")},
-		{Name: "pro", Key: onPlan("pro")},
-		{Name: "anonymous", Key: clientIP},
-	}
-	for i, rate := range []floodgate.Rate{floodgate.PerMinute(3), floodgate.PerMinute(10), floodgate.PerMinute(2)} {
-		lim, err := floodgate.NewTokenBucket(rate, floodgate.WithClock(clock))
-		if err != nil {
-			panic(err)
-		}
-		policies[i].Limiter = lim
-	}
-	plans, err := floodgate.NewPolicySelector(policies...)
+	anonymous, err := floodgate.NewTokenBucket(floodgate.PerMinute(2), floodgate.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	limit, err := floodgate.NewPolicyMiddleware(plans)
+	sel, err := floodgate.NewPolicySelector(
+		floodgate.Policy{Name: "customer", Limiter: plans, Key: plans.KnownKey(apiKey)},
+		floodgate.Policy{Name: "anonymous", Limiter: anonymous, Key: clientIP},
+	)
+	if err != nil {
+		panic(err)
+	}
+	limit, err := floodgate.NewPolicyMiddleware(sel)
 	if err != nil {
 		panic(err)
 	}
@@ -83,13 +86,20 @@ func Example_tiers() {
 	call("key-eve") // unknown: anonymous, by IP
 	call("")
 	call("")
+
+	mu.Lock()
+	accounts["key-ann"] = pro // Ann upgrades while limited
+	mu.Unlock()
+	now = now.Add(10 * time.Second)
+	call("key-ann")
 	// Output:
-	// key-ann   200 "free";q=3;w=60 "free";r=2;t=20
-	// key-ann   200 "free";q=3;w=60 "free";r=1;t=40
-	// key-ann   200 "free";q=3;w=60 "free";r=0;t=60
-	// key-ann   429 "free";q=3;w=60 "free";r=0;t=20
-	// key-bob   200 "pro";q=10;w=60 "pro";r=9;t=6
+	// key-ann   200 "customer";q=3;w=60 "customer";r=2;t=20
+	// key-ann   200 "customer";q=3;w=60 "customer";r=1;t=40
+	// key-ann   200 "customer";q=3;w=60 "customer";r=0;t=60
+	// key-ann   429 "customer";q=3;w=60 "customer";r=0;t=20
+	// key-bob   200 "customer";q=10;w=60 "customer";r=9;t=6
 	// key-eve   200 "anonymous";q=2;w=60 "anonymous";r=1;t=30
 	//           200 "anonymous";q=2;w=60 "anonymous";r=0;t=60
 	//           429 "anonymous";q=2;w=60 "anonymous";r=0;t=30
+	// key-ann   200 "customer";q=10;w=60 "customer";r=6;t=21
 }

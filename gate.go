@@ -333,6 +333,9 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		out.Kind, out.Blocked = OutcomeDenied, !g.cfg.dryRun
 	}
 	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, debts: g.cfg.costAfter, now: g.cfg.now}
+	if g.cfg.headers.ietf() {
+		qr.rate = c.policy.rateOf(c.Key)
+	}
 	c.policy.quota(&qr, &out.Quota)
 	if !d.Allowed && g.logs.denials != nil {
 		g.logDenial(ctx, out)
@@ -385,7 +388,9 @@ func errorKind(err error) OutcomeKind {
 	case errors.Is(err, ErrInvalidOption):
 		return OutcomeMisconfigured
 	case errors.Is(err, ErrInvalidBody), errors.Is(err, ErrNoKey), errors.Is(err, ErrNoClientIP), errors.Is(err, ErrKeyTooLong),
-		errors.Is(err, ErrAmbiguousKey):
+		errors.Is(err, ErrAmbiguousKey), errors.Is(err, ErrNoPlan):
+		// ErrNoPlan: a key the plan resolver does not know (a made-up API
+		// key) is the client's, never an outage that fail-open forgives.
 		return OutcomeClientError
 	}
 	return OutcomeFailed

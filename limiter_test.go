@@ -42,6 +42,16 @@ func TestTokenBucketWithBurstConformance(t *testing.T) {
 	})
 }
 
+func TestIntervalTokenBucketConformance(t *testing.T) {
+	floodgatetest.Run(t, floodgatetest.Suite{
+		Algorithm: floodgatetest.IntervalTokenBucket,
+		Bursts:    true,
+		New: func(c floodgatetest.Config) (floodgatetest.Limiter, error) {
+			return floodgate.NewTokenBucket(c.Rate, floodgate.WithBurst(c.Burst), floodgate.WithIntervalRefill(), floodgate.WithClock(c.Clock.Now))
+		},
+	})
+}
+
 func TestSlidingLogConformance(t *testing.T) {
 	floodgatetest.Run(t, floodgatetest.Suite{
 		Algorithm: floodgatetest.SlidingLog,

@@ -40,12 +40,15 @@ const (
 // config holds every option; each constructor checks that only the options
 // that apply to it were set.
 type config struct {
-	burst       int
-	burstSet    bool
-	maxKeys     int
-	maxKeyLen   int
-	shards      int
-	now         func() time.Time
+	burst     int
+	burstSet  bool
+	maxKeys   int
+	maxKeyLen int
+	shards    int
+	now       func() time.Time
+	// clock, when set, is shared with other limiters (see
+	// TokenBucketPlans): their times have one origin.
+	clock       *clock
 	interval    bool // token bucket: refill intervally
 	countDenied bool // sliding log: record denied attempts too
 	// forgetEvicted: no debt memory; a live eviction resets the key.
@@ -259,6 +262,15 @@ func WithClock(now func() time.Time) Option {
 		c.now = now
 		return c.once("WithClock")
 	}
+}
+
+// sharedClock returns the clock the limiter's store reads: its own, or
+// the one it shares (see TokenBucketPlans).
+func (c *config) sharedClock() clock {
+	if c.clock != nil {
+		return *c.clock
+	}
+	return newClock(c.now)
 }
 
 // once records that the option name was given and refuses a repeat: two

@@ -226,8 +226,13 @@ type policy struct {
 	Name    string
 	Limiter Limiter
 	quoted  string // Name as an sf-string
-	rate    Rate   // the limiter's rate, if it reports one
-	field   atomic.Pointer[policyFieldCache]
+	// rater and keyRater report the limiter's rate (nil: it reports
+	// none), read at each decision: a rate changed while serving
+	// (SetRate) or a key's own plan (PlanLimiter) shows in the window.
+	rater    rater
+	keyRater keyRater
+	// field remembers the RateLimit-Policy values of recent quotas.
+	field [policyFieldSlots]atomic.Pointer[policyFieldCache]
 	// rateLimit remembers the RateLimit values of recent (remaining, t)
 	// pairs, so that the requests of one second share one string. A
 	// fixed table: values an attacker chooses only cause misses.
@@ -242,6 +247,28 @@ type policy struct {
 // rater is implemented by limiters that report their rate; the middleware
 // then advertises the window (w) in RateLimit-Policy.
 type rater interface{ Rate() Rate }
+
+// keyRater is implemented by limiters whose rate is the key's own
+// (PlanLimiter): rateOf reports the rate key was last decided under.
+type keyRater interface {
+	rateOf(key string) (Rate, bool)
+}
+
+// rateOf returns the rate key's decision was made under, for the window
+// of its headers; the zero Rate when the limiter reports none.
+func (p *policy) rateOf(key string) Rate {
+	var r Rate
+	switch {
+	case p.keyRater != nil:
+		r, _ = p.keyRater.rateOf(key)
+	case p.rater != nil:
+		r = p.rater.Rate()
+	}
+	if r.Limit <= 0 || r.Period <= 0 {
+		return Rate{}
+	}
+	return r
+}
 
 // statser is implemented by the in-memory limiters, whose Stats count the
 // live limits their store had to evict.
@@ -267,9 +294,8 @@ func newPolicy(name string, l Limiter, hasKey bool) (*policy, error) {
 		return nil, err
 	}
 	cp := &policy{Name: name, Limiter: l, quoted: quotedSFString(name)}
-	if r, ok := l.(rater); ok && r.Rate().Validate() == nil {
-		cp.rate = r.Rate()
-	}
+	cp.keyRater, _ = l.(keyRater)
+	cp.rater, _ = l.(rater)
 	cp.evictions.init(l)
 	cp.holds = holdsSlots(l)
 	return cp, nil

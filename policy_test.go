@@ -189,10 +189,10 @@ func TestPolicyWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := p.policyField(tt.limit); got[0] != tt.want {
+		if got, _ := p.policyField(tt.limit, p.rateOf("k")); got[0] != tt.want {
 			t.Errorf("rate %v, limit %d: %q, want %q", tt.rate, tt.limit, got, tt.want)
 		}
-		if again, _ := p.policyField(tt.limit); again[0] != tt.want {
+		if again, _ := p.policyField(tt.limit, p.rateOf("k")); again[0] != tt.want {
 			t.Errorf("cached value %q", again)
 		}
 	}

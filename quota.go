@@ -144,6 +144,9 @@ type quotaRequest struct {
 	// debts: the key may owe more than its quota (WithCostAfter), so a
 	// wait beyond the window is the truth, not an estimate's overshoot.
 	debts bool
+	// rate is the rate decided under (policy.rateOf), for the window;
+	// the zero Rate when unknown.
+	rate Rate
 	// now is read only for the legacy reset timestamp.
 	now func() time.Time
 }
@@ -173,7 +176,7 @@ func (p *policy) quota(qr *quotaRequest, q *Quota) {
 	}
 	if qr.style.ietf() {
 		var window int64
-		q.ratePolicy, window = p.policyField(limit)
+		q.ratePolicy, window = p.policyField(limit, qr.rate)
 		if !qr.costExceeded {
 			// t: on a denial, when the request can be retried; otherwise
 			// when the full quota is back.
@@ -203,9 +206,14 @@ func (p *policy) quota(qr *quotaRequest, q *Quota) {
 // hot path formats it once rather than on every request.
 type policyFieldCache struct {
 	limit  int
+	rate   Rate
 	window int64     // w in seconds; 0 when unknown
 	value  [1]string // value[:] is the header value
 }
+
+// policyFieldSlots is the size of each policy's table of RateLimit-Policy
+// values: one quota per policy, or a few plans (PlanLimiter) at once.
+const policyFieldSlots = 8
 
 // rateLimitSlots is the size of each policy's table of RateLimit values:
 // enough for the pairs one busy second produces on a small quota.
@@ -221,27 +229,28 @@ type rateLimitValue struct {
 }
 
 // policyField returns the RateLimit-Policy value for a quota of limit
-// units, and its window w in seconds (0 when unknown). The window is the
-// time the limiter takes to refill limit units from empty: Period for a
-// window, burst·Period/Limit for a token bucket.
-func (p *policy) policyField(limit int) (*[1]string, int64) {
-	if c := p.field.Load(); c != nil && c.limit == limit {
+// units under rate r, and its window w in seconds (0 when unknown). The
+// window is the time the limiter takes to refill limit units from empty:
+// Period for a window, burst·Period/Limit for a token bucket.
+func (p *policy) policyField(limit int, r Rate) (*[1]string, int64) {
+	slot := &p.field[(uint64(limit)^uint64(r.Period)^uint64(r.Limit)*31)%policyFieldSlots]
+	if c := slot.Load(); c != nil && c.limit == limit && c.rate == r {
 		return &c.value, c.window
 	}
 	var window time.Duration
-	if p.rate.Limit > 0 && limit > 0 {
+	if r.Limit > 0 && limit > 0 {
 		// limit·Period in 128 bits: a long period times a large quota
 		// overflows int64. A window beyond int64 is left out.
-		hi, lo := bits.Mul64(uint64(limit), uint64(p.rate.Period))
-		if hi < uint64(p.rate.Limit) {
-			if q, _ := bits.Div64(hi, lo, uint64(p.rate.Limit)); q <= math.MaxInt64 {
+		hi, lo := bits.Mul64(uint64(limit), uint64(r.Period))
+		if hi < uint64(r.Limit) {
+			if q, _ := bits.Div64(hi, lo, uint64(r.Limit)); q <= math.MaxInt64 {
 				window = time.Duration(q)
 			}
 		}
 	}
-	c := &policyFieldCache{limit: limit, window: ceilSeconds(window)}
+	c := &policyFieldCache{limit: limit, rate: r, window: ceilSeconds(window)}
 	c.value[0] = formatPolicyField(p.quoted, limit, c.window)
-	p.field.Store(c)
+	slot.Store(c)
 	return &c.value, c.window
 }
 

@@ -38,16 +38,16 @@ func FuzzQuotaHeaders(f *testing.F) {
 		}
 		d := Decision{Allowed: allowed, Limit: limit, Remaining: remaining,
 			RetryAfter: time.Duration(retryNS), ResetAfter: time.Duration(resetNS)}
-		p := &policy{Name: name, quoted: quotedSFString(name),
-			rate: Rate{Limit: rateLimit, Period: time.Duration(periodNS)}}
-		if p.rate.Validate() != nil {
-			p.rate = Rate{}
+		p := &policy{Name: name, quoted: quotedSFString(name)}
+		rate := Rate{Limit: rateLimit, Period: time.Duration(periodNS)}
+		if rate.Validate() != nil {
+			rate = Rate{}
 		}
 		hs := HeaderStyle(style % 4)
 		h := http.Header{}
 		now := time.Unix(1_700_000_000, 0)
 		var q Quota
-		p.quota(&quotaRequest{style: hs, d: &d, retry: !allowed, now: func() time.Time { return now }}, &q)
+		p.quota(&quotaRequest{style: hs, d: &d, retry: !allowed, rate: rate, now: func() time.Time { return now }}, &q)
 		writeQuota(h, &q)
 
 		if !allowed {

@@ -13,9 +13,9 @@ import (
 // logUnits returns the time of every unit a sliding log counts at now,
 // newest first, and the entries' times and running weights.
 func logUnits(l *SlidingLog, st *slState, now int64) (units []int64, times []int64, upTo []uint32) {
-	l.expire(st, now)
+	l.cur.Load().expire(st, now)
 	for i := range int(st.count) {
-		at := l.at(st, i)
+		at := l.cur.Load().at(st, i)
 		w := st.entry(i).total - st.low
 		if i > 0 {
 			w -= upTo[i-1]
@@ -52,7 +52,7 @@ func TestSlidingLogRestoreStep(t *testing.T) {
 				clk := newSlClock()
 				l, err := NewSlidingLog(Rate{tc.limit, tc.period}, WithClock(clk.now))
 				require.NoError(t, err)
-				grid := l.step.grid * l.unit
+				grid := l.cur.Load().step.grid * l.cur.Load().unit
 				entries := 1 + rng.IntN(min(tc.limit, 2+rng.IntN(40)))
 				var now time.Duration
 				left := tc.limit
@@ -69,13 +69,13 @@ func TestSlidingLogRestoreStep(t *testing.T) {
 					real.ring = slices.Clone(st.ring)
 				})
 				at := int64(now) + rng.Int64N(int64(tc.period))/4
-				v := l.debt(&real, at)
+				v := l.cur.Load().debt(&real, at)
 				if !v.owes(at) {
 					continue
 				}
 				var back slState
-				l.restore(&back, v, at)
-				require.Equal(t, v, l.debt(&back, at), "the restored log owes its debt")
+				l.cur.Load().restore(&back, v, at)
+				require.Equal(t, v, l.cur.Load().debt(&back, at), "the restored log owes its debt")
 				ru, rt, rw := logUnits(l, &real, at)
 				bu, bt, bw := logUnits(l, &back, at)
 				require.Len(t, bu, len(ru), "the restored log counts the units the real one did")
@@ -92,7 +92,7 @@ func TestSlidingLogRestoreStep(t *testing.T) {
 					require.Less(t, bt[0]-rt[i-1], grid, "the step is a grid step or more after the real entry %d", i-1)
 					require.LessOrEqual(t, bw[0], rw[i-1], "the step holds units that came after its entry")
 				}
-				if len(rt) == 2 && rw[1] <= 1<<l.step.cbits {
+				if len(rt) == 2 && rw[1] <= 1<<l.cur.Load().step.cbits {
 					exactTwo++
 					require.Len(t, bt, 2, "a log of two entries comes back in two")
 					require.Equal(t, rw, bw, "with the units of each")
@@ -144,9 +144,9 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 	for _, limit := range []int{1, 2, 5, 6, 7, 100, 1000, 1 << 15, MaxSlidingLogLimit} {
 		l, err := NewSlidingLog(Rate{limit, time.Minute})
 		require.NoError(t, err)
-		sat := l.step.saturated()
+		sat := l.cur.Load().step.saturated()
 		require.Less(t, sat, uint32(markerAmt), "limit %d", limit)
-		require.Greater(t, sat>>l.step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
-		require.GreaterOrEqual(t, sat, uint32(limit)<<l.step.shift|1<<l.step.shift-1, "limit %d: not the largest amount", limit)
+		require.Greater(t, sat>>l.cur.Load().step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
+		require.GreaterOrEqual(t, sat, uint32(limit)<<l.cur.Load().step.shift|1<<l.cur.Load().step.shift-1, "limit %d: not the largest amount", limit)
 	}
 }

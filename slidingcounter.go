@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/internal/estimate"
 )
@@ -56,11 +57,25 @@ import (
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {
+	// cur is the rate the counter decides under, for Rate and the cost
+	// check before a decision; each shard of the store holds the one its
+	// keys are in (see SetRate).
+	cur   atomic.Pointer[scAlg]
+	store *store[scState, *scAlg]
+}
+
+// scAlg is a sliding counter's rate: its parameters and its state
+// machine over one key's counts.
+type scAlg struct {
 	rate   Rate
 	limit  int
 	period int64 // Rate.Period in ns
 	est    estimate.Counter
-	store  *store[scState]
+}
+
+func newSCAlg(r Rate) *scAlg {
+	return &scAlg{rate: r, limit: r.Limit, period: int64(r.Period),
+		est: estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)}}
 }
 
 // scState is one key's counts: cur events in fixed window number window
@@ -85,16 +100,18 @@ func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &SlidingCounter{rate: r, limit: r.Limit, period: int64(r.Period),
-		est: estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)}}
-	if sc.store, err = newStore[scState](c, sc); err != nil {
+	a := newSCAlg(r)
+	sc := &SlidingCounter{}
+	sc.cur.Store(a)
+	if sc.store, err = newStore[scState](c, a); err != nil {
 		return nil, err
 	}
 	return sc, nil
 }
 
-// Rate returns the rate the counter was created with.
-func (sc *SlidingCounter) Rate() Rate { return sc.rate }
+// Rate returns the rate the counter decides under: the one it was
+// created with, or the last one SetRate set.
+func (sc *SlidingCounter) Rate() Rate { return sc.cur.Load().rate }
 
 // Allow is AllowN(ctx, key, 1), inlinable as AllowN is.
 func (sc *SlidingCounter) Allow(_ context.Context, key string) (d Decision, err error) {
@@ -114,15 +131,52 @@ func (sc *SlidingCounter) AllowN(_ context.Context, key string, n int) (d Decisi
 
 // allowN fills the caller's Decision in place: see TokenBucket.AllowN.
 func (sc *SlidingCounter) allowN(d *Decision, key string, n int) error {
-	if err := checkCost(n, sc.limit); err != nil {
-		*d = Decision{Limit: sc.limit}
+	limit := sc.cur.Load().limit
+	if err := checkCost(n, limit); err != nil {
+		*d = Decision{Limit: limit}
 		return err
 	}
-	err := sc.store.run(key, n > 0, func(st *scState, now int64) { sc.decide(d, st, now, n) })
-	if err != nil {
-		*d = Decision{Limit: sc.limit}
+	cost := n
+	err := sc.store.run(key, n > 0, func(a *scAlg, st *scState, now int64) {
+		if n > a.limit {
+			n = 0 // the limit shrank under a SetRate still under way: report
+		}
+		a.decide(d, st, now, n)
+	})
+	switch {
+	case err != nil:
+		*d = Decision{Limit: limit}
+		return err
+	case n != cost:
+		*d = Decision{Limit: d.Limit}
+		return checkCost(cost, d.Limit)
 	}
-	return err
+	return nil
+}
+
+// SetRate makes the counter decide under a new rate from now on,
+// converting every key's counts as they stand as c.Inherit says (see
+// Inherit). With the period unchanged, the counts stay in their fixed
+// windows: ScaleUsed and AddDifference take units from the previous
+// window first and add them to the newest count. A new period cuts time
+// into new fixed windows (aligned, as before, on the limiter's creation):
+// the units the key's estimate counts at the change, rounded up, are
+// converted and counted as events of the current new window, which
+// counts each event at least as much as the estimate did at the change.
+// A key whose count is above the new Limit waits until its events stop
+// weighing.
+//
+// The debts the store remembers for evicted keys are converted with
+// them, as the counts each restores to. c is checked as
+// NewSlidingCounter checks its rate. See TokenBucket.SetRate for how a
+// change proceeds while decisions go on. The context is not consulted.
+func (sc *SlidingCounter) SetRate(_ context.Context, c RateChange) error {
+	if err := c.checkWindow(); err != nil {
+		return err
+	}
+	a := newSCAlg(c.Rate)
+	sc.store.change(a, c.Inherit, func() { sc.cur.Store(a) })
+	return nil
 }
 
 // RefundN uncounts n events of key, giving back the units of an AllowN
@@ -139,18 +193,18 @@ func (sc *SlidingCounter) allowN(d *Decision, key string, n int) error {
 // than exact (the current window's events weigh fully, the previous one's
 // by their share) until the current window ends.
 func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
-	if err := checkCost(n, sc.limit); err != nil {
+	if err := checkCost(n, sc.cur.Load().limit); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
-	return sc.store.refund(key, func(st *scState, now int64) { sc.refund(st, now, uint32(n)) })
+	return sc.store.refund(key, func(a *scAlg, st *scState, now int64) { a.refund(st, now, uint32(n)) })
 }
 
 // refund takes n events off st, from the current window first.
-func (sc *SlidingCounter) refund(st *scState, now int64, n uint32) {
-	w := now / sc.period
+func (a *scAlg) refund(st *scState, now int64, n uint32) {
+	w := now / a.period
 	prev, cur := st.counts(w)
 	take := min(cur, n)
 	cur -= take
@@ -197,30 +251,32 @@ func (st *scState) counts(w int64) (prev, cur uint32) {
 // decide is the counter's state machine for one key at now. All the
 // comparisons are exact: products of a count and a time are taken in 128
 // bits, since Rate.Limit × Period overflows int64 for long periods.
-func (sc *SlidingCounter) decide(d *Decision, st *scState, now int64, n int) {
-	w := now / sc.period
-	start := w * sc.period
+func (a *scAlg) decide(d *Decision, st *scState, now int64, n int) {
+	w := now / a.period
+	start := w * a.period
 	elapsed := now - start
 	prev, cur := st.counts(w)
-	limit := uint32(sc.limit)
-	*d = Decision{Limit: sc.limit}
+	limit := uint32(a.limit)
+	*d = Decision{Limit: a.limit}
 	// estimate + n <= limit ⇔ cur + n <= limit and
 	// prev·(Period − elapsed) <= (limit − cur − n)·Period.
-	if cur+uint32(n) <= limit && !sc.est.Above(prev, sc.period-elapsed, limit-cur-uint32(n)) {
+	// A report (n == 0) is allowed even when a downgrade left the counts
+	// above the limit (see SetRate).
+	if n == 0 || cur+uint32(n) <= limit && !a.est.Above(prev, a.period-elapsed, limit-cur-uint32(n)) {
 		d.Allowed = true
 		if n > 0 {
 			cur += uint32(n)
 			st.window, st.prev, st.cur = w, prev, cur
 		}
 	} else {
-		d.RetryAfter = durationNS(sc.est.RetryAt(start, prev, cur, uint32(n)) - now)
+		d.RetryAfter = durationNS(a.est.RetryAt(start, prev, cur, uint32(n)) - now)
 	}
-	d.Remaining = max(sc.limit-int(cur)-int(sc.est.Share(prev, sc.period-elapsed)), 0)
+	d.Remaining = max(a.limit-int(cur)-int(a.est.Share(prev, a.period-elapsed)), 0)
 	switch {
 	case cur > 0: // the current window's events weigh until the next one ends
-		d.ResetAfter = durationNS(start + 2*sc.period - now)
+		d.ResetAfter = durationNS(start + 2*a.period - now)
 	case prev > 0:
-		d.ResetAfter = durationNS(start + sc.period - now)
+		d.ResetAfter = durationNS(start + a.period - now)
 	}
 }
 
@@ -239,18 +295,18 @@ func (sc *SlidingCounter) decide(d *Decision, st *scState, now int64, n int) {
 // the current window (more charged, never less). The debt so runs out up
 // to Rate.Limit nanoseconds after the counts stop weighing, when a key
 // restored from it starts from counts that weigh nothing.
-func (sc *SlidingCounter) debt(st *scState, now int64) debt {
-	w := now / sc.period
+func (a *scAlg) debt(st *scState, now int64) debt {
+	w := now / a.period
 	prev, cur := st.counts(w)
 	switch {
 	case cur > 0:
-		v := debt{at: (w + 2) * sc.period, amt: packCount(uint64(prev) + uint64(cur))}
-		if int64(prev) < sc.period {
+		v := debt{at: (w + 2) * a.period, amt: packCount(uint64(prev) + uint64(cur))}
+		if int64(prev) < a.period {
 			v.at += int64(prev)
 		}
 		return v
 	case prev > 0:
-		return debt{at: (w + 1) * sc.period, amt: packCount(uint64(prev))}
+		return debt{at: (w + 1) * a.period, amt: packCount(uint64(prev))}
 	}
 	return debt{}
 }
@@ -264,16 +320,16 @@ func (sc *SlidingCounter) debt(st *scState, now int64) debt {
 // least as much as the counts of any of those keys at every time. So is
 // a sum of counts rounded up (see packCount): its events beyond the real
 // ones count in the current window, more charged, never less.
-func (sc *SlidingCounter) restore(st *scState, v debt, now int64) {
+func (a *scAlg) restore(st *scState, v debt, now int64) {
 	*st = scState{}
 	if !v.owes(now) {
 		return
 	}
-	w := v.at/sc.period - 2
-	if now >= (w+2)*sc.period {
+	w := v.at/a.period - 2
+	if now >= (w+2)*a.period {
 		return // the previous count's nanoseconds: the counts weigh nothing
 	}
-	prev := uint32(v.at - (w+2)*sc.period)
+	prev := uint32(v.at - (w+2)*a.period)
 	if v.shared {
 		prev = 0
 	}
@@ -318,6 +374,36 @@ func unpackCount(a uint32) uint32 {
 	return (1<<countMantBits | a&(1<<countMantBits-1)) << e
 }
 
+// convert sets st, counts under a at now, to the counts under b that
+// inherit what they count as how says (see SlidingCounter.SetRate).
+func (a *scAlg) convert(st *scState, b *scAlg, how Inherit, now int64) {
+	w := now / a.period
+	prev, cur := st.counts(w)
+	*st = scState{}
+	if how == StartFresh || prev+cur == 0 {
+		return
+	}
+	if b.period != a.period {
+		used := uint64(cur) + uint64(a.est.Share(prev, a.period-(now-w*a.period)))
+		if u := how.units(used, uint64(a.limit), uint64(b.limit)); u > 0 {
+			st.window, st.cur = now/b.period, uint32(u)
+		}
+		return
+	}
+	used := uint64(prev) + uint64(cur)
+	switch u := how.units(used, uint64(a.limit), uint64(b.limit)); {
+	case u < used:
+		drop := uint32(used - u)
+		take := min(prev, drop)
+		prev, cur = prev-take, cur-(drop-take)
+	case u > used && cur > 0:
+		cur += uint32(u - used)
+	case u > used:
+		prev += uint32(u - used)
+	}
+	st.window, st.prev, st.cur = w, prev, cur
+}
+
 // Compile-time checks that the sliding counter is a Limiter that can
 // be reset and refunded.
 var (
@@ -325,3 +411,20 @@ var (
 	_ Resetter = (*SlidingCounter)(nil)
 	_ Refunder = (*SlidingCounter)(nil)
 )
+
+// moveTo moves key's counts into to, another sliding counter, converted
+// as how says (see PlanLimiter).
+func (sc *SlidingCounter) moveTo(to Limiter, key string, how Inherit) (bool, error) {
+	t, ok := to.(*SlidingCounter)
+	if !ok || !sameClock(&sc.store.clock, &t.store.clock) {
+		return false, nil
+	}
+	st, owes, err := sc.store.take(key, t.store.algOf(key), how)
+	if err != nil || !owes {
+		return true, err
+	}
+	return true, t.store.put(key, st)
+}
+
+// holds reports whether key's counts weigh on its estimate.
+func (sc *SlidingCounter) holds(key string) bool { return sc.store.owes(key) }

@@ -30,8 +30,8 @@ func (sc *SlidingCounter) ChargeN(_ context.Context, key string, n int) error {
 		return nil
 	}
 	c := uint32(min(n, maxLimit))
-	return sc.store.run(key, true, func(st *scState, now int64) {
-		w := now / sc.period
+	return sc.store.run(key, true, func(a *scAlg, st *scState, now int64) {
+		w := now / a.period
 		prev, cur := st.counts(w)
 		st.window, st.prev, st.cur = w, prev, max(min(cur+c, maxCounterDebt), cur)
 	})

@@ -46,10 +46,10 @@ func TestSlidingCounterTimeline(t *testing.T) {
 func scEstimate(t testing.TB, sc *SlidingCounter, key string) (estimateP, prev, elapsed int64) {
 	t.Helper()
 	sc.store.inspect(t, key, func(st *scState, now int64) {
-		elapsed = now % sc.period
+		elapsed = now % sc.cur.Load().period
 		if st != nil {
-			p, c := st.counts(now / sc.period)
-			estimateP, prev = int64(p)*(sc.period-elapsed)+int64(c)*sc.period, int64(p)
+			p, c := st.counts(now / sc.cur.Load().period)
+			estimateP, prev = int64(p)*(sc.cur.Load().period-elapsed)+int64(c)*sc.cur.Load().period, int64(p)
 		}
 	})
 	return estimateP, prev, elapsed

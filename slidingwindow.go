@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,13 +69,22 @@ import (
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
+	// cur is the rate the log decides under, for Rate and the cost check
+	// before a decision; each shard of the store holds the one its keys
+	// are in (see SetRate).
+	cur   atomic.Pointer[slAlg]
+	store *store[slState, *slAlg]
+}
+
+// slAlg is a sliding log's rate: its parameters and its state machine
+// over one key's log.
+type slAlg struct {
 	rate        Rate
 	limit       int
 	period      int64 // Rate.Period in ns
 	unit        int64 // ns; event times are kept in this unit
 	step        logStep
 	countDenied bool
-	store       *store[slState]
 }
 
 // MaxSlidingLogLimit is the largest Rate.Limit a sliding log accepts, in
@@ -138,30 +148,40 @@ const maxWindowPeriod = 1 << 61
 // divides a millisecond for periods up to 24.8 days, so events on a
 // millisecond grid are kept exactly.
 func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
-	if err := validateWindowRate(r); err != nil {
+	if err := checkSlidingLogRate(r); err != nil {
 		return nil, err
-	}
-	if r.Limit > MaxSlidingLogLimit {
-		return nil, fmt.Errorf("%w: a sliding log keeps up to Limit entries per key, and %d is above MaxSlidingLogLimit %d; "+
-			"use a SlidingCounter (constant memory per key) or a TokenBucket for larger limits",
-			ErrInvalidRate, r.Limit, MaxSlidingLogLimit)
 	}
 	c, err := newConfig(kindSlidingLog, opts)
 	if err != nil {
 		return nil, err
 	}
-	l := &SlidingLog{
-		rate:        r,
-		limit:       r.Limit,
-		period:      int64(r.Period),
-		unit:        logUnit(int64(r.Period)),
-		countDenied: c.countDenied,
-	}
-	l.step = newLogStep(r.Limit, l.period, l.unit)
-	if l.store, err = newStore[slState](c, l); err != nil {
+	a := newSLAlg(r, c.countDenied)
+	l := &SlidingLog{}
+	l.cur.Store(a)
+	if l.store, err = newStore[slState](c, a); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+func newSLAlg(r Rate, countDenied bool) *slAlg {
+	a := &slAlg{rate: r, limit: r.Limit, period: int64(r.Period), unit: logUnit(int64(r.Period)), countDenied: countDenied}
+	a.step = newLogStep(r.Limit, a.period, a.unit)
+	return a
+}
+
+// checkSlidingLogRate is validateWindowRate plus the bound on a log's
+// entries.
+func checkSlidingLogRate(r Rate) error {
+	if err := validateWindowRate(r); err != nil {
+		return err
+	}
+	if r.Limit > MaxSlidingLogLimit {
+		return fmt.Errorf("%w: a sliding log keeps up to Limit entries per key, and %d is above MaxSlidingLogLimit %d; "+
+			"use a SlidingCounter (constant memory per key) or a TokenBucket for larger limits",
+			ErrInvalidRate, r.Limit, MaxSlidingLogLimit)
+	}
+	return nil
 }
 
 // validateWindowRate is Rate.Validate plus the period bound of the window
@@ -209,8 +229,9 @@ func WithCountDenied() Option {
 	}
 }
 
-// Rate returns the rate the log was created with.
-func (l *SlidingLog) Rate() Rate { return l.rate }
+// Rate returns the rate the log decides under: the one it was created
+// with, or the last one SetRate set.
+func (l *SlidingLog) Rate() Rate { return l.cur.Load().rate }
 
 // Allow is AllowN(ctx, key, 1), inlinable as AllowN is.
 func (l *SlidingLog) Allow(_ context.Context, key string) (d Decision, err error) {
@@ -230,15 +251,56 @@ func (l *SlidingLog) AllowN(_ context.Context, key string, n int) (d Decision, e
 
 // allowN fills the caller's Decision in place: see TokenBucket.AllowN.
 func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
-	if err := checkCost(n, l.limit); err != nil {
-		*d = Decision{Limit: l.limit}
+	limit := l.cur.Load().limit
+	if err := checkCost(n, limit); err != nil {
+		*d = Decision{Limit: limit}
 		return err
 	}
-	err := l.store.run(key, n > 0, func(st *slState, now int64) { l.decide(d, st, now, n) })
-	if err != nil {
-		*d = Decision{Limit: l.limit}
+	cost := n
+	err := l.store.run(key, n > 0, func(a *slAlg, st *slState, now int64) {
+		if n > a.limit {
+			n = 0 // the limit shrank under a SetRate still under way: report
+		}
+		a.decide(d, st, now, n)
+	})
+	switch {
+	case err != nil:
+		*d = Decision{Limit: limit}
+		return err
+	case n != cost:
+		*d = Decision{Limit: d.Limit}
+		return checkCost(cost, d.Limit)
 	}
-	return err
+	return nil
+}
+
+// SetRate makes the log decide under a new rate from now on, converting
+// every key's log as it stands as c.Inherit says (see Inherit): under the
+// default, KeepUsed, each log keeps its events with their times, and an
+// event at t counts until t plus the new Period, if it still counted at
+// the change (an event that had aged out under the old period does not
+// come back under a longer one). ScaleUsed and AddDifference drop units
+// from the oldest events, or add them to the newest, so that no event
+// counts for less, or for less long, than exact scaling would have it.
+// Times are kept in the new period's unit (see NewSlidingLog), rounded
+// up. A key whose log counts more than the new Limit keeps those units
+// until they age out (its memory still bounded by the largest Limit it
+// had).
+//
+// The debts the store remembers for evicted keys are converted with
+// them, as the log each restores to. c is checked as NewSlidingLog checks
+// its rate; WithCountDenied stays. See TokenBucket.SetRate for how a
+// change proceeds while decisions go on. The context is not consulted.
+func (l *SlidingLog) SetRate(_ context.Context, c RateChange) error {
+	if err := c.checkWindow(); err != nil {
+		return err
+	}
+	if err := checkSlidingLogRate(c.Rate); err != nil {
+		return err
+	}
+	a := newSLAlg(c.Rate, l.cur.Load().countDenied)
+	l.store.change(a, c.Inherit, func() { l.cur.Store(a) })
+	return nil
 }
 
 // RefundN takes the n newest units off key's log, giving back the units of
@@ -256,13 +318,13 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 // the events they stand for, by at most the time between the two calls, so
 // for that long the key may get up to n events more than exact.
 func (l *SlidingLog) RefundN(_ context.Context, key string, n int) error {
-	if err := checkCost(n, l.limit); err != nil {
+	if err := checkCost(n, l.cur.Load().limit); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
-	return l.store.refund(key, func(st *slState, _ int64) { st.takeNewest(uint32(n)) })
+	return l.store.refund(key, func(_ *slAlg, st *slState, _ int64) { st.takeNewest(uint32(n)) })
 }
 
 // Wait is WaitN(ctx, key, 1).
@@ -290,40 +352,40 @@ func (l *SlidingLog) Reset(_ context.Context, key string) error {
 func (l *SlidingLog) Stats() Stats { return l.store.stats() }
 
 // decide is the sliding log's state machine for one key at now.
-func (l *SlidingLog) decide(d *Decision, st *slState, now int64, n int) {
-	l.expire(st, now)
+func (a *slAlg) decide(d *Decision, st *slState, now int64, n int) {
+	a.expire(st, now)
 	used := int(st.used())
-	*d = Decision{Limit: l.limit}
+	*d = Decision{Limit: a.limit}
 	switch {
-	case used+n <= l.limit:
+	case n == 0 || used+n <= a.limit: // a report is allowed even above the limit (see SetRate)
 		d.Allowed = true
 		if n > 0 {
-			l.record(st, now, uint32(n))
+			a.record(st, now, uint32(n))
 			used += n
 		}
-	case !l.countDenied || n == 0:
-	case used > l.limit:
-		// In debt (ChargeN): the attempt counts as a charge would, and
-		// nothing older is dropped.
-		l.charge(st, now, uint32(n))
+	case !a.countDenied || n == 0:
+	case used > a.limit:
+		// In debt (ChargeN, or a downgrade, see SetRate): the attempt
+		// counts as a charge would, and nothing older is dropped.
+		a.charge(st, now, uint32(n))
 		used = int(st.used())
 	default:
 		// Drop the oldest units so that, with the attempt, the log counts
 		// Rate.Limit: the newest Rate.Limit units of attempts count.
-		st.takeOldest(uint32(used + n - l.limit))
-		l.record(st, now, uint32(n))
-		used = l.limit
+		st.takeOldest(uint32(used + n - a.limit))
+		a.record(st, now, uint32(n))
+		used = a.limit
 	}
-	d.Remaining = max(l.limit-used, 0) // below 0 in debt (ChargeN)
+	d.Remaining = max(a.limit-used, 0) // below 0 in debt (ChargeN, a downgrade)
 	if st.count > 0 {
-		d.ResetAfter = durationNS(l.at(st, int(st.count)-1) + l.period - now)
+		d.ResetAfter = durationNS(a.at(st, int(st.count)-1) + a.period - now)
 	}
 	if !d.Allowed {
 		// n fits once used+n-limit units have aged out: at the expiry of
 		// the first entry whose running total reaches that many.
-		need := uint32(used + n - l.limit)
+		need := uint32(used + n - a.limit)
 		i := st.firstReaching(need)
-		d.RetryAfter = durationNS(l.at(st, i) + l.period - now)
+		d.RetryAfter = durationNS(a.at(st, i) + a.period - now)
 	}
 }
 
@@ -337,8 +399,8 @@ func (st *slState) entry(i int) *slEntry {
 }
 
 // at returns the time, in ns since the epoch, of the i-th oldest entry.
-func (l *SlidingLog) at(st *slState, i int) int64 {
-	return (st.base() + int64(st.entry(i).off)) * l.unit
+func (a *slAlg) at(st *slState, i int) int64 {
+	return (st.base() + int64(st.entry(i).off)) * a.unit
 }
 
 // used returns the units the log counts.
@@ -352,21 +414,21 @@ func (st *slState) used() uint32 {
 // expire drops the entries that are no longer in the window ending at now:
 // an entry at t counts while t > now-Period. The entries are in order, so
 // the ones that aged out come first and a binary search finds the boundary.
-func (l *SlidingLog) expire(st *slState, now int64) {
-	cutoff := now - l.period
+func (a *slAlg) expire(st *slState, now int64) {
+	cutoff := now - a.period
 	n := int(st.count)
-	if n == 0 || l.at(st, n-1) <= cutoff {
+	if n == 0 || a.at(st, n-1) <= cutoff {
 		// Every entry has aged out: start over, keeping the memory.
 		st.head, st.count, st.low = 0, 0, 0
 		return
 	}
-	if l.at(st, 0) > cutoff {
+	if a.at(st, 0) > cutoff {
 		return
 	}
 	lo, hi := 1, n-1 // the first live entry is in [lo, hi]: entry 0 is not live, entry hi is
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if l.at(st, mid) > cutoff {
+		if a.at(st, mid) > cutoff {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -437,15 +499,15 @@ func (st *slState) takeNewest(k uint32) {
 
 // record appends an entry of weight w at now, or adds w to the newest
 // entry if that is at the same time unit.
-func (l *SlidingLog) record(st *slState, now int64, w uint32) {
+func (a *slAlg) record(st *slState, now int64, w uint32) {
 	// Round up to the unit: the event then counts a little longer than
 	// exact, never shorter.
-	u := (now + l.unit - 1) / l.unit
+	u := (now + a.unit - 1) / a.unit
 	switch {
 	case st.count == 0:
 		st.head, st.low, st.era = 0, 0, uint32(u>>eraShift)
 	case u-st.base() > math.MaxUint32:
-		l.rebase(st, now)
+		a.rebase(st, now)
 	}
 	off := uint32(u - st.base())
 	total := st.low
@@ -458,13 +520,14 @@ func (l *SlidingLog) record(st *slState, now int64, w uint32) {
 		total = last.total
 	}
 	if int(st.count) == len(st.ring) {
-		st.grow(l.limit)
+		st.grow(max(a.limit, int(st.count)+1))
 	}
 	st.count++
 	*st.entry(int(st.count) - 1) = slEntry{off: off, total: total + w}
 }
 
-// grow doubles the ring, never past limit entries: a key that made a few
+// grow doubles the ring, never past limit entries (the Limit, or more
+// for a log that counts more after a downgrade): a key that made a few
 // decisions does not pay for a full log. The entries are copied oldest
 // first, so head becomes zero.
 func (st *slState) grow(limit int) {
@@ -484,8 +547,8 @@ func (st *slState) grow(limit int) {
 // away, and happens only if the log stays busy: a log that goes quiet for
 // a period is emptied instead. Its cost, one pass over at most Rate.Limit
 // entries, is spread over those 2³⁰ units.
-func (l *SlidingLog) rebase(st *slState, now int64) {
-	era := uint32((now - l.period) / l.unit >> eraShift)
+func (a *slAlg) rebase(st *slState, now int64) {
+	era := uint32((now - a.period) / a.unit >> eraShift)
 	base, old := int64(era)<<eraShift, st.base()
 	for i := range int(st.count) {
 		e := st.entry(i)
@@ -500,17 +563,17 @@ func (l *SlidingLog) rebase(st *slState, now int64) {
 // restore). A log charged beyond its limit (ChargeN) counts more units
 // than amt holds: its amount is the saturated one (see logStep), with no
 // step.
-func (l *SlidingLog) debt(st *slState, now int64) debt {
-	l.expire(st, now)
+func (a *slAlg) debt(st *slState, now int64) debt {
+	a.expire(st, now)
 	if st.count == 0 {
 		return debt{}
 	}
-	at := l.at(st, int(st.count)-1) + l.period
+	at := a.at(st, int(st.count)-1) + a.period
 	used := st.used()
-	if used > uint32(l.limit) {
-		return debt{at: at, amt: l.step.saturated()}
+	if used > uint32(a.limit) {
+		return debt{at: at, amt: a.step.saturated()}
 	}
-	return debt{at: at, amt: used<<l.step.shift | l.bestStep(st, used)}
+	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used)}
 }
 
 // restore sets st, keeping its ring, to a log that owes v at now: the
@@ -522,24 +585,26 @@ func (l *SlidingLog) debt(st *slState, now int64) debt {
 // still does. A shared bound (v.shared), the largest time and units of
 // several keys', has all its units at its newest time: at least as late,
 // and as many, as any of those keys' own. A saturated amount, a log in
-// debt beyond its limit, comes back as the most units such a log counts
-// (Rate.Limit², at most 2^31: see ChargeN) at its newest time: denied
-// every request until that entry ages out, as the log it was taken from
-// was at most.
-func (l *SlidingLog) restore(st *slState, v debt, now int64) {
+// debt beyond its limit, comes back as the most units any log counts
+// (maxLogUnits, 2^31) at its newest time: denied every request until that
+// entry ages out, as the log it was taken from was at most. Not the
+// Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
+// SetRate) leaves a log counting units of its older, larger limit, and a
+// later upgrade must find them all.
+func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
 		return
 	}
-	newest := (v.at - l.period) / l.unit // an entry's time: a whole number of units
-	used := v.amt >> l.step.shift
+	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
+	used := v.amt >> a.step.shift
 	var early uint32
 	var back int64
 	switch {
-	case v.amt >= l.step.saturated():
-		used = uint32(min(uint64(l.limit)*uint64(l.limit), 1<<31))
+	case v.amt >= a.step.saturated():
+		used = maxLogUnits
 	case !v.shared:
-		early, back = l.step.decode(v.amt, used)
+		early, back = a.step.decode(v.amt, used)
 	}
 	st.era = uint32((newest - back) >> eraShift)
 	if want := 1 + min(early, 1); len(st.ring) < int(want) {
@@ -630,7 +695,7 @@ const stepCandidates = 8
 // step rounds them). It weighs every entry of a log of up to
 // stepCandidates+1 entries, and stepCandidates spread evenly over the
 // entries of a longer one: a multiplication each, and one step encoded.
-func (l *SlidingLog) bestStep(st *slState, used uint32) uint32 {
+func (a *slAlg) bestStep(st *slState, used uint32) uint32 {
 	last := int(st.count) - 1
 	newest := int64(st.entry(last).off)
 	var early uint32
@@ -650,7 +715,58 @@ func (l *SlidingLog) bestStep(st *slState, used uint32) uint32 {
 	if most == 0 {
 		return 0
 	}
-	return l.step.encode(early, used, back)
+	return a.step.encode(early, used, back)
+}
+
+// convert sets st, a log under a at now, to the log under b that inherits
+// what it counts as how says (see algorithm.convert and SlidingLog.SetRate).
+func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
+	a.expire(st, now)
+	if how == StartFresh || st.count == 0 {
+		st.head, st.count, st.low = 0, 0, 0
+		return
+	}
+	if b.period < a.period {
+		// Events that age out under the new period are gone at once.
+		a.expireBefore(st, now-b.period)
+		if st.count == 0 {
+			st.head, st.low = 0, 0
+			return
+		}
+	}
+	if b.unit != a.unit {
+		a.reunit(st, b)
+	}
+	used := st.used()
+	switch u := uint32(how.units(uint64(used), uint64(a.limit), uint64(b.limit))); {
+	case u < used:
+		st.takeOldest(used - u)
+	case u > used:
+		st.entry(int(st.count) - 1).total += u - used
+	}
+}
+
+// expireBefore drops the entries at or before cutoff (ns).
+func (a *slAlg) expireBefore(st *slState, cutoff int64) {
+	i := 0
+	for i < int(st.count) && a.at(st, i) <= cutoff {
+		i++
+	}
+	st.drop(i)
+}
+
+// reunit re-expresses st's entries, all within a period of b's ending
+// now, in b's time unit, rounded up, from a new base: the oldest entry's
+// era.
+func (a *slAlg) reunit(st *slState, b *slAlg) {
+	first := (a.at(st, 0) + b.unit - 1) / b.unit
+	era := uint32(first >> eraShift)
+	base := int64(era) << eraShift
+	for i := range int(st.count) {
+		e := st.entry(i)
+		e.off = uint32((a.at(st, i)+b.unit-1)/b.unit - base)
+	}
+	st.era = era
 }
 
 // Compile-time checks that the sliding log is a Limiter that can be reset and
@@ -660,3 +776,20 @@ var (
 	_ Resetter = (*SlidingLog)(nil)
 	_ Refunder = (*SlidingLog)(nil)
 )
+
+// moveTo moves key's log into to, another sliding log, converted as how
+// says (see PlanLimiter).
+func (l *SlidingLog) moveTo(to Limiter, key string, how Inherit) (bool, error) {
+	t, ok := to.(*SlidingLog)
+	if !ok || !sameClock(&l.store.clock, &t.store.clock) {
+		return false, nil
+	}
+	st, owes, err := l.store.take(key, t.store.algOf(key), how)
+	if err != nil || !owes {
+		return true, err
+	}
+	return true, t.store.put(key, st)
+}
+
+// holds reports whether key's log counts anything.
+func (l *SlidingLog) holds(key string) bool { return l.store.owes(key) }

@@ -29,10 +29,9 @@ func (l *SlidingLog) ChargeN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	w := uint32(min(n, l.limit))
-	return l.store.run(key, true, func(st *slState, now int64) {
-		l.expire(st, now)
-		l.charge(st, now, w)
+	return l.store.run(key, true, func(a *slAlg, st *slState, now int64) {
+		a.expire(st, now)
+		a.charge(st, now, uint32(min(n, a.limit)))
 	})
 }
 
@@ -43,14 +42,14 @@ const maxLogUnits = 1 << 31
 
 // charge records w units at now on a log that expire brought up to date,
 // beyond the limit if need be (see ChargeN for the bounds).
-func (l *SlidingLog) charge(st *slState, now int64, w uint32) {
-	limit := uint32(l.limit)
+func (a *slAlg) charge(st *slState, now int64, w uint32) {
+	limit := uint32(a.limit)
 	w = min(w, limit)
 	keep := limit // the most the newest entry weighs
 	// A log near the top of its 32-bit running totals folds too: its
 	// units would wrap to none. At most limit entries of limit units
 	// reach 2^32 at MaxSlidingLogLimit.
-	if used := st.used(); int(st.count) >= l.limit || used > limit && st.count == 1 || used > maxLogUnits-w {
+	if used := st.used(); int(st.count) >= a.limit || used > limit && st.count == 1 || used > maxLogUnits-w {
 		// Fold: every unit at now, no more than limit of them. A log of
 		// one entry of more than limit is one restored in debt (see
 		// restore), which counts at least the units of the log it was
@@ -61,7 +60,7 @@ func (l *SlidingLog) charge(st *slState, now int64, w uint32) {
 		w = min(used+w, keep)
 		st.head, st.count, st.low = 0, 0, 0
 	}
-	l.record(st, now, w)
+	a.record(st, now, w)
 	// record merges into a newest entry of the same time unit: an entry
 	// weighs at most keep.
 	last := st.entry(int(st.count) - 1)

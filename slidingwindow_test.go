@@ -254,8 +254,8 @@ func TestSlidingLogMatchesReference(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if l.unit != 1 {
-					t.Fatalf("unit for a 1 s period is %d ns, want 1", l.unit)
+				if l.cur.Load().unit != 1 {
+					t.Fatalf("unit for a 1 s period is %d ns, want 1", l.cur.Load().unit)
 				}
 				ref := &refLog{limit: limit, period: period, countDenied: countDenied}
 				var now int64
@@ -345,7 +345,7 @@ func TestSlidingLogNeverExceedsLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			unit := l.unit
+			unit := l.cur.Load().unit
 			if unit != 50 {
 				t.Fatalf("unit for a 1 min period is %d ns, want 50", unit)
 			}

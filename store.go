@@ -97,23 +97,27 @@ var evictGroups = [...]int{64, 8, 2}
 // shard's fixed-size debt memory (see debts), and comes back from it:
 // bounded memory never lets a spray of keys reset a live limit, unless
 // the limiter was built with WithForgetEvicted.
-type store[S any] struct {
+type store[S any, A algorithm[S, A]] struct {
 	seed      maphash.Seed
-	shards    []shard[S]
+	shards    []shard[S, A]
 	mask      uint64
 	maxKeys   int
 	maxKeyLen int
 	clock     clock
-	alg       algorithm[S]
 	// debtsPerKey sizes each shard's debt memory; 0: WithForgetEvicted.
 	debtsPerKey    int
 	forgetOverflow bool
+	// changeMu makes changes of rate one at a time (see change).
+	changeMu sync.Mutex
 }
 
 // algorithm is what the store needs of an algorithm besides its
 // decisions, which the algorithm makes itself on the state the store
-// hands it (see run).
-type algorithm[S any] interface {
+// hands it (see run). An algorithm value holds the parameters of a rate
+// (its limit, period, burst): each shard keeps the one its keys are
+// decided under, so that a change of rate reaches a shard's keys, and
+// the debts it remembers, all at once under its lock (see change).
+type algorithm[S, A any] interface {
 	// debt returns what st owes at now (see debt); it may bring st up to
 	// date first. A state that owes nothing equals a fresh one.
 	debt(st *S, now int64) debt
@@ -123,6 +127,11 @@ type algorithm[S any] interface {
 	// than the state v was taken from or, for a shared bound
 	// (v.shared), any of the states whose debts were merged into it.
 	restore(st *S, v debt, now int64)
+	// convert sets st, a state under this algorithm's parameters at now,
+	// to the state under to's that what it has used inherits (see
+	// Inherit). It allows no more than the converted state of any state
+	// that allows at least as much: a bound stays a bound.
+	convert(st *S, to A, how Inherit, now int64)
 }
 
 // slot is one tracked key: tag is its hash (see store.hash) with bit 0
@@ -133,8 +142,10 @@ type slot[S any] struct {
 	st  S
 }
 
-type shard[S any] struct {
-	mu    sync.Mutex
+type shard[S any, A algorithm[S, A]] struct {
+	mu sync.Mutex
+	// alg holds the parameters the shard's keys and debts are in.
+	alg   A
 	last  int64 // latest time seen: an injected clock never goes back
 	gbits uint  // the shard has 1<<gbits groups
 	pages [][]slot[S]
@@ -158,18 +169,17 @@ type shard[S any] struct {
 	_                                  [64]byte // keep shards' hot fields on separate cache lines
 }
 
-func newStore[S any](c config, alg algorithm[S]) (*store[S], error) {
+func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 	if c.shards <= 0 || c.shards&(c.shards-1) != 0 || c.shards > c.maxKeys {
 		return nil, fmt.Errorf("%w: %d shards for %d keys", ErrInvalidOption, c.shards, c.maxKeys)
 	}
-	s := &store[S]{
+	s := &store[S, A]{
 		seed:           maphash.MakeSeed(),
-		shards:         make([]shard[S], c.shards),
+		shards:         make([]shard[S, A], c.shards),
 		mask:           uint64(c.shards - 1),
 		maxKeys:        c.maxKeys,
 		maxKeyLen:      c.maxKeyLen,
-		clock:          newClock(c.now),
-		alg:            alg,
+		clock:          c.sharedClock(),
 		debtsPerKey:    c.debtsPerKey,
 		forgetOverflow: c.forgetOverflow,
 	}
@@ -179,6 +189,7 @@ func newStore[S any](c config, alg algorithm[S]) (*store[S], error) {
 	per, extra := c.maxKeys/c.shards, c.maxKeys%c.shards
 	for i := range s.shards {
 		sh := &s.shards[i]
+		sh.alg = alg
 		sh.size = per
 		if i < extra {
 			sh.size++
@@ -203,7 +214,7 @@ func newGroups(n int) *simplelru.LRU[uint32, struct{}] {
 // hash checks key's length and returns its hash, with its two lowest
 // bits set: those bits mark a slot (see slot), and bits 2 and up pick the
 // shard.
-func (s *store[S]) hash(key string) (uint64, error) {
+func (s *store[S, A]) hash(key string) (uint64, error) {
 	if len(key) > s.maxKeyLen {
 		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), s.maxKeyLen)
 	}
@@ -211,13 +222,13 @@ func (s *store[S]) hash(key string) (uint64, error) {
 }
 
 // shard returns the shard of h.
-func (s *store[S]) shard(h uint64) *shard[S] { return &s.shards[h>>2&s.mask] }
+func (s *store[S, A]) shard(h uint64) *shard[S, A] { return &s.shards[h>>2&s.mask] }
 
 // hold returns now, read before the shard's lock was taken (the clock may
 // be user code), held at the latest time the shard has seen: two callers
 // may read the clock in one order and lock in the other. The shard must
 // be locked.
-func (sh *shard[S]) hold(now int64) int64 {
+func (sh *shard[S, A]) hold(now int64) int64 {
 	if now < sh.last {
 		return sh.last
 	}
@@ -225,12 +236,13 @@ func (sh *shard[S]) hold(now int64) int64 {
 	return now
 }
 
-// run calls f with key's state and the current time, under the lock of
-// the key's shard. A key that is not tracked is inserted when create is
-// true, starting from what the debt memory says it owes; otherwise f
+// run calls f with the algorithm of key's shard (the parameters of the
+// rate its keys are in), key's state and the current time, under the
+// lock of the shard. A key that is not tracked is inserted when create
+// is true, starting from what the debt memory says it owes; otherwise f
 // gets a scratch state built the same way, which is not kept. f must not
 // keep st.
-func (s *store[S]) run(key string, create bool, f func(st *S, now int64)) error {
+func (s *store[S, A]) run(key string, create bool, f func(alg A, st *S, now int64)) error {
 	h, err := s.hash(key)
 	if err != nil {
 		return err
@@ -244,7 +256,7 @@ func (s *store[S]) run(key string, create bool, f func(st *S, now int64)) error 
 	} else {
 		st = s.miss(sh, h, now, create)
 	}
-	f(st, now)
+	f(sh.alg, st, now)
 	sh.mu.Unlock()
 	return nil
 }
@@ -254,7 +266,7 @@ func (s *store[S]) run(key string, create bool, f func(st *S, now int64)) error 
 // refund on that debt, which is remembered as it is afterwards: a refund
 // is not lost because the key was evicted. A key that owes nothing is
 // left alone.
-func (s *store[S]) refund(key string, f func(st *S, now int64)) error {
+func (s *store[S, A]) refund(key string, f func(alg A, st *S, now int64)) error {
 	h, err := s.hash(key)
 	if err != nil {
 		return err
@@ -264,7 +276,7 @@ func (s *store[S]) refund(key string, f func(st *S, now int64)) error {
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
 	if sl := sh.find(h); sl != nil {
-		f(&sl.st, now)
+		f(sh.alg, &sl.st, now)
 		return nil
 	}
 	if sh.debts == nil {
@@ -274,9 +286,9 @@ func (s *store[S]) refund(key string, f func(st *S, now int64)) error {
 	if !v.owes(now) {
 		return nil
 	}
-	s.alg.restore(&sh.scratch, v, now)
-	f(&sh.scratch, now)
-	sh.debts.put(h, s.alg.debt(&sh.scratch, now), now)
+	sh.alg.restore(&sh.scratch, v, now)
+	f(sh.alg, &sh.scratch, now)
+	sh.debts.put(h, sh.alg.debt(&sh.scratch, now), now)
 	return nil
 }
 
@@ -284,7 +296,7 @@ func (s *store[S]) refund(key string, f func(st *S, now int64)) error {
 // keys binds the key's place in the debt memory, the key is shielded
 // from it for as long as it lasts: the key stays free until it spends
 // again, whatever happens to the store in between.
-func (s *store[S]) reset(key string) error {
+func (s *store[S, A]) reset(key string) error {
 	h, err := s.hash(key)
 	if err != nil {
 		return err
@@ -302,8 +314,140 @@ func (s *store[S]) reset(key string) error {
 	return nil
 }
 
+// change moves every shard to alg, the parameters of a new rate: under
+// each shard's lock in turn, every key the shard tracks and every debt it
+// remembers is converted as how says, at the shard's now, and from then
+// on its keys are decided under alg. A decision sees a key either before
+// the change or after it, never halfway; shards not reached yet decide
+// under the old rate a moment longer. The cost is one conversion per
+// tracked key and per remembered debt, shard by shard: no shard is held
+// for longer than its own keys take. Changes are made one at a time, and
+// publish (the limiter's record of its current rate) runs after the last
+// shard, before the next change can begin.
+func (s *store[S, A]) change(alg A, how Inherit, publish func()) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	defer publish()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		now := s.clock.nanos()
+		sh.mu.Lock()
+		now = sh.hold(now)
+		sh.change(alg, how, now)
+		sh.mu.Unlock()
+	}
+}
+
+// change converts the shard's keys and debts to alg at now (see
+// store.change). The shard must be locked.
+func (sh *shard[S, A]) change(alg A, how Inherit, now int64) {
+	for _, p := range sh.pages {
+		for i := range p {
+			sh.alg.convert(&p[i].st, alg, how, now)
+		}
+	}
+	if sh.debts != nil {
+		// A remembered debt is in the units of the rate it was recorded
+		// under: it is converted as the state it restores to would be.
+		// A state restored from a debt allows no more than the key did,
+		// and a conversion keeps that order, so a key that comes back
+		// after the change allows no more than it would have had it
+		// stayed tracked (see algorithm.convert).
+		sh.debts.remap(func(v debt) debt {
+			sh.alg.restore(&sh.scratch, v, now)
+			sh.alg.convert(&sh.scratch, alg, how, now)
+			return alg.debt(&sh.scratch, now)
+		}, now)
+	}
+	sh.alg = alg
+}
+
+// take removes key from the store and returns its state, converted to
+// alg as how says, at the shard's now: the state it is tracked with, or
+// the one its remembered debt restores to; ok is false when it owes
+// nothing. The key is forgotten durably, as by reset. A PlanLimiter
+// takes a key from the limiter of its old plan this way, to put it (put)
+// into the limiter of its new one.
+func (s *store[S, A]) take(key string, alg A, how Inherit) (st S, ok bool, err error) {
+	h, err := s.hash(key)
+	if err != nil {
+		return st, false, err
+	}
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	if g, i, found := sh.locate(h); found {
+		st = sh.pages[g][i].st
+		sh.remove(g, i)
+	} else if sh.debts != nil {
+		sh.alg.restore(&st, sh.debts.find(h, now).owed(now), now)
+	}
+	if sh.debts != nil {
+		sh.debts.put(h, debt{}, now)
+	}
+	if !sh.alg.debt(&st, now).owes(now) {
+		return st, false, nil
+	}
+	sh.alg.convert(&st, alg, how, now)
+	return st, alg.debt(&st, now).owes(now), nil
+}
+
+// put makes st key's state, replacing whatever the store held for it,
+// tracked or remembered. st must be in the units of the algorithm of
+// key's shard (see take).
+func (s *store[S, A]) put(key string, st S) error {
+	h, err := s.hash(key)
+	if err != nil {
+		return err
+	}
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	if sh.debts != nil {
+		sh.debts.put(h, debt{}, now)
+	}
+	sl := sh.find(h)
+	if sl == nil {
+		if sh.keys >= sh.size {
+			s.evict(sh, now)
+		}
+		*sh.insert(h) = st
+		return nil
+	}
+	sl.st = st
+	return nil
+}
+
+// owes reports whether key is tracked with state, or remembered owing.
+func (s *store[S, A]) owes(key string) bool {
+	h, err := s.hash(key)
+	if err != nil {
+		return false
+	}
+	sh, now := s.shard(h), s.clock.nanos()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now = sh.hold(now)
+	if sl := sh.find(h); sl != nil {
+		return sh.alg.debt(&sl.st, now).owes(now)
+	}
+	return sh.debts != nil && sh.debts.find(h, now).owed(now).owes(now)
+}
+
+// alg returns the algorithm of key's shard, for a conversion into it
+// (take); a key too long is refused by take or put anyway.
+func (s *store[S, A]) algOf(key string) A {
+	h := maphash.String(s.seed, key) | 3
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.alg
+}
+
 // stats sums the shards' counters.
-func (s *store[S]) stats() Stats {
+func (s *store[S, A]) stats() Stats {
 	st := Stats{MaxKeys: s.maxKeys}
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -326,10 +470,10 @@ func (s *store[S]) stats() Stats {
 }
 
 // group returns the group of h.
-func (sh *shard[S]) group(h uint64) uint32 { return uint32(h >> (64 - sh.gbits)) }
+func (sh *shard[S, A]) group(h uint64) uint32 { return uint32(h >> (64 - sh.gbits)) }
 
 // find returns h's slot, marked as used, or nil.
-func (sh *shard[S]) find(h uint64) *slot[S] {
+func (sh *shard[S, A]) find(h uint64) *slot[S] {
 	p := sh.pages[sh.group(h)]
 	for i := range p {
 		if p[i].tag|1 == h {
@@ -341,7 +485,7 @@ func (sh *shard[S]) find(h uint64) *slot[S] {
 }
 
 // locate returns h's group and index in it.
-func (sh *shard[S]) locate(h uint64) (uint32, int, bool) {
+func (sh *shard[S, A]) locate(h uint64) (uint32, int, bool) {
 	g := sh.group(h)
 	for i, sl := range sh.pages[g] {
 		if sl.tag|1 == h {
@@ -354,7 +498,7 @@ func (sh *shard[S]) locate(h uint64) (uint32, int, bool) {
 // miss returns the state of h, which is not tracked: a new slot if
 // create is true, the shard's scratch state otherwise, either restored
 // from what the debt memory says h owes.
-func (s *store[S]) miss(sh *shard[S], h uint64, now int64, create bool) *S {
+func (s *store[S, A]) miss(sh *shard[S, A], h uint64, now int64, create bool) *S {
 	st := &sh.scratch
 	if create {
 		if sh.keys >= sh.size {
@@ -372,7 +516,7 @@ func (s *store[S]) miss(sh *shard[S], h uint64, now int64, create bool) *S {
 			sh.debts.put(h, debt{}, now)
 		}
 	}
-	s.alg.restore(st, v, now)
+	sh.alg.restore(st, v, now)
 	if create && v.owes(now) {
 		sh.restored++
 	}
@@ -383,7 +527,7 @@ func (s *store[S]) miss(sh *shard[S], h uint64, now int64, create bool) *S {
 // one is, is dropped before a key that came back), and returns its
 // state, zero.
 // The shard must have room.
-func (sh *shard[S]) insert(h uint64) *S {
+func (sh *shard[S, A]) insert(h uint64) *S {
 	if sh.keys >= keysPerGroup<<sh.gbits && sh.gbits < sh.maxGbits {
 		sh.split()
 	}
@@ -402,7 +546,7 @@ func (sh *shard[S]) insert(h uint64) *S {
 }
 
 // remove drops the i-th slot of group g, keeping the others in order.
-func (sh *shard[S]) remove(g uint32, i int) {
+func (sh *shard[S, A]) remove(g uint32, i int) {
 	p := sh.pages[g]
 	copy(p[i:], p[i+1:])
 	p[len(p)-1] = slot[S]{}
@@ -421,7 +565,7 @@ func (sh *shard[S]) remove(g uint32, i int) {
 // split doubles the groups: each splits in two by the next bit of its
 // keys' hashes, the halves keeping the group's place in the LRU order.
 // It costs one pass over the shard's keys, once per doubling.
-func (sh *shard[S]) split() {
+func (sh *shard[S, A]) split() {
 	order := sh.groups.Keys() // oldest first
 	old := sh.pages
 	sh.gbits++
@@ -457,7 +601,7 @@ func (sh *shard[S]) split() {
 // fresh, the key that would have become fresh soonest among those not
 // marked (among all, if every one was) is dropped: a live eviction, whose
 // debt is remembered.
-func (s *store[S]) evict(sh *shard[S], now int64) {
+func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
 	var best struct {
 		g      uint32
 		i      int
@@ -469,7 +613,7 @@ func (s *store[S]) evict(sh *shard[S], now int64) {
 		g, _, _ := sh.groups.GetOldest()
 		p := sh.pages[g]
 		for i := range p {
-			v := s.alg.debt(&p[i].st, now)
+			v := sh.alg.debt(&p[i].st, now)
 			if !v.owes(now) {
 				sh.remove(g, i)
 				sh.evictedIdle++
@@ -493,7 +637,7 @@ func (s *store[S]) evict(sh *shard[S], now int64) {
 
 // remember keeps the debt v of h, evicted live, in the shard's debt
 // memory, allocating it on first use, or forgets it (WithForgetEvicted).
-func (s *store[S]) remember(sh *shard[S], h uint64, v debt, now int64) {
+func (s *store[S, A]) remember(sh *shard[S, A], h uint64, v debt, now int64) {
 	if s.debtsPerKey == 0 {
 		sh.forgotten++
 		return

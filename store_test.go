@@ -277,7 +277,7 @@ func debtCapacity(maxKeys, shards int) int {
 
 // inspect calls f with key's tracked state (nil if the key is not
 // tracked) and the store's time, under the shard's lock.
-func (s *store[S]) inspect(t testing.TB, key string, f func(st *S, now int64)) {
+func (s *store[S, A]) inspect(t testing.TB, key string, f func(st *S, now int64)) {
 	t.Helper()
 	h, err := s.hash(key)
 	if err != nil {
@@ -449,26 +449,26 @@ func TestRestoreDominates(t *testing.T) {
 		kinds = append(kinds, kind{tc.name, true, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
 			b, err := NewTokenBucket(tc.r, append(tc.opts, WithClock(clk.now))...)
 			require.NoError(t, err)
-			now := history(rng, b, clk, tc.r.Period, b.burst)
+			now := history(rng, b, clk, tc.r.Period, b.cur.Load().burst)
 			var real tbState
 			b.store.inspect(t, "k", func(st *tbState, _ int64) { real = *st })
 			p := func(st0 tbState) probe {
 				return func(now int64, n int) (bool, int) {
 					st := st0 // each probe on the state as it was
 					var d Decision
-					b.decide(&d, &st, now, n)
+					b.cur.Load().decide(&d, &st, now, n)
 					return d.Allowed, d.Remaining
 				}
 			}
 			restored := func(v debt, now int64) probe {
 				var st tbState
-				b.restore(&st, v, now)
+				b.cur.Load().restore(&st, v, now)
 				if !v.shared {
-					require.Equal(t, v, b.debt(&st, now), "the restored state owes its debt")
+					require.Equal(t, v, b.cur.Load().debt(&st, now), "the restored state owes its debt")
 				}
 				return p(st)
 			}
-			return now, p(real), b.debt(&real, now), restored, b.burst
+			return now, p(real), b.cur.Load().debt(&real, now), restored, b.cur.Load().burst
 		}})
 	}
 	kinds = append(kinds, kind{"SlidingCounter", true, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
@@ -482,19 +482,19 @@ func TestRestoreDominates(t *testing.T) {
 			return func(now int64, n int) (bool, int) {
 				st := st0
 				var d Decision
-				sc.decide(&d, &st, now, n)
+				sc.cur.Load().decide(&d, &st, now, n)
 				return d.Allowed, d.Remaining
 			}
 		}
 		restored := func(v debt, now int64) probe {
 			var st scState
-			sc.restore(&st, v, now)
+			sc.cur.Load().restore(&st, v, now)
 			if !v.shared {
-				require.Equal(t, v, sc.debt(&st, now), "the restored state owes its debt")
+				require.Equal(t, v, sc.cur.Load().debt(&st, now), "the restored state owes its debt")
 			}
 			return p(st)
 		}
-		return now, p(real), sc.debt(&real, now), restored, r.Limit
+		return now, p(real), sc.cur.Load().debt(&real, now), restored, r.Limit
 	}})
 	kinds = append(kinds, kind{"SlidingLog", false, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
 		r := Rate{5, 10 * time.Second}
@@ -511,19 +511,19 @@ func TestRestoreDominates(t *testing.T) {
 				st := st
 				st.ring = append([]slEntry(nil), st.ring...)
 				var d Decision
-				l.decide(&d, &st, now, n)
+				l.cur.Load().decide(&d, &st, now, n)
 				return d.Allowed, d.Remaining
 			}
 		}
 		restored := func(v debt, now int64) probe {
 			var st slState
-			l.restore(&st, v, now)
+			l.cur.Load().restore(&st, v, now)
 			if !v.shared {
-				require.Equal(t, v, l.debt(&st, now), "the restored state owes its debt")
+				require.Equal(t, v, l.cur.Load().debt(&st, now), "the restored state owes its debt")
 			}
 			return p(st)
 		}
-		v := l.debt(&slState{ring: append([]slEntry(nil), real.ring...), era: real.era, head: real.head, count: real.count, low: real.low}, now)
+		v := l.cur.Load().debt(&slState{ring: append([]slEntry(nil), real.ring...), era: real.era, head: real.head, count: real.count, low: real.low}, now)
 		return now, p(real), v, restored, r.Limit
 	}})
 	// dominated fails if the probe sub allows, or reports more room, where

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // TokenBucket is an in-memory token-bucket limiter with one bucket per key.
@@ -38,18 +41,28 @@ import (
 //
 // A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
+	// cur is the rate the bucket decides under, for Rate, Burst and the
+	// cost check before a decision; each shard of the store holds the
+	// one its keys are in (see SetRate).
+	cur   atomic.Pointer[tbAlg]
+	store *store[tbState, *tbAlg]
+}
+
+// tbAlg is a token bucket's rate: its parameters and its state machine
+// over one key's state.
+type tbAlg struct {
 	rate     Rate
 	burst    int
 	interval bool
 	limit    uint64 // Rate.Limit
 	period   uint64 // Rate.Period in ns
-	// tick is Period/Limit when it divides exactly: then the fraction is
-	// always zero and the hot path needs no 128-bit arithmetic.
+	// tick is Period/Limit when it divides exactly: then a decision adds
+	// no fraction and the hot path needs no 128-bit arithmetic (a change
+	// of rate may leave one, which the decisions carry along).
 	tick int64
 	// tau = burst·Period/Limit = tauQ + tauR/Limit ns: how far the
 	// theoretical arrival time may run ahead of now.
 	tauQ, tauR int64
-	store      *store[tbState]
 }
 
 // tbState is one bucket. Greedy refill: tat + frac/Limit is the theoretical
@@ -83,29 +96,35 @@ func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
 	if c.burstSet {
 		burst = c.burst
 	}
-	b := &TokenBucket{
-		rate:     r,
-		burst:    burst,
-		interval: c.interval,
-		limit:    uint64(r.Limit),
-		period:   uint64(r.Period),
+	a, err := newTBAlg(r, burst, c.interval)
+	if err != nil {
+		return nil, err
 	}
-	hi, lo := bits.Mul64(uint64(burst), b.period)
-	if hi >= b.limit {
-		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
-	}
-	q, rem := bits.Div64(hi, lo, b.limit)
-	if q >= maxTau || b.period >= maxTau {
-		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
-	}
-	b.tauQ, b.tauR = int64(q), int64(rem)
-	if b.period%b.limit == 0 {
-		b.tick = int64(b.period / b.limit)
-	}
-	if b.store, err = newStore[tbState](c, b); err != nil {
+	b := &TokenBucket{}
+	b.cur.Store(a)
+	if b.store, err = newStore[tbState](c, a); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// newTBAlg checks that burst tokens at r fit the bucket's horizon and
+// returns the parameters.
+func newTBAlg(r Rate, burst int, interval bool) (*tbAlg, error) {
+	a := &tbAlg{rate: r, burst: burst, interval: interval, limit: uint64(r.Limit), period: uint64(r.Period)}
+	hi, lo := bits.Mul64(uint64(burst), a.period)
+	if hi >= a.limit {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
+	}
+	q, rem := bits.Div64(hi, lo, a.limit)
+	if q >= maxTau || a.period >= maxTau {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
+	}
+	a.tauQ, a.tauR = int64(q), int64(rem)
+	if a.period%a.limit == 0 {
+		a.tick = int64(a.period / a.limit)
+	}
+	return a, nil
 }
 
 // WithIntervalRefill makes a token bucket refill intervally: instead of a
@@ -127,11 +146,12 @@ func WithIntervalRefill() Option {
 	}
 }
 
-// Rate returns the rate the bucket was created with.
-func (b *TokenBucket) Rate() Rate { return b.rate }
+// Rate returns the rate the bucket decides under: the one it was
+// created with, or the last one SetRate set.
+func (b *TokenBucket) Rate() Rate { return b.cur.Load().rate }
 
 // Burst returns the capacity of each bucket.
-func (b *TokenBucket) Burst() int { return b.burst }
+func (b *TokenBucket) Burst() int { return b.cur.Load().burst }
 
 // Allow is AllowN(ctx, key, 1), inlinable as AllowN is.
 func (b *TokenBucket) Allow(_ context.Context, key string) (d Decision, err error) {
@@ -154,31 +174,79 @@ func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (d Decision, 
 }
 
 func (b *TokenBucket) allowN(d *Decision, key string, n int) error {
-	if err := checkCost(n, b.burst); err != nil {
-		if n > b.burst {
+	burst := b.cur.Load().burst
+	if err := checkCost(n, burst); err != nil {
+		if n > burst {
 			// Report the key's real quota, so that headers stay truthful;
 			// RetryAfter stays zero: waiting would not help.
 			_ = b.allowN(d, key, 0)
 			d.Allowed = false
 			return err
 		}
-		*d = Decision{Limit: b.burst}
+		*d = Decision{Limit: burst}
 		return err
 	}
-	err := b.store.run(key, n > 0, func(st *tbState, now int64) { b.decide(d, st, now, n) })
-	if err != nil {
-		*d = Decision{Limit: b.burst}
+	cost := n
+	err := b.store.run(key, n > 0, func(a *tbAlg, st *tbState, now int64) {
+		if n > a.burst {
+			n = 0 // the burst shrank under a SetRate still under way: report
+		}
+		a.decide(d, st, now, n)
+	})
+	switch {
+	case err != nil:
+		*d = Decision{Limit: burst}
+		return err
+	case n != cost:
+		d.Allowed = false
+		return checkCost(cost, d.Limit)
 	}
-	return err
+	return nil
 }
 
 // decide is the bucket's state machine for one key at now.
-func (b *TokenBucket) decide(d *Decision, st *tbState, now int64, n int) {
-	if b.interval {
-		b.decideInterval(d, st, now, n)
+func (a *tbAlg) decide(d *Decision, st *tbState, now int64, n int) {
+	if a.interval {
+		a.decideInterval(d, st, now, n)
 	} else {
-		b.decideGreedy(d, st, now, n)
+		a.decideGreedy(d, st, now, n)
 	}
+}
+
+// SetRate makes the bucket decide under a new rate and burst from now on,
+// converting every key's bucket as it stands as c.Inherit says: the
+// tokens each key has taken and not yet got back are the units it has
+// used (see Inherit). The greedy bucket converts exactly, keeping the
+// new arrival time to a billionth of a nanosecond... rounded up to
+// 1/Limit ns, never earlier than exact; an intervally refilled bucket
+// keeps the start of its current period, and from it periods of the new
+// length. A wait longer than 2^61 ns (73 years) that a downgrade would
+// give a key that spent much more than its new capacity is held at that.
+//
+// The debts the store remembers for evicted keys are converted with
+// them, as the state each restores to, so a key evicted before the
+// change comes back as it would have had it stayed tracked, or stricter
+// (see WithDebtMemory). Decisions go on meanwhile: each shard of the
+// store is converted under its lock, about 0.2 µs per key it holds, and a
+// decision sees a key either before the change or after it. c is checked
+// as NewTokenBucket checks its rate and WithBurst; the refill mode
+// (WithIntervalRefill) stays. Changes are made one at a time; Rate and
+// Burst report the new values once SetRate returns. The context is not
+// consulted.
+func (b *TokenBucket) SetRate(_ context.Context, c RateChange) error {
+	if err := c.Rate.Validate(); err != nil {
+		return err
+	}
+	burst, err := c.burstOf()
+	if err != nil {
+		return err
+	}
+	a, err := newTBAlg(c.Rate, burst, b.cur.Load().interval)
+	if err != nil {
+		return err
+	}
+	b.store.change(a, c.Inherit, func() { b.cur.Store(a) })
+	return nil
 }
 
 // Reset refills key's bucket, also when the key was evicted and its debt
@@ -211,13 +279,13 @@ func (b *TokenBucket) RefundN(_ context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: refund of n = %d is negative", ErrInvalidCost, n)
 	}
-	return b.store.refund(key, func(st *tbState, now int64) {
+	return b.store.refund(key, func(a *tbAlg, st *tbState, now int64) {
 		switch {
 		case n == 0:
-		case b.interval:
-			b.refundInterval(st, now, n)
+		case a.interval:
+			a.refundInterval(st, now, n)
 		default:
-			b.refundGreedy(st, now, n)
+			a.refundGreedy(st, now, n)
 		}
 	})
 }
@@ -227,24 +295,26 @@ func (b *TokenBucket) Stats() Stats { return b.store.stats() }
 
 // decideGreedy is GCRA: the event fits if, after adding its cost to the
 // theoretical arrival time, that time is no more than tau ahead of now.
-func (b *TokenBucket) decideGreedy(d *Decision, st *tbState, now int64, n int) {
+func (a *tbAlg) decideGreedy(d *Decision, st *tbState, now int64, n int) {
 	tat, frac := st.tat, st.frac
 	if tat < now { // the bucket is full: start from now
 		tat, frac = now, 0
 	}
-	ntat, nfrac := b.advance(tat, frac, n)
+	ntat, nfrac := a.advance(tat, frac, n)
 	ahead := ntat - now
-	*d = Decision{Limit: b.burst}
-	if ahead < b.tauQ || (ahead == b.tauQ && nfrac <= b.tauR) {
+	*d = Decision{Limit: a.burst}
+	// A report (n == 0) is allowed even when a downgrade left the bucket
+	// owing more than its burst (see SetRate).
+	if n == 0 || ahead < a.tauQ || (ahead == a.tauQ && nfrac <= a.tauR) {
 		d.Allowed = true
 		tat, frac = ntat, nfrac
 		st.tat, st.frac = tat, frac
 	} else {
 		// The earliest time at which ntat - t <= tau, rounded up to a ns.
-		wait, wfrac := ahead-b.tauQ, nfrac-b.tauR
+		wait, wfrac := ahead-a.tauQ, nfrac-a.tauR
 		if wfrac < 0 {
 			wait--
-			wfrac += int64(b.limit)
+			wfrac += int64(a.limit)
 		}
 		if wfrac > 0 {
 			wait++
@@ -253,7 +323,7 @@ func (b *TokenBucket) decideGreedy(d *Decision, st *tbState, now int64, n int) {
 	}
 	// tat >= now here; the tokens missing are (tat-now)·Limit/Period.
 	owed := tat - now
-	d.Remaining = b.burst - b.tokensCeil(owed, frac)
+	d.Remaining = a.burst - a.tokensCeil(owed, frac)
 	if d.Remaining < 0 {
 		d.Remaining = 0
 	}
@@ -265,15 +335,15 @@ func (b *TokenBucket) decideGreedy(d *Decision, st *tbState, now int64, n int) {
 
 // refundGreedy moves the theoretical arrival time back by n·Period/Limit,
 // to now at the earliest (a full bucket).
-func (b *TokenBucket) refundGreedy(st *tbState, now int64, n int) {
-	if n > b.burst {
-		n = b.burst // a larger refund cannot do more than fill the bucket
+func (a *tbAlg) refundGreedy(st *tbState, now int64, n int) {
+	if n > a.burst {
+		n = a.burst // a larger refund cannot do more than fill the bucket
 	}
-	dq, dr := b.advance(0, 0, n) // n·Period/Limit as (ns, fraction)
+	dq, dr := a.advance(0, 0, n) // n·Period/Limit as (ns, fraction)
 	tat, frac := st.tat-dq, st.frac-dr
 	if frac < 0 {
 		tat--
-		frac += int64(b.limit)
+		frac += int64(a.limit)
 	}
 	if tat < now {
 		tat, frac = now, 0
@@ -282,28 +352,31 @@ func (b *TokenBucket) refundGreedy(st *tbState, now int64, n int) {
 }
 
 // advance returns (tat + frac/L) + n·Period/Limit as (ns, fraction).
-func (b *TokenBucket) advance(tat, frac int64, n int) (int64, int64) {
-	if b.tick > 0 {
-		return tat + int64(n)*b.tick, 0
+func (a *tbAlg) advance(tat, frac int64, n int) (int64, int64) {
+	if a.tick > 0 {
+		return tat + int64(n)*a.tick, frac
 	}
-	hi, lo := bits.Mul64(uint64(n), b.period)
+	hi, lo := bits.Mul64(uint64(n), a.period)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
-	q, r := bits.Div64(hi+carry, lo, b.limit) // n <= burst: no overflow (checked in NewTokenBucket)
+	q, r := bits.Div64(hi+carry, lo, a.limit) // n <= burst: no overflow (checked in NewTokenBucket)
 	return tat + int64(q), int64(r)
 }
 
 // tokensCeil returns ceil((ns + frac/L)·Limit/Period): the whole tokens
 // that a debt of that many nanoseconds stands for.
-func (b *TokenBucket) tokensCeil(ns, frac int64) int {
-	if b.tick > 0 {
-		return int((ns + b.tick - 1) / b.tick)
+func (a *tbAlg) tokensCeil(ns, frac int64) int {
+	if a.tick > 0 {
+		if frac > 0 { // a fraction of a ns, left by a change of rate
+			return int(ns/a.tick + 1)
+		}
+		return int((ns + a.tick - 1) / a.tick)
 	}
-	hi, lo := bits.Mul64(uint64(ns), b.limit)
+	hi, lo := bits.Mul64(uint64(ns), a.limit)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
-	if hi+carry >= b.period { // a debt far beyond the burst (ChargeN)
+	if hi+carry >= a.period { // a debt far beyond the burst (ChargeN)
 		return math.MaxInt
 	}
-	q, r := bits.Div64(hi+carry, lo, b.period)
+	q, r := bits.Div64(hi+carry, lo, a.period)
 	if r > 0 {
 		q++
 	}
@@ -316,12 +389,12 @@ func (b *TokenBucket) tokensCeil(ns, frac int64) int {
 // Interval: the time at which its last used token comes back, and the
 // tokens that refill then, in 1..Limit, which with the period determine
 // the state; a blocked bucket owes 0 tokens until it is full.
-func (b *TokenBucket) debt(st *tbState, _ int64) debt {
-	if !b.interval {
+func (a *tbAlg) debt(st *tbState, _ int64) debt {
+	if !a.interval {
 		if st.frac > 0 {
 			return debt{at: st.tat + 1, amt: uint32(st.frac)}
 		}
-		return debt{at: st.tat, amt: uint32(b.limit)}
+		return debt{at: st.tat, amt: uint32(a.limit)}
 	}
 	switch st.frac {
 	case 0:
@@ -329,22 +402,22 @@ func (b *TokenBucket) debt(st *tbState, _ int64) debt {
 	case blocked:
 		return debt{at: st.tat}
 	}
-	limit := int64(b.limit)
+	limit := int64(a.limit)
 	periods := (st.frac + limit - 1) / limit
-	return debt{at: st.tat + periods*int64(b.period), amt: uint32(st.frac - (periods-1)*limit)}
+	return debt{at: st.tat + periods*int64(a.period), amt: uint32(st.frac - (periods-1)*limit)}
 }
 
 // restore sets st to the state of a bucket that owes v at now, exactly
 // as debt took it (see algorithm). The larger either number of v, the
 // later the bucket is full again and the fewer tokens it holds meanwhile.
-func (b *TokenBucket) restore(st *tbState, v debt, now int64) {
+func (a *tbAlg) restore(st *tbState, v debt, now int64) {
 	*st = tbState{}
 	if !v.owes(now) {
 		return
 	}
-	if !b.interval {
+	if !a.interval {
 		st.tat, st.frac = v.at-1, int64(v.amt)
-		if st.frac >= int64(b.limit) {
+		if st.frac >= int64(a.limit) {
 			st.tat, st.frac = v.at, 0
 		}
 		return
@@ -361,31 +434,17 @@ func (b *TokenBucket) restore(st *tbState, v debt, now int64) {
 		st.tat, st.frac = v.at, blocked
 		return
 	}
-	period := int64(b.period)
+	period := int64(a.period)
 	periods := (v.at - now + period - 1) / period
-	st.tat, st.frac = v.at-periods*period, int64(v.amt)+(periods-1)*int64(b.limit)
+	st.tat, st.frac = v.at-periods*period, int64(v.amt)+(periods-1)*int64(a.limit)
 }
 
 // intervalAt returns the interval state at now: the start of the current
 // period and the tokens used in it, every whole period since the stored
 // start having given Limit tokens back. A full bucket (used == 0) starts
 // its period now.
-func (b *TokenBucket) intervalAt(st *tbState, now int64) (start, used int64) {
-	start, used = st.tat, st.frac
-	period, limit := int64(b.period), int64(b.limit)
-	if used > 0 && now-start >= period {
-		k := (now - start) / period
-		if k >= (used+limit-1)/limit {
-			used = 0
-		} else {
-			used -= k * limit
-			start += k * period
-		}
-	}
-	if used == 0 {
-		start = now
-	}
-	return start, used
+func (a *tbAlg) intervalAt(st *tbState, now int64) (start, used int64) {
+	return a.intervalRate().Roll(st.tat, st.frac, now)
 }
 
 // blocked is the frac of an interval bucket that allows nothing until tat.
@@ -393,11 +452,11 @@ const blocked = -1
 
 // decideInterval: tat is the start of the current period, frac the tokens
 // used; every whole period since then gives Limit tokens back.
-func (b *TokenBucket) decideInterval(d *Decision, st *tbState, now int64, n int) {
+func (a *tbAlg) decideInterval(d *Decision, st *tbState, now int64, n int) {
 	if st.frac == blocked {
 		if now < st.tat {
 			wait := durationNS(st.tat - now)
-			*d = Decision{Allowed: n == 0, Limit: b.burst, ResetAfter: wait}
+			*d = Decision{Allowed: n == 0, Limit: a.burst, ResetAfter: wait}
 			if n > 0 {
 				d.RetryAfter = wait
 			}
@@ -405,20 +464,20 @@ func (b *TokenBucket) decideInterval(d *Decision, st *tbState, now int64, n int)
 		}
 		*st = tbState{}
 	}
-	start, used := b.intervalAt(st, now)
-	period, limit := int64(b.period), int64(b.limit)
-	*d = Decision{Limit: b.burst}
-	if used+int64(n) <= int64(b.burst) {
+	start, used := a.intervalAt(st, now)
+	period, limit := int64(a.period), int64(a.limit)
+	*d = Decision{Limit: a.burst}
+	if n == 0 || used+int64(n) <= int64(a.burst) {
 		d.Allowed = true
 		used += int64(n)
 	} else {
-		k := (used + int64(n) - int64(b.burst) + limit - 1) / limit
+		k := (used + int64(n) - int64(a.burst) + limit - 1) / limit
 		d.RetryAfter = durationNS(start + k*period - now)
 	}
 	if d.Allowed || used > 0 {
 		st.tat, st.frac = start, used
 	}
-	d.Remaining = max(b.burst-int(used), 0)
+	d.Remaining = max(a.burst-int(used), 0)
 	if used > 0 {
 		d.ResetAfter = durationNS(start + (used+limit-1)/limit*period - now)
 	}
@@ -426,14 +485,104 @@ func (b *TokenBucket) decideInterval(d *Decision, st *tbState, now int64, n int)
 
 // refundInterval gives n used tokens of the current period back; tokens
 // already returned by a period boundary are not returned twice.
-func (b *TokenBucket) refundInterval(st *tbState, now int64, n int) {
+func (a *tbAlg) refundInterval(st *tbState, now int64, n int) {
 	if st.frac == blocked {
 		return // nothing was taken from a blocked bucket
 	}
-	start, used := b.intervalAt(st, now)
+	start, used := a.intervalAt(st, now)
 	used -= int64(n)
 	if used < 0 {
 		used = 0
 	}
 	st.tat, st.frac = start, used
 }
+
+// convert sets st, a bucket under a at now, to the bucket under b that
+// inherits what it has used as how says (see algorithm.convert).
+func (a *tbAlg) convert(st *tbState, b *tbAlg, how Inherit, now int64) {
+	switch {
+	case how == StartFresh:
+		*st = tbState{}
+	case a.interval:
+		a.convertInterval(st, b, how, now)
+	default:
+		a.convertGreedy(st, b, how, now)
+	}
+}
+
+// convertGreedy converts a greedy bucket exactly: it has used
+// u = ((tat − now)·Limit + frac)/Period tokens, and the new arrival time
+// is now + how(u)·Period'/Limit', rounded up to the 1/Limit' ns the state
+// keeps (see inherit.Greedy).
+func (a *tbAlg) convertGreedy(st *tbState, b *tbAlg, how Inherit, now int64) {
+	if st.tat < now {
+		*st = tbState{} // full: nothing used
+		return
+	}
+	q, r := inherit.Greedy(uint64(st.tat-now), uint64(st.frac), a.bucket(), b.bucket(), inherit.Strategy(how), maxTau)
+	if q == 0 && r == 0 {
+		*st = tbState{}
+		return
+	}
+	st.tat, st.frac = now+int64(q), int64(r)
+}
+
+// bucket returns the rate as inherit takes it.
+func (a *tbAlg) bucket() inherit.Bucket {
+	return inherit.Bucket{Limit: a.limit, Period: a.period, Burst: uint64(a.burst)}
+}
+
+// convertInterval converts an intervally refilled bucket: it keeps the
+// start of its current period, with how(used) tokens used, and from it
+// periods of b's length. A bucket that allows nothing until tat (a bound
+// restored from the debt memory, see restore) stands for keys whose
+// periods began at now or before and that are full by tat: each has used
+// at most Limit tokens for each period from now to tat, so it becomes a
+// bucket that allows nothing until that many, converted, are back under b,
+// counting from now.
+func (a *tbAlg) convertInterval(st *tbState, b *tbAlg, how Inherit, now int64) {
+	from, to := a.intervalRate(), b.intervalRate()
+	if st.frac == blocked {
+		if now >= st.tat {
+			*st = tbState{}
+			return
+		}
+		most := a.limit * uint64((st.tat-now+int64(a.period)-1)/int64(a.period))
+		u := inherit.IntervalUsed(most, from, to, inherit.Strategy(how), maxTau)
+		if u == 0 {
+			*st = tbState{}
+			return
+		}
+		st.tat = now + int64((u+b.limit-1)/b.limit)*int64(b.period)
+		return
+	}
+	start, used := from.Roll(st.tat, st.frac, now)
+	u := inherit.IntervalUsed(uint64(used), from, to, inherit.Strategy(how), maxTau)
+	if u == 0 {
+		*st = tbState{}
+		return
+	}
+	st.tat, st.frac = start, int64(u)
+}
+
+// interval returns the rate as inherit takes it.
+func (a *tbAlg) intervalRate() inherit.Interval {
+	return inherit.Interval{Limit: a.limit, Period: a.period, Burst: uint64(a.burst)}
+}
+
+// moveTo moves key's bucket into to, another token bucket of the same
+// refill mode, converted as how says (see PlanLimiter).
+func (b *TokenBucket) moveTo(to Limiter, key string, how Inherit) (bool, error) {
+	t, ok := to.(*TokenBucket)
+	if !ok || t.cur.Load().interval != b.cur.Load().interval || !sameClock(&b.store.clock, &t.store.clock) {
+		return false, nil
+	}
+	st, owes, err := b.store.take(key, t.store.algOf(key), how)
+	if err != nil || !owes {
+		return true, err
+	}
+	return true, t.store.put(key, st)
+}
+
+// holds reports whether the bucket of key is not full.
+func (b *TokenBucket) holds(key string) bool { return b.store.owes(key) }

@@ -23,28 +23,33 @@ import (
 // Interval refill books the same way: the tokens of the periods to come,
 // Rate.Limit at each boundary.
 func (b *TokenBucket) ReserveN(_ context.Context, key string, n int, maxWait time.Duration) (r Reservation, err error) {
-	if n <= 0 || n > b.burst || maxWait <= 0 {
+	burst := b.cur.Load().burst
+	if n <= 0 || n > burst || maxWait <= 0 {
 		err = b.allowN(&r.Decision, key, n) // nothing to book, or an error
 		return r, err
 	}
 	wait := int64(min(maxWait, maxReserveWait))
-	err = b.store.run(key, true, func(st *tbState, now int64) {
-		if b.interval {
-			b.reserveInterval(&r, st, now, n, wait)
-		} else {
-			b.reserveGreedy(&r, st, now, n, wait)
+	err = b.store.run(key, true, func(a *tbAlg, st *tbState, now int64) {
+		switch {
+		case n > a.burst: // the burst shrank under a SetRate still under way
+			a.decide(&r.Decision, st, now, 0)
+			r.Allowed = false
+		case a.interval:
+			a.reserveInterval(&r, st, now, n, wait)
+		default:
+			a.reserveGreedy(&r, st, now, n, wait)
 		}
 	})
 	if err != nil {
-		r = Reservation{Decision: Decision{Limit: b.burst}}
+		r = Reservation{Decision: Decision{Limit: burst}}
 	}
 	return r, err
 }
 
 // reserveGreedy decides as decideGreedy, and books a denied call whose
 // turn comes within maxWait ns.
-func (b *TokenBucket) reserveGreedy(r *Reservation, st *tbState, now int64, n int, maxWait int64) {
-	b.decideGreedy(&r.Decision, st, now, n)
+func (a *tbAlg) reserveGreedy(r *Reservation, st *tbState, now int64, n int, maxWait int64) {
+	a.decideGreedy(&r.Decision, st, now, n)
 	if r.Allowed || int64(r.RetryAfter) > maxWait {
 		return
 	}
@@ -52,37 +57,37 @@ func (b *TokenBucket) reserveGreedy(r *Reservation, st *tbState, now int64, n in
 	if tat < now {
 		tat, frac = now, 0
 	}
-	st.tat, st.frac = b.advance(tat, frac, n)
+	st.tat, st.frac = a.advance(tat, frac, n)
 	owed := st.tat - now
 	if st.frac > 0 {
 		owed++
 	}
 	r.Wait = r.RetryAfter
-	r.Decision = Decision{Allowed: true, Limit: b.burst, ResetAfter: durationNS(owed)}
+	r.Decision = Decision{Allowed: true, Limit: a.burst, ResetAfter: durationNS(owed)}
 }
 
 // reserveInterval decides as decideInterval, and books a denied call
 // whose turn comes within maxWait ns: its tokens are counted as used now,
 // beyond the burst, and come back with the periods to come.
-func (b *TokenBucket) reserveInterval(r *Reservation, st *tbState, now int64, n int, maxWait int64) {
-	b.decideInterval(&r.Decision, st, now, n)
+func (a *tbAlg) reserveInterval(r *Reservation, st *tbState, now int64, n int, maxWait int64) {
+	a.decideInterval(&r.Decision, st, now, n)
 	if r.Allowed || int64(r.RetryAfter) > maxWait {
 		return
 	}
 	if st.frac == blocked { // full at tat: the booking's turn, and then blocked for its tokens
 		turn := st.tat
-		b.chargeInterval(st, now, n)
+		a.chargeInterval(st, now, n)
 		r.Wait = durationNS(turn - now)
-		r.Decision = Decision{Allowed: true, Limit: b.burst, ResetAfter: durationNS(st.tat - now)}
+		r.Decision = Decision{Allowed: true, Limit: a.burst, ResetAfter: durationNS(st.tat - now)}
 		return
 	}
-	start, used := b.intervalAt(st, now)
+	start, used := a.intervalAt(st, now)
 	used += int64(n)
 	st.tat, st.frac = start, used
-	limit := int64(b.limit)
+	limit := int64(a.limit)
 	r.Wait = r.RetryAfter
-	r.Decision = Decision{Allowed: true, Limit: b.burst,
-		ResetAfter: durationNS(start + (used+limit-1)/limit*int64(b.period) - now)}
+	r.Decision = Decision{Allowed: true, Limit: a.burst,
+		ResetAfter: durationNS(start + (used+limit-1)/limit*int64(a.period) - now)}
 }
 
 var _ Reserver = (*TokenBucket)(nil)
@@ -107,31 +112,31 @@ func (b *TokenBucket) ChargeN(_ context.Context, key string, n int) error {
 		return nil
 	}
 	n = min(n, maxLimit)
-	return b.store.run(key, true, func(st *tbState, now int64) {
-		if b.interval {
-			b.chargeInterval(st, now, n)
+	return b.store.run(key, true, func(a *tbAlg, st *tbState, now int64) {
+		if a.interval {
+			a.chargeInterval(st, now, n)
 		} else {
-			b.chargeGreedy(st, now, n)
+			a.chargeGreedy(st, now, n)
 		}
 	})
 }
 
 // chargeGreedy moves the theoretical arrival time on by n·Period/Limit,
 // to now + maxDebtAhead at the latest.
-func (b *TokenBucket) chargeGreedy(st *tbState, now int64, n int) {
+func (a *tbAlg) chargeGreedy(st *tbState, now int64, n int) {
 	tat, frac := st.tat, st.frac
 	if tat < now {
 		tat, frac = now, 0
 	}
 	limit := now + maxDebtAhead
-	hi, lo := bits.Mul64(uint64(n), b.period)
+	hi, lo := bits.Mul64(uint64(n), a.period)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
 	hi += carry
-	if tat >= limit || hi >= b.limit {
+	if tat >= limit || hi >= a.limit {
 		st.tat, st.frac = max(tat, limit), 0 // saturated
 		return
 	}
-	q, r := bits.Div64(hi, lo, b.limit)
+	q, r := bits.Div64(hi, lo, a.limit)
 	if q >= uint64(limit-tat) {
 		st.tat, st.frac = limit, 0
 		return
@@ -144,8 +149,8 @@ func (b *TokenBucket) chargeGreedy(st *tbState, now int64, n int) {
 // debt shared with other keys, restored: it allows nothing until tat and
 // is full from then on) stays blocked for as many periods more as return
 // n tokens: no sooner than the exact state would give them back.
-func (b *TokenBucket) chargeInterval(st *tbState, now int64, n int) {
-	limit, period := int64(b.limit), int64(b.period)
+func (a *tbAlg) chargeInterval(st *tbState, now int64, n int) {
+	limit, period := int64(a.limit), int64(a.period)
 	if st.frac == blocked && now < st.tat {
 		periods := (int64(n) + limit - 1) / limit
 		st.tat += min(periods, (now+maxDebtAhead-st.tat)/period) * period
@@ -154,7 +159,7 @@ func (b *TokenBucket) chargeInterval(st *tbState, now int64, n int) {
 	if st.frac == blocked {
 		*st = tbState{}
 	}
-	start, used := b.intervalAt(st, now)
+	start, used := a.intervalAt(st, now)
 	most := maxDebtAhead // tokens
 	if periods := maxDebtAhead / period; periods < maxDebtAhead/limit {
 		most = periods * limit

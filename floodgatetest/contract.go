@@ -66,7 +66,7 @@ func checkRetryAfter(e *env) {
 		wait := d.RetryAfter
 		if wait > time.Millisecond {
 			e.advance(wait - time.Millisecond)
-			if d := e.mustDeny(key, n); e.suite.Algorithm.exact() && d.RetryAfter != time.Millisecond {
+			if d := e.mustDeny(key, n); e.exact() && d.RetryAfter != time.Millisecond {
 				e.t.Errorf("%s: RetryAfter %v 1ms before the retry time, want 1ms", e.where(key, n), d.RetryAfter)
 			}
 			wait = time.Millisecond
@@ -88,7 +88,7 @@ func checkResetAfter(e *env) {
 		e.t.Fatalf("%s: ResetAfter %v on a drained key, want a positive wait", e.where(key, 0), d.ResetAfter)
 	}
 	wait := d.ResetAfter
-	if e.suite.Algorithm.exact() && wait > time.Millisecond {
+	if e.exact() && wait > time.Millisecond {
 		e.advance(wait - time.Millisecond)
 		if d, _ := e.allow(key, 0); d.Remaining == e.cfg.capacity() {
 			e.t.Errorf("%s: full quota 1ms before ResetAfter: %+v", e.where(key, 0), d)

@@ -20,7 +20,7 @@
 //
 // # Reference models
 //
-// For the exact algorithms the suite runs an obviously correct model beside
+// For every algorithm the suite runs an obviously correct model beside
 // the limiter and requires the very same Decision — Allowed, Limit,
 // Remaining, RetryAfter, ResetAfter — at every step:
 //
@@ -29,15 +29,23 @@
 //     time, advanced by n·Period/Limit, is at most burst·Period/Limit ahead
 //     of now. RetryAfter and ResetAfter are rounded up to the nanosecond,
 //     and Remaining counts whole tokens.
+//   - IntervalTokenBucket: Rate.Limit tokens back at once at the end of
+//     each Period, periods counted from a key's first event after its
+//     bucket was last full; the bucket holds up to the burst.
 //   - SlidingLog: the list of every allowed event. At most Limit events in
 //     any window (now-Period, now]: an event at t stops counting at
 //     t+Period; denied events are not recorded. RetryAfter is when the
 //     event that must age out for the request to fit does, Remaining is
 //     Limit minus the events in the window, and ResetAfter is the newest
 //     event's time plus Period, minus now.
+//   - SlidingCounter: the counts of the current and the previous fixed
+//     window (Period long, from the clock's start), the previous one
+//     weighted by the share of it still in the sliding window, in exact
+//     rationals; RetryAfter is the first nanosecond at which the estimate
+//     leaves room.
 //
-// SlidingCounter is approximate by design, so for it the suite runs only
-// the checks that hold for every limiter.
+// Each model also converts its state to a new rate as floodgate.Inherit
+// documents each strategy (see RateChange below).
 //
 // # What the suite checks
 //
@@ -70,6 +78,14 @@
 //     NUL byte or a last letter never share a limit.
 //   - Concurrent: a few goroutines on one key at a frozen clock are allowed
 //     exactly the quota, each unit once, for costs 1, 2 and the capacity.
+//   - RateChange, for a limiter that implements floodgate.RateSetter:
+//     under each inheritance strategy, a change to a larger and a smaller
+//     quota, a longer and a shorter period (and, for a token bucket, a
+//     larger burst), and back, met by keys half spent, drained and
+//     denied, spent a while ago and never used, compared with the models
+//     step by step before, between and after. A limiter that converts a
+//     key only when it next decides for it says so
+//     (Suite.RateChangeOnNextDecision).
 //
 // Every decision of every check is also held to the rules any Decision
 // obeys: Limit is the capacity; 0 <= Remaining <= Limit; an allowed

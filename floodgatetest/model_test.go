@@ -88,7 +88,7 @@ func TestTokenBucketModel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			runModel(t, newTokenBucketModel(tt.rate, tt.burst), tt.steps)
+			runModel(t, newTokenBucketModel(tt.rate, tt.burst, 0), tt.steps)
 		})
 	}
 }

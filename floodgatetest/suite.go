@@ -15,9 +15,8 @@ import (
 )
 
 // Algorithm names the semantics a limiter under test promises. The suite
-// holds a reference model for the exact algorithms and compares every
-// decision with it; for the others it checks only what every Limiter
-// promises.
+// holds a reference model of each and compares every decision with it,
+// besides checking what every Limiter promises.
 type Algorithm int
 
 const (
@@ -30,9 +29,16 @@ const (
 	// events not recorded.
 	SlidingLog
 	// SlidingCounter is the two-window weighted estimate
-	// (floodgate.NewSlidingCounter). It is approximate, so the suite has no
-	// model for it and runs only the checks that hold for every limiter.
+	// (floodgate.NewSlidingCounter): fixed windows of Rate.Period from the
+	// clock's start, the previous window's count weighted by the share of
+	// it still in the sliding window. It approximates a sliding log, but
+	// is itself deterministic, so the suite holds a model of it.
 	SlidingCounter
+	// IntervalTokenBucket is a token bucket refilled intervally
+	// (floodgate.WithIntervalRefill): a capacity of Config.Burst tokens,
+	// Rate.Limit of which come back at once each Rate.Period, periods
+	// counted from a key's first event after its bucket was last full.
+	IntervalTokenBucket
 )
 
 // String returns the algorithm's name.
@@ -44,12 +50,18 @@ func (a Algorithm) String() string {
 		return "SlidingLog"
 	case SlidingCounter:
 		return "SlidingCounter"
+	case IntervalTokenBucket:
+		return "IntervalTokenBucket"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
 
-// exact reports whether the suite has a reference model for a.
-func (a Algorithm) exact() bool { return a == TokenBucket || a == SlidingLog }
+// exact reports whether the suite has a reference model for a: for
+// every algorithm it knows.
+func (a Algorithm) exact() bool { return a >= TokenBucket && a <= IntervalTokenBucket }
+
+// bucket reports whether a has a burst.
+func (a Algorithm) bucket() bool { return a == TokenBucket || a == IntervalTokenBucket }
 
 // Limiter is what the suite tests: a floodgate.Limiter that can also reset
 // a key.
@@ -62,9 +74,9 @@ type Limiter interface {
 type Config struct {
 	// Rate is the quota under test.
 	Rate floodgate.Rate
-	// Burst is the capacity of a TokenBucket (floodgate.WithBurst). It
-	// equals Rate.Limit unless Suite.Bursts is set, and is zero for the
-	// other algorithms.
+	// Burst is the capacity of a TokenBucket or an IntervalTokenBucket
+	// (floodgate.WithBurst). It equals Rate.Limit unless Suite.Bursts is
+	// set, and is zero for the other algorithms.
 	Burst int
 	// Clock is the limiter's only source of time (floodgate.WithClock with
 	// Clock.Now). It starts at a fixed instant on a whole second and the
@@ -85,8 +97,24 @@ type Suite struct {
 	// Bursts makes the suite also test token-bucket capacities other than
 	// Rate.Limit, passed in Config.Burst; the factory must then honour it
 	// (floodgate.WithBurst). Leave it false for a factory that does not,
-	// and Config.Burst always equals Rate.Limit. Only for TokenBucket.
+	// and Config.Burst always equals Rate.Limit. Only for the token
+	// buckets.
 	Bursts bool
+	// RateChangeOnNextDecision says that the limiter converts a key to a
+	// new rate (floodgate.RateSetter) when it next decides for it, from
+	// the rate it last decided under, as of the latest change, rather
+	// than every key at the change (as the in-memory limiters do). Both
+	// agree for every key decided for between two changes; a key left
+	// alone through two changes or more is converted once, from its old
+	// rate straight to the newest. The suite's models follow suit. The
+	// Redis limiters set it.
+	RateChangeOnNextDecision bool
+	// Lossy says that the limiter may allow less than the model, by
+	// design: it loses quota now and then, as a leased limiter does when
+	// a unit it leased is never used (redisstore.WithLease). The suite
+	// then compares no decision with the model, holds every one to the
+	// rules a decision obeys, and skips the checks that need a model.
+	Lossy bool
 	// Resolution is the unit to which the limiter rounds the durations it
 	// reports (RetryAfter, ResetAfter) up; zero means one nanosecond: the
 	// durations must be exact. A store that keeps time in microseconds,
@@ -107,12 +135,12 @@ const never = time.Duration(math.MaxInt64)
 
 func (s *Suite) validate() error {
 	switch {
-	case s.Algorithm != TokenBucket && s.Algorithm != SlidingLog && s.Algorithm != SlidingCounter:
+	case !s.Algorithm.exact():
 		return fmt.Errorf("unknown %v", s.Algorithm)
 	case s.New == nil:
 		return errors.New("Suite.New is nil")
-	case s.Bursts && s.Algorithm != TokenBucket:
-		return fmt.Errorf("Suite.Bursts applies to a TokenBucket, not a %v", s.Algorithm)
+	case s.Bursts && !s.Algorithm.bucket():
+		return fmt.Errorf("Suite.Bursts applies to a token bucket, not a %v", s.Algorithm)
 	case s.Resolution < 0 || s.Resolution > time.Millisecond ||
 		(s.Resolution > 0 && time.Millisecond%s.Resolution != 0):
 		return fmt.Errorf("Suite.Resolution %v must divide 1ms", s.Resolution)
@@ -180,7 +208,7 @@ func (s *Suite) setups() []setup {
 	var out []setup
 	for _, r := range rates {
 		c := setup{rate: r}
-		if s.Algorithm == TokenBucket {
+		if s.Algorithm.bucket() {
 			c.burst = r.Limit
 		}
 		out = append(out, c)
@@ -218,9 +246,10 @@ func (s *Suite) run(t tester, only ...string) {
 		{"Reset", false, checkReset},
 		{"IndependentKeys", false, checkIndependentKeys},
 		{"Concurrent", false, checkConcurrent},
+		{"RateChange", true, checkRateChange},
 	}
 	for _, c := range checks {
-		if (c.exact && !s.Algorithm.exact()) || (len(only) > 0 && !slices.Contains(only, c.name)) {
+		if (c.exact && (!s.Algorithm.exact() || s.Lossy)) || (len(only) > 0 && !slices.Contains(only, c.name)) {
 			continue
 		}
 		t.run(c.name, func(t tester) {
@@ -254,9 +283,16 @@ type env struct {
 	lim    Limiter
 	keys   *keySpace
 	models map[string]model // nil when the algorithm has no model
-	labels map[string]string
-	step   string // where in a sequence the subtest is, for messages
-	ctx    context.Context
+	// version counts the rate changes made; versions and pending are
+	// for Suite.RateChangeOnNextDecision: the version each model is at,
+	// and the latest change, applied to a model when its key is next
+	// decided for.
+	version  int
+	versions map[string]int
+	pending  rateChange
+	labels   map[string]string
+	step     string // where in a sequence the subtest is, for messages
+	ctx      context.Context
 }
 
 func (s *Suite) newEnv(t tester, ks *keySpace, cfg setup) *env {
@@ -270,8 +306,8 @@ func (s *Suite) newEnv(t tester, ks *keySpace, cfg setup) *env {
 		labels: map[string]string{},
 		ctx:    context.Background(),
 	}
-	if s.Algorithm.exact() {
-		e.models = map[string]model{}
+	if s.Algorithm.exact() && !s.Lossy {
+		e.models, e.versions = map[string]model{}, map[string]int{}
 	}
 	lim, err := s.New(Config{Rate: cfg.rate, Burst: cfg.burst, Clock: e.clock})
 	if err != nil {
@@ -309,15 +345,34 @@ func (e *env) model(key string) model {
 		return nil
 	}
 	m := e.models[key]
-	if m == nil {
-		if e.suite.Algorithm == TokenBucket {
-			m = newTokenBucketModel(e.cfg.rate, e.cfg.burst)
-		} else {
-			m = newSlidingLogModel(e.cfg.rate)
-		}
-		e.models[key] = m
+	switch {
+	case m == nil:
+		m = e.newModel()
+		e.models[key], e.versions[key] = m, e.version
+	case e.versions[key] < e.version:
+		m.change(e.pending.at, e.pending.to, e.pending.how)
+		e.versions[key] = e.version
 	}
 	return m
+}
+
+// exact reports whether the env compares with a model.
+func (e *env) exact() bool { return e.models != nil }
+
+func (e *env) newModel() model { return modelFor(e.suite.Algorithm, e.cfg, e.suite.Resolution) }
+
+// modelFor returns a fresh model of alg for c; res is the resolution of
+// the store's time (see Suite.Resolution).
+func modelFor(alg Algorithm, c setup, res time.Duration) model {
+	switch alg {
+	case TokenBucket:
+		return newTokenBucketModel(c.rate, c.burst, res)
+	case IntervalTokenBucket:
+		return newIntervalBucketModel(c.rate, c.burst)
+	case SlidingCounter:
+		return newSlidingCounterModel(c.rate)
+	}
+	return newSlidingLogModel(c.rate)
 }
 
 // allow asks the limiter for n units of key, checks the answer against

@@ -119,16 +119,36 @@ type modelLimiter struct {
 	before  func(m model, now time.Duration, n int) int                                // may act first; returns the cost to decide
 	after   func(m model, now time.Duration, n int, d *floodgate.Decision, err *error) // edits the result
 	noReset bool
+	change  func(m model, now time.Duration, to setup, how floodgate.Inherit) // replaces the conversion
+	alg     Algorithm
 }
 
 func newModelLimiter(alg Algorithm, c Config) *modelLimiter {
 	l := &modelLimiter{clock: c.Clock, start: c.Clock.Now(), models: map[string]model{}}
-	if alg == TokenBucket {
-		l.newModel = func() model { return newTokenBucketModel(c.Rate, c.Burst) }
-	} else {
-		l.newModel = func() model { return newSlidingLogModel(c.Rate) }
-	}
+	l.newModel = func() model { return modelFor(alg, setup{rate: c.Rate, burst: c.Burst}, 0) }
+	l.alg = alg
 	return l
+}
+
+// SetRate converts every model at once, as the in-memory limiters do.
+func (l *modelLimiter) SetRate(_ context.Context, c floodgate.RateChange) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	to := setup{rate: c.Rate, burst: c.Burst}
+	if l.alg.bucket() && to.burst == 0 {
+		to.burst = c.Rate.Limit
+	}
+	now := l.clock.Now().Sub(l.start)
+	for _, m := range l.models {
+		if l.change != nil {
+			l.change(m, now, to, c.Inherit)
+		} else {
+			m.change(now, to, c.Inherit)
+		}
+	}
+	alg := l.alg
+	l.newModel = func() model { return modelFor(alg, to, 0) }
+	return nil
 }
 
 func (l *modelLimiter) AllowN(_ context.Context, key string, n int) (floodgate.Decision, error) {
@@ -171,7 +191,7 @@ func modelSuite(alg, model Algorithm, bursts bool, bug func(l *modelLimiter, c C
 		Algorithm: alg,
 		Bursts:    bursts,
 		New: func(c Config) (Limiter, error) {
-			if model == TokenBucket && c.Burst == 0 {
+			if model.bucket() && c.Burst == 0 {
 				c.Burst = c.Rate.Limit
 			}
 			l := newModelLimiter(model, c)
@@ -192,8 +212,8 @@ func TestSuitePassesTheModels(t *testing.T) {
 		{"token bucket", TokenBucket, TokenBucket, false},
 		{"token bucket with bursts", TokenBucket, TokenBucket, true},
 		{"sliding log", SlidingLog, SlidingLog, false},
-		// An exact log meets every promise a sliding counter makes.
-		{"sliding log as a counter", SlidingCounter, SlidingLog, false},
+		{"sliding counter", SlidingCounter, SlidingCounter, false},
+		{"interval token bucket", IntervalTokenBucket, IntervalTokenBucket, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,11 +241,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 		} else {
 			bigger.Rate.Limit++
 		}
-		alg := SlidingLog
-		if c.Burst > 0 {
-			alg = TokenBucket
-		}
-		l.newModel = newModelLimiter(alg, bigger).newModel
+		l.newModel = newModelLimiter(l.alg, bigger).newModel
 		l.after = func(_ model, _ time.Duration, _ int, d *floodgate.Decision, _ *error) {
 			d.Limit--
 			d.Remaining = max(0, d.Remaining-1)
@@ -255,7 +271,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			bug: oneTooMany, wantFailed: []string{"Timeline", "RandomTraffic", "Reset", "IndependentKeys", "Concurrent"},
 		},
 		{
-			name: "counter allowing one event too many (no model)", alg: SlidingCounter, model: SlidingLog,
+			name: "counter allowing one event too many", alg: SlidingCounter, model: SlidingCounter,
 			bug: oneTooMany, wantFailed: []string{"Reset", "IndependentKeys", "Concurrent", "ZeroCost"},
 		},
 		{
@@ -280,7 +296,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"Timeline", "RetryAfter"},
 		},
 		{
-			name: "RetryAfter 1ms short (no model)", alg: SlidingCounter, model: SlidingLog,
+			name: "RetryAfter 1ms short", alg: SlidingCounter, model: SlidingCounter,
 			bug: editDecision(func(d *floodgate.Decision, _ int) {
 				if d.RetryAfter > ms {
 					d.RetryAfter -= ms
@@ -298,7 +314,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"Timeline", "RetryAfter"},
 		},
 		{
-			name: "RetryAfter 1ms long (no model)", alg: SlidingCounter, model: TokenBucket,
+			name: "RetryAfter 1ms long", alg: SlidingCounter, model: SlidingCounter,
 			bug: editDecision(func(d *floodgate.Decision, _ int) {
 				if d.RetryAfter > 0 {
 					d.RetryAfter += ms
@@ -325,7 +341,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"Timeline", "ResetAfter"},
 		},
 		{
-			name: "Remaining negative after a denial (no model)", alg: SlidingCounter, model: SlidingLog,
+			name: "Remaining negative after a denial", alg: SlidingCounter, model: SlidingCounter,
 			bug: editDecision(func(d *floodgate.Decision, n int) {
 				if !d.Allowed {
 					d.Remaining -= n
@@ -334,7 +350,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"RetryAfter", "Reset", "IndependentKeys"},
 		},
 		{
-			name: "Remaining above the limit on a fresh key (no model)", alg: SlidingCounter, model: SlidingLog,
+			name: "Remaining above the limit on a fresh key", alg: SlidingCounter, model: SlidingCounter,
 			bug: editDecision(func(d *floodgate.Decision, _ int) {
 				if d.Remaining == d.Limit {
 					d.Remaining++
@@ -366,7 +382,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"CostExceedsLimit"},
 		},
 		{
-			name: "impossible cost reported as an ordinary denial (no model)", alg: SlidingCounter, model: SlidingLog,
+			name: "impossible cost reported as an ordinary denial", alg: SlidingCounter, model: SlidingCounter,
 			bug: func(l *modelLimiter, c Config) {
 				l.after = func(_ model, _ time.Duration, _ int, d *floodgate.Decision, err *error) {
 					if errors.Is(*err, floodgate.ErrCostExceedsLimit) {
@@ -395,7 +411,7 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 			wantFailed: []string{"IndependentKeys"},
 		},
 		{
-			name: "keys cut at a NUL (no model)", alg: SlidingCounter, model: SlidingLog,
+			name: "keys cut at a NUL", alg: SlidingCounter, model: SlidingCounter,
 			bug: func(l *modelLimiter, _ Config) {
 				l.key = func(k string) string { k, _, _ = strings.Cut(k, "\x00"); return k }
 			},
@@ -423,6 +439,40 @@ func TestSuiteCatchesBrokenLimiters(t *testing.T) {
 				}
 			},
 			wantFailed: []string{"Timeline", "RandomTraffic"},
+		},
+		{
+			name: "a change of rate that forgets every key", alg: TokenBucket, model: TokenBucket,
+			bug: func(l *modelLimiter, _ Config) {
+				l.change = func(m model, now time.Duration, to setup, _ floodgate.Inherit) {
+					m.change(now, to, floodgate.StartFresh)
+				}
+			},
+			wantFailed: []string{"RateChange"},
+		},
+		{
+			name: "a change of rate that leaves tracked keys under the old one", alg: SlidingLog, model: SlidingLog,
+			bug: func(l *modelLimiter, _ Config) {
+				l.change = func(model, time.Duration, setup, floodgate.Inherit) {}
+			},
+			wantFailed: []string{"RateChange"},
+		},
+		{
+			name: "a change of rate that scales what was used", alg: SlidingCounter, model: SlidingCounter,
+			bug: func(l *modelLimiter, _ Config) {
+				l.change = func(m model, now time.Duration, to setup, _ floodgate.Inherit) {
+					m.change(now, to, floodgate.ScaleUsed)
+				}
+			},
+			wantFailed: []string{"RateChange"},
+		},
+		{
+			name: "a change of rate that keeps what was used", alg: IntervalTokenBucket, model: IntervalTokenBucket,
+			bug: func(l *modelLimiter, _ Config) {
+				l.change = func(m model, now time.Duration, to setup, _ floodgate.Inherit) {
+					m.change(now, to, floodgate.KeepUsed)
+				}
+			},
+			wantFailed: []string{"RateChange"},
 		},
 		{
 			// Events counted for Period+1ms, durations reported as if not.

@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,9 @@ func TestConformance(t *testing.T) {
 		{floodgatetest.TokenBucket, true, func(s redisstore.Scripter, c floodgatetest.Config, opts ...redisstore.Option) (floodgatetest.Limiter, error) {
 			return redisstore.NewTokenBucket(s, c.Rate, append(opts, redisstore.WithBurst(c.Burst))...)
 		}},
+		{floodgatetest.IntervalTokenBucket, true, func(s redisstore.Scripter, c floodgatetest.Config, opts ...redisstore.Option) (floodgatetest.Limiter, error) {
+			return redisstore.NewTokenBucket(s, c.Rate, append(opts, redisstore.WithBurst(c.Burst), redisstore.WithIntervalRefill())...)
+		}},
 		{floodgatetest.SlidingLog, false, func(s redisstore.Scripter, c floodgatetest.Config, opts ...redisstore.Option) (floodgatetest.Limiter, error) {
 			return redisstore.NewSlidingLog(s, c.Rate, opts...)
 		}},
@@ -30,16 +35,21 @@ func TestConformance(t *testing.T) {
 			return redisstore.NewSlidingCounter(s, c.Rate, opts...)
 		}},
 	}
+	var seq atomic.Int64
 	for _, c := range clients(t, addr) {
 		for _, s := range suites {
 			t.Run(c.name+"/"+s.alg.String(), func(t *testing.T) {
 				p := prefix(t)
 				floodgatetest.Run(t, floodgatetest.Suite{
-					Algorithm:  s.alg,
-					Bursts:     s.bursts,
-					Resolution: time.Microsecond,
+					Algorithm:                s.alg,
+					Bursts:                   s.bursts,
+					Resolution:               time.Microsecond,
+					RateChangeOnNextDecision: true,
 					New: func(cfg floodgatetest.Config) (floodgatetest.Limiter, error) {
-						return s.new(c.s, cfg, redisstore.WithClock(cfg.Clock.Now), patient, redisstore.WithPrefix(p))
+						// Each limiter its own prefix: a change of rate is
+						// kept in Redis for every limiter of a prefix.
+						return s.new(c.s, cfg, redisstore.WithClock(cfg.Clock.Now), patient,
+							redisstore.WithPrefix(fmt.Sprintf("%s:%d", p, seq.Add(1))), redisstore.WithRateRefresh(time.Millisecond))
 					},
 				})
 			})

@@ -127,3 +127,14 @@ func (c *denyCache) remove(key string) {
 	sh.lru.Remove(key)
 	sh.mu.Unlock()
 }
+
+// clear forgets every key: the denials were made under a rate that has
+// changed.
+func (c *denyCache) clear() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.lru.Purge()
+		sh.mu.Unlock()
+	}
+}

@@ -172,6 +172,19 @@
 // WithCountDenied cannot be combined with it: denials answered in process
 // would not be recorded.
 //
+// # Changing a rate
+//
+// Every limiter takes a new rate while serving (SetRate, as in memory;
+// see floodgate.Inherit for what each key keeps). The rate is kept in
+// Redis, in one record per limiter (p:rate:tb, p:rate:tbi, p:rate:log,
+// p:rate:sc), which every instance reads again once a refresh interval
+// (WithRateRefresh); SetRate writes the record and waits that interval,
+// so every instance decides under the new rate once it returns. Each
+// state carries the version and rate it was written under, and is
+// converted at its first decision after a change, as of the change's
+// time; a state newer than an instance knows makes it read the record at
+// once. See ratechange.go and the README for the details.
+//
 // # Leased quota
 //
 // WithLease turns on an opt-in mode of the token bucket and the sliding

@@ -144,9 +144,10 @@ func newInFlight(c Scripter, limit int, serviceWide bool, opts []Option) (*InFli
 	l := &InFlight{max: limit, serviceWide: serviceWide, holder: hex.EncodeToString(id[:]), slotLease: cfg.slotLease,
 		leaseArg: strconv.FormatInt(int64(cfg.slotLease/time.Microsecond), 10), maxArg: strconv.Itoa(limit),
 		held: make(map[string]*leased)}
-	if err := l.init(c, limit, cfg); err != nil {
+	if err := l.init(c, cfg); err != nil {
 		return nil, err
 	}
+	l.fixedLimit = limit
 	return l, nil
 }
 

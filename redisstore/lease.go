@@ -150,6 +150,9 @@ type leaseAlgo interface {
 	// refundLeased gives n units back to Redis, never below what leases
 	// may still grant.
 	refundLeased(ctx context.Context, key string, n int, now string) error
+	// rate returns what leases depend on of the rate decided under, given
+	// Lease.MaxShare.
+	rate(maxShare int) leaseRate
 }
 
 // leaseTimes is how an algorithm's leased units age: unit i of a lease
@@ -160,14 +163,19 @@ type leaseTimes struct {
 	stepNum, stepDen uint64
 }
 
-// initLease sets up the lease mode from c, if c asks for it; capacity is
-// the largest cost the limiter allows.
-func (l *base) initLease(c config, algo leaseAlgo, capacity int, times leaseTimes) {
+// leaseRate is what leases depend on of a rate: how their units age, and
+// the largest lease, Lease.MaxShare of the capacity.
+type leaseRate struct {
+	times    leaseTimes
+	maxUnits int
+}
+
+// initLease sets up the lease mode from c, if c asks for it.
+func (l *base) initLease(c config, algo leaseAlgo) {
 	if c.lease == nil {
 		return
 	}
-	l.lease = newLeaseTable(*c.lease, algo, times)
-	l.lease.maxUnits = max(1, capacity/c.lease.MaxShare)
+	l.lease = newLeaseTable(*c.lease, algo, algo.rate(c.lease.MaxShare))
 	// With the server's clock, local and Redis time may drift apart: a
 	// lease's times are shortened by 1/1024 (about 1000 ppm, twice the
 	// most NTP ever slews a clock). A client clock is the one clock.

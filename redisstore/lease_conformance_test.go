@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,9 +12,12 @@ import (
 )
 
 // TestLeaseConformance runs the floodgatetest suite, unchanged, against
-// the leased sliding counter on both clients: one instance that leases
-// decides as the plain counter does, Remaining, RetryAfter and ResetAfter
-// included. MaxShare 1 lets a lease take a key's whole capacity, so that
+// the leased sliding counter on both clients, held to the rules every
+// decision obeys (Lossy: a unit leased and not used, when the clock jumps
+// past its window, is lost as if it had been used, so the model's
+// decisions are not the leased counter's). A change of rate drops the
+// leases held, whose units count as used, so the suite runs without
+// SetRate, and TestLeaseRateChange checks what holds. MaxShare 1 lets a lease take a key's whole capacity, so that
 // the suite's small limits lease too; its frozen clock makes keys hot.
 //
 // The leased token bucket passes every check of the suite but
@@ -32,6 +37,7 @@ func TestLeaseConformance(t *testing.T) {
 			return redisstore.NewSlidingCounter(s, c.Rate, opts...)
 		}},
 	}
+	var seq atomic.Int64
 	for _, share := range []int{1, 0} {
 		for _, c := range leaseClients(t, addr) {
 			for _, s := range suites {
@@ -45,9 +51,13 @@ func TestLeaseConformance(t *testing.T) {
 						Algorithm:  s.alg,
 						Bursts:     s.bursts,
 						Resolution: time.Microsecond,
+						Lossy:      true,
 						New: func(cfg floodgatetest.Config) (floodgatetest.Limiter, error) {
-							return s.new(c.s, cfg, redisstore.WithClock(cfg.Clock.Now), patient,
-								redisstore.WithPrefix(p), redisstore.WithLease(redisstore.Lease{MaxShare: share}))
+							l, err := s.new(c.s, cfg, redisstore.WithClock(cfg.Clock.Now), patient,
+								redisstore.WithPrefix(fmt.Sprintf("%s:%d", p, seq.Add(1))), redisstore.WithLease(redisstore.Lease{MaxShare: share}))
+							// Without SetRate: a change drops the leases, whose
+							// units count as used (TestLeaseRateChange).
+							return struct{ floodgatetest.Limiter }{l}, err
 						},
 					})
 				})

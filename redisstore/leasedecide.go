@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -22,6 +23,7 @@ type leaseCall struct {
 	// retUnits in all, retLive of them still within their time.
 	retUnits, retLive int
 	retQ, retR        int64
+	retAlg            any  // the rate the tail was leased under: given back only under it
 	ran               bool // the script answered: the decision is Redis's
 	failed            bool // the round trip failed
 	got               int  // units taken in all, n of them for this decision
@@ -35,15 +37,16 @@ type leaseCall struct {
 // of its own that leases.
 func (l *base) allowLeased(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	if err := l.checkKey(key); err != nil {
-		return floodgate.Decision{Limit: l.limit}, err
+		return floodgate.Decision{Limit: l.limit()}, err
 	}
 	if n == 0 {
 		return l.reportLeased(ctx, key)
 	}
+	l.refreshLeased(ctx)
 	for first := true; ; first = false {
 		now, _, err := l.clock()
 		if err != nil {
-			return floodgate.Decision{Limit: l.limit}, err
+			return floodgate.Decision{Limit: l.limit()}, err
 		}
 		s := l.lease.step(key, n, now, first)
 		switch s.kind {
@@ -83,7 +86,7 @@ func (l *base) awaitLease(ctx context.Context, key string, n int, f *leaseFlight
 	}
 	now, _, err := l.clock()
 	if err != nil {
-		return floodgate.Decision{Limit: l.limit}, true, err
+		return floodgate.Decision{Limit: l.limit()}, true, err
 	}
 	if d, ok := f.reuse(n, now); ok {
 		return d, true, nil
@@ -127,7 +130,7 @@ func (l *base) fetchLease(ctx context.Context, key string, e *leaseEntry, f *lea
 func (l *base) reportLeased(ctx context.Context, key string) (floodgate.Decision, error) {
 	now, _, err := l.clock()
 	if err != nil {
-		return floodgate.Decision{Limit: l.limit}, err
+		return floodgate.Decision{Limit: l.limit()}, err
 	}
 	if d, ok := l.lease.report(key, now); ok {
 		return d, nil
@@ -175,4 +178,24 @@ func (l *base) leaseStats() LeaseStats {
 		return LeaseStats{}
 	}
 	return l.lease.stats()
+}
+
+// refreshLeased reads the rate record once a refresh interval (see
+// WithRateRefresh), for the decisions a lease answers without a round
+// trip: a change of rate drops the leases taken under the old one. A
+// failed read is not retried before the next interval: the lease
+// decisions do not wait on a Redis that does not answer.
+func (l *base) refreshLeased(ctx context.Context) {
+	now := int64(time.Since(l.epoch))
+	if now-l.rates.checked.Load() < int64(l.rates.refresh) {
+		return
+	}
+	cctx, cancel := l.bound(ctx)
+	if err := l.readRate(cctx, false); err != nil {
+		l.counts.countError(err)
+		l.rates.checked.Store(now)
+	}
+	if cancel != nil {
+		cancel()
+	}
 }

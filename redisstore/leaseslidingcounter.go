@@ -17,8 +17,8 @@ var (
 	//go:embed scripts/lease_slidingcounter_refund.lua
 	leaseSlidingCounterRefundSrc string
 
-	leaseSlidingCounterScript       = newScript(prelude + leasePreludeCounter + leaseSlidingCounterSrc)
-	leaseSlidingCounterRefundScript = newScript(prelude + leasePreludeCounter + leaseSlidingCounterRefundSrc)
+	leaseSlidingCounterScript       = newScript(prelude + preludeRate + leasePreludeCounter + leaseSlidingCounterSrc)
+	leaseSlidingCounterRefundScript = newScript(prelude + preludeRate + leasePreludeCounter + leaseSlidingCounterRefundSrc)
 )
 
 // scLease is the sliding counter's part of the lease mode.
@@ -28,8 +28,13 @@ type scLease struct{ sc *SlidingCounter }
 // until the end of the window it was counted in.
 func (sc *SlidingCounter) setupLease(c config) {
 	if c.lease != nil {
-		sc.initLease(c, scLease{sc}, sc.rate.Limit, leaseTimes{stepDen: 1})
+		sc.initLease(c, scLease{sc})
 	}
+}
+
+// rate returns what leases depend on of the counter's current rate.
+func (a scLease) rate(maxShare int) leaseRate {
+	return leaseRate{times: leaseTimes{stepDen: 1}, maxUnits: max(1, a.sc.params().rate.Limit/maxShare)}
 }
 
 // LeaseStats reports what leased quota did (WithLease); all zero without
@@ -49,80 +54,98 @@ func (a scLease) plan(e *leaseEntry, c *leaseCall, rate float64) {
 	if e.first <= 0 {
 		return
 	}
+	period := a.sc.params().period
 	end := e.anchor + e.first
 	if c.anchor >= end {
-		end += ((c.anchor-end)/a.sc.period + 1) * a.sc.period
+		end += ((c.anchor-end)/period + 1) * period
 	}
 	c.want = max(c.n, min(c.want, c.n+ceilWant(rate*float64(end-c.anchor)-float64(c.before), c.want)))
 }
 
 func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now string) (floodgate.Decision, error) {
 	sc := a.sc
-	args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL, "", "0"}
-	if c.retUnits > 0 {
-		args[7], args[8] = strconv.FormatInt(c.retQ, 10), strconv.Itoa(c.retUnits)
-	}
-	r, unrepl, err := sc.reply(ctx, leaseSlidingCounterScript, sc.leaseKeys(key), args, 6)
-	limit := int64(sc.rate.Limit)
-	if err == nil && (r[1] < 0 || r[2] < 0 || r[1] > limit || r[2] > limit || r[3] < 0 || r[3] >= maxMicros ||
-		r[4] < 0 || r[4] > int64(c.want) || (r[0] == 1 && r[4] < int64(c.n)) || r[5] < 0) {
-		err = errBadReply(r)
-	}
-	if err != nil {
-		return floodgate.Decision{Limit: sc.rate.Limit}, err
-	}
-	c.returned = int(r[5])
-	if r[0] != 1 {
+	for range maxRateTries {
+		v := sc.rates.view.Load()
+		p := v.alg.(*scParams)
+		args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, "", "0", v.ver, v.suffix}
+		if c.retUnits > 0 && c.retAlg == p {
+			args[7], args[8] = strconv.FormatInt(c.retQ, 10), strconv.Itoa(c.retUnits)
+		}
+		r, unrepl, err := sc.reply(ctx, leaseSlidingCounterScript, sc.leaseKeys(key), args, -1)
+		if err == nil {
+			if again, err := sc.rateMet(ctx, key, now, r, sc.eval); again || err != nil {
+				if err != nil {
+					return floodgate.Decision{Limit: p.rate.Limit}, err
+				}
+				continue
+			}
+			err = expectInts(r, 6)
+		}
+		limit := int64(maxLimit)
+		if err == nil && (r[1] < 0 || r[2] < 0 || r[1] > limit || r[2] > limit || r[3] < 0 || r[3] >= maxMicros ||
+			r[4] < 0 || r[4] > int64(c.want) || (r[0] == 1 && r[4] < int64(c.n)) || r[5] < 0) {
+			err = errBadReply(r)
+		}
+		if err != nil {
+			return floodgate.Decision{Limit: p.rate.Limit}, err
+		}
+		c.returned = int(r[5])
+		if r[0] != 1 {
+			c.ran = true
+			return p.decision(false, r[1], r[2], r[3], 0, c.n), nil // a denial whatever the replication
+		}
+		if unrepl != nil {
+			// A failover could lose the count: the lease is not used, and
+			// the decision fails as a plain one would.
+			return floodgate.Decision{Limit: p.rate.Limit}, unrepl
+		}
 		c.ran = true
-		return a.decision(false, r[1], r[2], r[3], 0, c.n), nil // a denial whatever the replication
+		c.got = int(r[4])
+		periodUs := p.period / 1000
+		w := r[3] / periodUs
+		c.next = leaseState{units: c.got, anchor: c.anchor, first: ((w+1)*periodUs - r[3]) * 1000,
+			snap: [3]int64{r[1], r[2], r[3]}, endQ: w, times: leaseTimes{stepDen: 1}, alg: p}
+		return a.granted(c.next, c.got-c.n, c.anchor), nil
 	}
-	if unrepl != nil {
-		// A failover could lose the count: the lease is not used, and
-		// the decision fails as a plain one would.
-		return floodgate.Decision{Limit: sc.rate.Limit}, unrepl
-	}
-	c.ran = true
-	c.got = int(r[4])
-	periodUs := sc.period / 1000
-	w := r[3] / periodUs
-	c.next = leaseState{units: c.got, anchor: c.anchor, first: ((w+1)*periodUs - r[3]) * 1000,
-		snap: [3]int64{r[1], r[2], r[3]}, endQ: w}
-	return a.granted(c.next, c.got-c.n, c.anchor), nil
+	return floodgate.Decision{Limit: sc.limit()}, errRateChurn
 }
 
 // granted derives the Decision at local time now from the counts after
 // the lease, as the plain script's reply would give it had the lease
-// counted only the units allowed so far.
+// counted only the units allowed so far, under the rate the lease was
+// taken under.
 func (a scLease) granted(e leaseState, left int, now int64) floodgate.Decision {
-	return a.decision(true, e.snap[0], max(e.snap[1]-int64(left), 0), e.snap[2], max(now-e.anchor, 0), 0)
+	return e.alg.(*scParams).decision(true, e.snap[0], max(e.snap[1]-int64(left), 0), e.snap[2], max(now-e.anchor, 0), 0)
 }
 
 // decision derives a Decision from the counts prev and cur at nowUs (µs
 // since the windows' origin) plus age ns, never past the window's end, as
 // SlidingCounter.eval does.
-func (a scLease) decision(allowed bool, prev, cur, nowUs, age int64, n int) floodgate.Decision {
-	sc := a.sc
+func (p *scParams) decision(allowed bool, prev, cur, nowUs, age int64, n int) floodgate.Decision {
 	now64 := nowUs * 1000
-	start := now64 / sc.period * sc.period
-	now64 = min(now64+age, start+sc.period)
-	limit := sc.rate.Limit
+	start := now64 / p.period * p.period
+	now64 = min(now64+age, start+p.period)
+	limit := p.rate.Limit
 	d := floodgate.Decision{Allowed: allowed, Limit: limit}
-	d.Remaining = max(limit-int(cur)-int(sc.est.Share(uint32(prev), sc.period-(now64-start))), 0)
+	d.Remaining = max(limit-int(cur)-int(p.est.Share(uint32(prev), p.period-(now64-start))), 0)
 	switch {
 	case cur > 0:
-		d.ResetAfter = ceilMicros(start + 2*sc.period - now64)
+		d.ResetAfter = ceilMicros(start + 2*p.period - now64)
 	case prev > 0:
-		d.ResetAfter = ceilMicros(start + sc.period - now64)
+		d.ResetAfter = ceilMicros(start + p.period - now64)
 	}
 	if !allowed {
-		d.RetryAfter = ceilMicros(sc.est.RetryAt(start, uint32(prev), uint32(cur), uint32(n)) - now64)
+		d.RetryAfter = ceilMicros(p.est.RetryAt(start, uint32(prev), uint32(cur), uint32(n)) - now64)
 	}
 	return d
 }
 
+// refundLeased gives n events back to Redis, never the units leased in
+// the current window.
 func (a scLease) refundLeased(ctx context.Context, key string, n int, now string) error {
 	sc := a.sc
-	_, err := leaseSlidingCounterRefundScript.run(ctx, sc.client, sc.leaseKeys(key),
-		[]string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL})
-	return err
+	return sc.refundRated(ctx, sc.leaseKeys(key), now, func(v *rateView) (*script, []string) {
+		p := v.alg.(*scParams)
+		return leaseSlidingCounterRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, v.ver, v.suffix}
+	}, sc.eval, key)
 }

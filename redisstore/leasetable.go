@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -19,14 +20,15 @@ import (
 // stay charged in Redis and are never allowed, so memory pressure costs
 // quota and never adds to it.
 type leaseTable struct {
-	cfg      Lease
-	algo     leaseAlgo
-	times    leaseTimes
-	maxUnits int  // the largest lease, Lease.MaxShare of the capacity
-	margin   bool // shorten lease times against clock drift (server clock)
-	seed     maphash.Seed
-	shards   []leaseShard
-	mask     uint64
+	cfg  Lease
+	algo leaseAlgo
+	// rate is what leases depend on of the rate decided under; each lease
+	// keeps the times it was taken with (see reconfigure).
+	rate   atomic.Pointer[leaseRate]
+	margin bool // shorten lease times against clock drift (server clock)
+	seed   maphash.Seed
+	shards []leaseShard
+	mask   uint64
 }
 
 type leaseShard struct {
@@ -54,6 +56,8 @@ type leaseState struct {
 	// end identifies the lease to Redis when its tail is given back (token
 	// bucket: the bucket's arrival time after it; counter: its window).
 	endQ, endR int64
+	times      leaseTimes // how the lease's units age, under its rate
+	alg        any        // the rate the lease was taken under (*tbParams, *scParams)
 }
 
 // leaseEntry is one key's state in the table: the lease units are allowed
@@ -97,13 +101,14 @@ type leaseFlight struct {
 
 const leaseShards = 32
 
-func newLeaseTable(cfg Lease, algo leaseAlgo, times leaseTimes) *leaseTable {
+func newLeaseTable(cfg Lease, algo leaseAlgo, rate leaseRate) *leaseTable {
 	n := leaseShards
 	for n > 1 && n > cfg.MaxKeys {
 		n /= 2
 	}
-	t := &leaseTable{cfg: cfg, algo: algo, times: times, seed: maphash.MakeSeed(),
+	t := &leaseTable{cfg: cfg, algo: algo, seed: maphash.MakeSeed(),
 		shards: make([]leaseShard, n), mask: uint64(n - 1)}
+	t.rate.Store(&rate)
 	per, extra := cfg.MaxKeys/n, cfg.MaxKeys%n
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -139,10 +144,10 @@ func (sh *leaseShard) entry(key string, now int64) *leaseEntry {
 // allowed.
 func (t *leaseTable) deadline(e *leaseState, i int) int64 {
 	off := e.first
-	if t.times.stepNum != 0 && i > 0 {
+	if e.times.stepNum != 0 && i > 0 {
 		// i <= burst, so i·step <= tau < 2^60 ns: the quotient fits.
-		hi, lo := bits.Mul64(uint64(i), t.times.stepNum)
-		q, _ := bits.Div64(hi, lo, t.times.stepDen)
+		hi, lo := bits.Mul64(uint64(i), e.times.stepNum)
+		q, _ := bits.Div64(hi, lo, e.times.stepDen)
 		off += int64(q)
 	}
 	if t.margin && off > 0 {
@@ -267,7 +272,7 @@ func (t *leaseTable) plan(e *leaseEntry, n int, now int64, before int) leaseCall
 	if e.size > 0 {
 		rate := float64(e.demand) / float64(max(now-e.since, 1))
 		grow := 2 * max(int64(e.size), e.demand)
-		c.want = max(n, ceilWant(rate*t.horizonNs(), int(min(grow, int64(t.maxUnits)))))
+		c.want = max(n, ceilWant(rate*t.horizonNs(), int(min(grow, int64(t.rate.Load().maxUnits)))))
 		if c.want > n {
 			t.algo.plan(e, &c, rate)
 		}
@@ -306,7 +311,7 @@ func (t *leaseTable) retire(key string, e *leaseEntry, c *leaseCall) {
 	sh.mu.Lock()
 	if m := e.units - e.next; m > 0 {
 		c.retUnits, c.retLive = m, e.units-t.live(e, c.anchor)
-		c.retQ, c.retR = e.endQ, e.endR
+		c.retQ, c.retR, c.retAlg = e.endQ, e.endR, e.alg
 		e.units = e.next
 	}
 	sh.mu.Unlock()
@@ -432,6 +437,21 @@ func (t *leaseTable) giveBack(key string, n int, now int64) bool {
 	e.given -= n
 	sh.counts.refunds += uint64(n)
 	return true
+}
+
+// reconfigure makes r the rate new leases are taken under, and drops
+// every lease taken under the one before (their units stay charged in
+// Redis, as used, and are never allowed: stranded), so that no unit
+// leased under an old rate is allowed once this instance decides under a
+// new one.
+func (t *leaseTable) reconfigure(r leaseRate) {
+	t.rate.Store(&r)
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		sh.lru.Purge()
+		sh.mu.Unlock()
+	}
 }
 
 // forget drops key's entry (Reset): its unused units are stranded.

@@ -27,6 +27,8 @@ func (fakeAlgo) plan(*leaseEntry, *leaseCall, float64) {}
 
 func (fakeAlgo) refundLeased(context.Context, string, int, string) error { return nil }
 
+func (fakeAlgo) rate(int) leaseRate { return leaseRate{} }
+
 // TestLeaseTableHeldBound drives one key of the lease table through
 // random requests, round trips of random delay that grant random shares
 // of what they ask, early refreshes and refunds: after every step the key
@@ -36,8 +38,8 @@ func TestLeaseTableHeldBound(t *testing.T) {
 	const maxUnits = 100
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 9))
-		tab := newLeaseTable(Lease{MaxKeys: 4, Horizon: DefaultLeaseHorizon, MaxShare: 1}, fakeAlgo{}, leaseTimes{stepNum: 1000, stepDen: 1})
-		tab.maxUnits = maxUnits
+		times := leaseTimes{stepNum: 1000, stepDen: 1}
+		tab := newLeaseTable(Lease{MaxKeys: 4, Horizon: DefaultLeaseHorizon, MaxShare: 1}, fakeAlgo{}, leaseRate{times: times, maxUnits: maxUnits})
 		now := int64(1)
 		for step := 0; step < 5000; step++ {
 			now += int64(rng.IntN(3000))
@@ -57,7 +59,7 @@ func TestLeaseTableHeldBound(t *testing.T) {
 					c.ran = false
 				}
 				// Slots start when the lease is taken, one every µs.
-				c.next = leaseState{units: c.got, anchor: c.anchor, first: 0}
+				c.next = leaseState{units: c.got, anchor: c.anchor, first: 0, times: times}
 				end := now + int64(rng.IntN(5000))
 				tab.finish("k", s.e, s.flight, &c, floodgate.Decision{Allowed: c.got >= c.n && c.got > 0}, end)
 			}

@@ -57,7 +57,6 @@ var (
 type base struct {
 	client    Scripter
 	prefix    string
-	limit     int // Decision.Limit
 	timeout   time.Duration
 	maxKeyLen int
 
@@ -75,6 +74,10 @@ type base struct {
 	breaker  breaker
 	deny     *denyCache
 	counts   counters // behind Stats
+	rates    rates    // the rate decided under, and its record in Redis
+	// fixedLimit is Decision.Limit of a limiter without a rate (an
+	// in-flight limit), whose rates are not set up.
+	fixedLimit int
 	// lease holds the leases (WithLease, lease.go); nil in the plain mode.
 	lease *leaseTable
 }
@@ -84,7 +87,7 @@ type base struct {
 type configured interface{ Err() error }
 
 // init sets up l in place (it holds atomics, which must not be copied).
-func (l *base) init(client Scripter, limit int, c config) error {
+func (l *base) init(client Scripter, c config) error {
 	if client == nil {
 		return fmt.Errorf("%w: nil Scripter", floodgate.ErrInvalidOption)
 	}
@@ -97,7 +100,6 @@ func (l *base) init(client Scripter, limit int, c config) error {
 	}
 	l.client = client
 	l.prefix = c.prefix
-	l.limit = limit
 	l.timeout = c.timeout
 	l.maxKeyLen = c.maxKeyLen
 	l.now = c.now
@@ -153,21 +155,30 @@ type evalFunc func(ctx context.Context, key string, n int, now string) (floodgat
 // token bucket's burst, a window's Rate.Limit. It makes every Redis
 // limiter a floodgate.Capacitor, so the middleware refuses at construction
 // a WithCost no request could pay.
-func (l *base) Capacity() int { return l.limit }
+func (l *base) Capacity() int { return l.limit() }
+
+// limit returns Decision.Limit under the current rate: the burst of a
+// token bucket, a window's Limit.
+func (l *base) limit() int {
+	if v := l.rates.view.Load(); v != nil {
+		return int(v.rec.rate.burst)
+	}
+	return l.fixedLimit
+}
 
 // decide is the decision path shared by every limiter: the deny cache,
 // then Redis under the per-decision timeout, then on failure the fallback
 // if there is one.
 func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (floodgate.Decision, error) {
 	if err := l.checkKey(key); err != nil {
-		return floodgate.Decision{Limit: l.limit}, err
+		return floodgate.Decision{Limit: l.limit()}, err
 	}
 	local, arg, err := l.clock()
 	if err != nil {
-		return floodgate.Decision{Limit: l.limit}, err
+		return floodgate.Decision{Limit: l.limit()}, err
 	}
 	if l.deny != nil && n > 0 {
-		if d, ok := l.deny.lookup(key, n, local, l.limit); ok {
+		if d, ok := l.deny.lookup(key, n, local, l.limit()); ok {
 			l.counts.denyCacheHits.Add(1)
 			return d, nil
 		}
@@ -176,7 +187,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 		// The caller hung up before the round trip: nobody waits for the
 		// decision, so nothing is charged for it.
 		l.counts.canceledErrors.Add(1)
-		return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
+		return floodgate.Decision{Limit: l.limit()}, errCallerGone(ctx)
 	}
 	// The probe interval is real time even on a client clock: it paces
 	// attempts to reach a server, which a fake clock knows nothing about.
@@ -189,7 +200,11 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 		}
 	}
 	cctx, cancel := l.bound(ctx)
-	d, err := eval(cctx, key, n, arg)
+	err = l.refreshRate(cctx)
+	var d floodgate.Decision
+	if err == nil {
+		d, err = eval(cctx, key, n, arg)
+	}
 	if cancel != nil {
 		cancel()
 	}
@@ -220,12 +235,17 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 // to the fallback if there is one. real is the local time the breaker
 // reads (see decide).
 func (l *base) failed(ctx context.Context, key string, n int, real int64, err error) (floodgate.Decision, error) {
+	if errors.Is(err, floodgate.ErrCostExceedsLimit) {
+		// A change of rate read during the decision shrank the capacity
+		// below n: the client's problem, not Redis's.
+		return floodgate.Decision{Limit: l.limit()}, err
+	}
 	l.counts.countError(err)
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller hung up: not an outage, so neither the breaker nor
 		// the fallback hears of it.
-		return floodgate.Decision{Limit: l.limit}, errCallerGone(ctx)
+		return floodgate.Decision{Limit: l.limit()}, errCallerGone(ctx)
 	case errors.Is(err, ErrNotReplicated):
 		// Redis allowed the decision and the master charged it (eval
 		// reports a denial as a denial): the fallback would decide a
@@ -245,10 +265,11 @@ func (l *base) failed(ctx context.Context, key string, n int, real int64, err er
 		// refused connection (which keeps its own cause).
 		err = fmt.Errorf("no reply within the %v decision timeout: %w", l.timeout, err)
 	}
-	return floodgate.Decision{Limit: l.limit}, fmt.Errorf("%w: %w", ErrRedis, err)
+	return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("%w: %w", ErrRedis, err)
 }
 
-// reply runs a decision script and checks that it replied want integers.
+// reply runs a decision script and checks that it replied want integers
+// (any number for want < 0).
 // A reply that came with ErrNotReplicated (WithWaitReplicas: the master
 // ran the script, too few replicas acknowledged it in time) is returned
 // with that error as unrepl and err nil, so that the caller reads the
@@ -258,7 +279,7 @@ func (l *base) reply(ctx context.Context, s *script, keys, args []string, want i
 	if err != nil && errors.Is(err, ErrNotReplicated) && r != nil {
 		unrepl, err = err, nil
 	}
-	if err == nil {
+	if err == nil && want >= 0 {
 		err = expectInts(r, want)
 	}
 	return r, unrepl, err
@@ -335,7 +356,13 @@ func (l *base) refund(ctx context.Context, key string, run func(ctx context.Cont
 		l.deny.remove(key)
 	}
 	cctx, cancel := l.bound(ctx)
-	err = run(cctx, arg)
+	// A charge or a refund is made under the rate every instance decides
+	// under: one that only charges (WithCostAfter's settlement) reads a
+	// changed record as a decision does.
+	err = l.refreshRate(cctx)
+	if err == nil {
+		err = run(cctx, arg)
+	}
 	if cancel != nil {
 		cancel()
 	}

@@ -46,6 +46,7 @@ type config struct {
 	countDenied   bool
 	interval      bool
 	maxKeyLen     int
+	rateRefresh   time.Duration   // 0: DefaultRateRefresh
 	slotLease     time.Duration   // in-flight limits: WithSlotLease
 	given         map[string]bool // options seen, each allowed once
 	// lease is WithLease's setting (lease.go).

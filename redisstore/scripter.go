@@ -93,17 +93,23 @@ var (
 	slidingLogRefundSrc string
 	//go:embed scripts/slidingcounter_refund.lua
 	slidingCounterRefundSrc string
+	//go:embed scripts/prelude_rate.lua
+	preludeRate string
+	//go:embed scripts/rate_read.lua
+	readRateSrc string
+	//go:embed scripts/rate_write.lua
+	writeRateSrc string
 
-	tokenBucketScript    = newScript(prelude + tokenBucketSrc)
-	intervalScript       = newScript(prelude + preludeInterval + intervalSrc)
+	tokenBucketScript    = newScript(prelude + preludeRate + tokenBucketSrc)
+	intervalScript       = newScript(prelude + preludeRate + preludeInterval + intervalSrc)
 	slidingLogScript     = newScript(prelude + preludeLog + slidingLogSrc)
-	slidingCounterScript = newScript(prelude + preludeCounter + slidingCounterSrc)
+	slidingCounterScript = newScript(prelude + preludeRate + preludeCounter + slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
-	tokenBucketRefundScript    = newScript(prelude + tokenBucketRefundSrc)
-	intervalRefundScript       = newScript(prelude + preludeInterval + intervalRefundSrc)
+	tokenBucketRefundScript    = newScript(prelude + preludeRate + tokenBucketRefundSrc)
+	intervalRefundScript       = newScript(prelude + preludeRate + preludeInterval + intervalRefundSrc)
 	slidingLogRefundScript     = newScript(prelude + preludeLog + slidingLogRefundSrc)
-	slidingCounterRefundScript = newScript(prelude + preludeCounter + slidingCounterRefundSrc)
+	slidingCounterRefundScript = newScript(prelude + preludeRate + preludeCounter + slidingCounterRefundSrc)
 )
 
 // script is a Lua source with its SHA1, computed once.

@@ -2,11 +2,13 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/estimate"
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // SlidingCounter is a sliding-window counter whose counts live in Redis, so
@@ -28,19 +30,24 @@ import (
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {
 	base
+	originArg string
+	origin    int64 // µs: windows are counted from it
+}
+
+// scParams is a sliding counter's rate as its script takes it.
+type scParams struct {
 	rate      floodgate.Rate
 	period    int64            // Rate.Period in ns
 	est       estimate.Counter // the same arithmetic as in memory
 	limitArg  string
 	periodArg string
-	originArg string
 }
 
 // NewSlidingCounter returns a sliding-window counter on Redis allowing
 // about r.Limit events per r.Period, running its script through c. It
 // accepts WithPrefix, WithClock, WithTimeout, WithFallback,
-// WithProbeInterval, WithDenyCache and WithMaxKeyLength. The period must be
-// a whole number of microseconds.
+// WithProbeInterval, WithDenyCache, WithMaxKeyLength and
+// WithRateRefresh. The period must be a whole number of microseconds.
 func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCounter, error) {
 	if err := checkRate(r); err != nil {
 		return nil, err
@@ -49,15 +56,11 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 	if err != nil {
 		return nil, err
 	}
-	sc := &SlidingCounter{
-		rate:      r,
-		period:    int64(r.Period),
-		est:       estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)},
-		limitArg:  strconv.Itoa(r.Limit),
-		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
-		originArg: "0",
+	sc := &SlidingCounter{originArg: "0"}
+	if err = sc.init(c, cfg); err != nil {
+		return nil, err
 	}
-	if err = sc.init(c, r.Limit, cfg); err != nil {
+	if err := sc.initRates("sc", paramsOf(r, r.Limit), cfg, compileSC); err != nil {
 		return nil, err
 	}
 	sc.setupLease(cfg)
@@ -67,12 +70,33 @@ func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCo
 			return nil, err
 		}
 		sc.originArg = origin
+		sc.origin, _ = strconv.ParseInt(origin, 10, 64)
 	}
 	return sc, nil
 }
 
-// Rate returns the rate the counter was created with.
-func (sc *SlidingCounter) Rate() floodgate.Rate { return sc.rate }
+// compileSC checks a sliding counter's rate and returns its parameters.
+func compileSC(rp rateParams) (any, error) {
+	r := rp.rateOf()
+	if err := checkRate(r); err != nil {
+		return nil, err
+	}
+	return &scParams{
+		rate:      r,
+		period:    int64(r.Period),
+		est:       estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)},
+		limitArg:  strconv.Itoa(r.Limit),
+		periodArg: strconv.FormatInt(rp.period, 10),
+	}, nil
+}
+
+// params returns the parameters of the rate the counter decides under.
+func (sc *SlidingCounter) params() *scParams { return sc.rates.view.Load().alg.(*scParams) }
+
+// Rate returns the rate the counter decides under: the one it was created
+// with, or the one the rate record in Redis holds since it was last read
+// (see SetRate).
+func (sc *SlidingCounter) Rate() floodgate.Rate { return sc.params().rate }
 
 // Allow is AllowN(ctx, key, 1).
 func (sc *SlidingCounter) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
@@ -85,13 +109,25 @@ func (sc *SlidingCounter) Allow(ctx context.Context, key string) (floodgate.Deci
 // floodgate.ErrCostExceedsLimit without a round trip. Errors of the round
 // trip wrap ErrRedis (unless a fallback answered).
 func (sc *SlidingCounter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	if err := checkCost(n, sc.rate.Limit); err != nil {
-		return floodgate.Decision{Limit: sc.rate.Limit}, err
+	p := sc.params()
+	if err := checkCost(n, p.rate.Limit); err != nil {
+		return floodgate.Decision{Limit: p.rate.Limit}, err
 	}
 	if sc.lease != nil {
 		return sc.allowLeased(ctx, key, n)
 	}
 	return sc.decide(ctx, key, n, sc.eval)
+}
+
+// SetRate makes every instance of the counter decide under a new rate,
+// converting each key's counts as c.Inherit says, as
+// floodgate.SlidingCounter.SetRate does in memory; see
+// TokenBucket.SetRate for how a change reaches every instance.
+func (sc *SlidingCounter) SetRate(ctx context.Context, c floodgate.RateChange) error {
+	if err := checkWindowChange(c); err != nil {
+		return err
+	}
+	return sc.setRate(ctx, paramsOf(c.Rate, c.Rate.Limit), c.Inherit)
 }
 
 // Reset forgets key's counts.
@@ -108,7 +144,7 @@ func (sc *SlidingCounter) Reset(ctx context.Context, key string) error {
 // Rate.Limit floodgate.ErrCostExceedsLimit. The refund goes to Redis only,
 // never to the fallback.
 func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error {
-	if err := checkCost(n, sc.rate.Limit); err != nil {
+	if err := checkCost(n, sc.params().rate.Limit); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -118,9 +154,10 @@ func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error 
 		return sc.refundLease(ctx, key, n)
 	}
 	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := slidingCounterRefundScript.run(ctx, sc.client, sc.keys(key),
-			[]string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL})
-		return err
+		return sc.refundRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
+			p := v.alg.(*scParams)
+			return slidingCounterRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, v.ver, v.suffix}
+		}, sc.eval, key)
 	})
 }
 
@@ -135,12 +172,17 @@ func (sc *SlidingCounter) keys(key string) []string {
 }
 
 func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, strconv.Itoa(n), sc.limitArg, sc.periodArg, sc.originArg, sc.minTTL}
-	r, unrepl, err := sc.reply(ctx, slidingCounterScript, sc.keys(key), args, 4)
-	if err != nil {
-		return floodgate.Decision{Limit: sc.rate.Limit}, err
-	}
-	limit := sc.rate.Limit
+	return sc.evalRated(ctx, sc.keys(key), n, func(v *rateView, conv conversion) (*script, []string) {
+		p := v.alg.(*scParams)
+		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
+			v.ver, v.suffix, conv.expect, conv.with}
+	}, sc.convert, 4, sc.decision)
+}
+
+// decision reads the counter's reply.
+func (sc *SlidingCounter) decision(v *rateView, r []int64, n int) (floodgate.Decision, error) {
+	p := v.alg.(*scParams)
+	limit := p.rate.Limit
 	// A count may exceed the limit in debt (ChargeN), up to maxCount.
 	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros {
 		return floodgate.Decision{Limit: limit}, errBadReply(r)
@@ -149,20 +191,20 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 	// The same arithmetic as the in-memory counter, in nanoseconds; the
 	// waits are then rounded up to the microsecond.
 	now64 := r[3] * 1000
-	start := now64 / sc.period * sc.period
+	start := now64 / p.period * p.period
 	elapsed := now64 - start
 	d := floodgate.Decision{Allowed: r[0] == 1, Limit: limit}
-	d.Remaining = max(limit-int(cur)-int(sc.est.Share(prev, sc.period-elapsed)), 0)
+	d.Remaining = max(limit-int(cur)-int(p.est.Share(prev, p.period-elapsed)), 0)
 	switch {
 	case cur > 0:
-		d.ResetAfter = ceilMicros(start + 2*sc.period - now64)
+		d.ResetAfter = ceilMicros(start + 2*p.period - now64)
 	case prev > 0:
-		d.ResetAfter = ceilMicros(start + sc.period - now64)
+		d.ResetAfter = ceilMicros(start + p.period - now64)
 	}
 	if !d.Allowed {
-		d.RetryAfter = ceilMicros(sc.est.RetryAt(start, prev, cur, uint32(n)) - now64)
+		d.RetryAfter = ceilMicros(p.est.RetryAt(start, prev, cur, uint32(n)) - now64)
 	}
-	return d, replicated(d, n, unrepl)
+	return d, nil
 }
 
 // ceilMicros rounds a non-negative wait in nanoseconds up to the
@@ -172,4 +214,49 @@ func ceilMicros(ns int64) time.Duration {
 		return 0
 	}
 	return time.Duration((ns + 999) / 1000 * 1000)
+}
+
+// convert converts a counter's state, replied as {w, prev, cur,
+// [leased,] v, L, P, B}, to v's rate as of its change, as floodgate.SlidingCounter does in
+// memory: with the period unchanged the counts stay in their windows,
+// with a new one the units the estimate counts at the change become the
+// count of the new period's current window.
+func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
+	from, to := v.rec.stateRate(st), v.rec.rate
+	how := inherit.Strategy(v.rec.how)
+	tc := v.rec.tc - sc.origin
+	w := tc / from.period
+	var prev, cur uint64
+	switch {
+	case st[0] > w: // written after the change, by an instance that had not read it
+		w, tc = st[0], st[0]*from.period
+		prev, cur = uint64(st[1]), uint64(st[2])
+	case st[0] == w:
+		prev, cur = uint64(st[1]), uint64(st[2])
+	case st[0] == w-1:
+		prev = uint64(st[2])
+	}
+	if to.period != from.period {
+		est := estimate.Counter{Limit: uint32(from.limit), Period: from.period}
+		used := cur + uint64(est.Share(uint32(prev), from.period-(tc-w*from.period)))
+		if u := how.Units(used, uint64(from.limit), uint64(to.limit)); u > 0 {
+			return fmt.Sprintf("%d 0 %d", tc/to.period, u) + v.suffix
+		}
+		return ""
+	}
+	used := prev + cur
+	switch u := how.Units(used, uint64(from.limit), uint64(to.limit)); {
+	case u < used:
+		drop := used - u
+		take := min(prev, drop)
+		prev, cur = prev-take, cur-(drop-take)
+	case u > used && cur > 0:
+		cur += u - used
+	case u > used:
+		prev += u - used
+	}
+	if prev+cur == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %d %d", w, prev, cur) + v.suffix
 }

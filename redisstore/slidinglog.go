@@ -38,10 +38,14 @@ import (
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
 	base
-	rate        floodgate.Rate
 	countDenied string // "1" to record denied attempts
-	limitArg    string
-	periodArg   string
+}
+
+// slParams is a sliding log's rate as its script takes it.
+type slParams struct {
+	rate      floodgate.Rate
+	limitArg  string
+	periodArg string
 }
 
 // NewSlidingLog returns a sliding log on Redis allowing r.Limit units per
@@ -49,9 +53,32 @@ type SlidingLog struct {
 // it bounds the entries of one key, and so a script's work and a key's
 // memory), running its script through c. It accepts WithCountDenied,
 // WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
-// WithDenyCache (not together with WithCountDenied) and WithMaxKeyLength.
-// The period must be a whole number of microseconds.
+// WithDenyCache (not together with WithCountDenied), WithMaxKeyLength and
+// WithRateRefresh. The period must be a whole number of microseconds.
 func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, error) {
+	if _, err := compileSL(paramsOf(r, r.Limit)); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(kindSlidingLog, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &SlidingLog{}
+	if cfg.countDenied {
+		l.countDenied = "1"
+	}
+	if err = l.init(c, cfg); err != nil {
+		return nil, err
+	}
+	if err := l.initRates("log", paramsOf(r, r.Limit), cfg, compileSL); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// compileSL checks a sliding log's rate and returns its parameters.
+func compileSL(rp rateParams) (any, error) {
+	r := rp.rateOf()
 	if err := checkRate(r); err != nil {
 		return nil, err
 	}
@@ -59,26 +86,16 @@ func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, e
 		return nil, fmt.Errorf("%w: a sliding log holds up to Limit entries per key, and %d is above floodgate.MaxSlidingLogLimit %d; "+
 			"use a SlidingCounter or a TokenBucket for larger limits", floodgate.ErrInvalidRate, r.Limit, floodgate.MaxSlidingLogLimit)
 	}
-	cfg, err := newConfig(kindSlidingLog, opts)
-	if err != nil {
-		return nil, err
-	}
-	l := &SlidingLog{
-		rate:      r,
-		limitArg:  strconv.Itoa(r.Limit),
-		periodArg: strconv.FormatInt(int64(r.Period/time.Microsecond), 10),
-	}
-	if cfg.countDenied {
-		l.countDenied = "1"
-	}
-	if err = l.init(c, r.Limit, cfg); err != nil {
-		return nil, err
-	}
-	return l, nil
+	return &slParams{rate: r, limitArg: strconv.Itoa(r.Limit), periodArg: strconv.FormatInt(rp.period, 10)}, nil
 }
 
-// Rate returns the rate the log was created with.
-func (l *SlidingLog) Rate() floodgate.Rate { return l.rate }
+// params returns the parameters of the rate the log decides under.
+func (l *SlidingLog) params() *slParams { return l.rates.view.Load().alg.(*slParams) }
+
+// Rate returns the rate the log decides under: the one it was created
+// with, or the one the rate record in Redis holds since it was last read
+// (see SetRate).
+func (l *SlidingLog) Rate() floodgate.Rate { return l.params().rate }
 
 // Allow is AllowN(ctx, key, 1).
 func (l *SlidingLog) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
@@ -91,10 +108,37 @@ func (l *SlidingLog) Allow(ctx context.Context, key string) (floodgate.Decision,
 // round trip. Errors of the round trip wrap ErrRedis (unless a fallback
 // answered).
 func (l *SlidingLog) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	if err := checkCost(n, l.rate.Limit); err != nil {
-		return floodgate.Decision{Limit: l.rate.Limit}, err
+	p := l.params()
+	if err := checkCost(n, p.rate.Limit); err != nil {
+		return floodgate.Decision{Limit: p.rate.Limit}, err
 	}
 	return l.decide(ctx, key, n, l.eval)
+}
+
+// SetRate makes every instance of the log decide under a new rate,
+// converting each key's log as c.Inherit says, as
+// floodgate.SlidingLog.SetRate does in memory (the script converts a
+// log itself, at its first decision after the change); see
+// TokenBucket.SetRate for how a change reaches every instance.
+func (l *SlidingLog) SetRate(ctx context.Context, c floodgate.RateChange) error {
+	if err := checkWindowChange(c); err != nil {
+		return err
+	}
+	if _, err := compileSL(paramsOf(c.Rate, c.Rate.Limit)); err != nil {
+		return err
+	}
+	return l.setRate(ctx, paramsOf(c.Rate, c.Rate.Limit), c.Inherit)
+}
+
+// checkWindowChange checks a change of a window limiter's rate.
+func checkWindowChange(c floodgate.RateChange) error {
+	if c.Inherit < floodgate.KeepUsed || c.Inherit > floodgate.StartFresh {
+		return fmt.Errorf("%w: unknown inheritance strategy %d", floodgate.ErrInvalidOption, int(c.Inherit))
+	}
+	if c.Burst != 0 {
+		return fmt.Errorf("%w: burst %d: a window limiter has no burst, its capacity is Rate.Limit", floodgate.ErrInvalidOption, c.Burst)
+	}
+	return checkRate(c.Rate)
 }
 
 // Reset empties key's log.
@@ -110,16 +154,17 @@ func (l *SlidingLog) Reset(ctx context.Context, key string) error {
 // Rate.Limit floodgate.ErrCostExceedsLimit. The refund goes to Redis only,
 // never to the fallback.
 func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
-	if err := checkCost(n, l.rate.Limit); err != nil {
+	if err := checkCost(n, l.params().rate.Limit); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
 	return l.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := slidingLogRefundScript.run(ctx, l.client, l.keys(key),
-			[]string{now, strconv.Itoa(n), l.limitArg, l.periodArg, l.minTTL})
-		return err
+		return l.refundRated(ctx, l.keys(key), now, func(v *rateView) (*script, []string) {
+			p := v.alg.(*slParams)
+			return slidingLogRefundScript, append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, l.minTTL}, logRateArgs(v)...)
+		}, l.eval, key)
 	})
 }
 
@@ -133,25 +178,35 @@ func (l *SlidingLog) keys(key string) []string {
 	return []string{clientTag(l.prefix, key) + "log"}
 }
 
-func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, strconv.Itoa(n), l.limitArg, l.periodArg, l.countDenied, l.minTTL}
-	r, unrepl, err := l.reply(ctx, slidingLogScript, l.keys(key), args, 4)
-	if err != nil {
-		return floodgate.Decision{Limit: l.rate.Limit}, err
+// logRateArgs returns the arguments of log_rate (prelude_log.lua).
+func logRateArgs(v *rateView) []string {
+	member := ""
+	if v.rec.v > 0 {
+		member = fmt.Sprintf("v %d %d %d", v.rec.v, v.rec.rate.limit, v.rec.rate.period)
 	}
+	return []string{v.ver, member, itoa(v.rec.tc), strconv.Itoa(int(v.rec.how)), itoa(v.rec.initial.limit), itoa(v.rec.initial.period)}
+}
+
+func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return l.evalRated(ctx, l.keys(key), n, func(v *rateView, _ conversion) (*script, []string) {
+		p := v.alg.(*slParams)
+		return slidingLogScript, append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL}, logRateArgs(v)...)
+	}, nil, 4, l.decision)
+}
+
+// decision reads the log's reply.
+func (l *SlidingLog) decision(v *rateView, r []int64, _ int) (floodgate.Decision, error) {
+	limit := v.alg.(*slParams).rate.Limit
 	d := floodgate.Decision{
 		Allowed:    r[0] == 1,
-		Limit:      l.rate.Limit,
-		Remaining:  l.rate.Limit - int(r[1]),
+		Limit:      limit,
+		Remaining:  max(limit-int(r[1]), 0),
 		ResetAfter: micros(r[3]),
-	}
-	if d.Remaining < 0 {
-		d.Remaining = 0
 	}
 	if !d.Allowed {
 		d.RetryAfter = micros(r[2])
 	}
-	return d, replicated(d, n, unrepl)
+	return d, nil
 }
 
 // micros converts a non-negative count of microseconds from a script to a

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,15 +11,19 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
-// scriptedServer answers every script call with reply, or with the error
-// of the caller's context when it is done.
+// scriptedServer answers every script call on a client's key with reply,
+// or with the error of the caller's context when it is done; a read of
+// the rate record (a key without a hash tag) finds none.
 type scriptedServer struct {
 	reply func() ([]int64, error)
 }
 
-func (s *scriptedServer) EvalSha(ctx context.Context, _ string, _, _ []string) ([]int64, error) {
+func (s *scriptedServer) EvalSha(ctx context.Context, _ string, keys, _ []string) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if !strings.Contains(keys[0], "{") {
+		return []int64{0}, nil
 	}
 	return s.reply()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // TokenBucket is a token-bucket limiter whose buckets live in Redis, so
@@ -32,23 +33,28 @@ import (
 // A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
 	base
-	rate     floodgate.Rate
-	burst    int
-	interval bool   // WithIntervalRefill
-	limit    uint64 // Rate.Limit
-	period   uint64 // Rate.Period in microseconds
-	// Script arguments that do not change: tau = burst·Period/Limit as
-	// whole microseconds and remainder, Limit, the burst and the period.
+	interval bool // WithIntervalRefill
+}
+
+// tbParams is a token bucket's rate as its scripts take it.
+type tbParams struct {
+	rate   floodgate.Rate
+	burst  int
+	limit  uint64 // Rate.Limit
+	period uint64 // Rate.Period in microseconds
+	// Script arguments: tau = burst·Period/Limit as whole microseconds
+	// and remainder, Limit, the burst and the period.
 	tauQ, tauR, limitArg, burstArg, periodArg string
 }
 
 // NewTokenBucket returns a token bucket on Redis refilling r.Limit tokens
 // per r.Period, running its script through c. It accepts WithBurst,
 // WithIntervalRefill, WithPrefix, WithClock, WithTimeout, WithFallback,
-// WithProbeInterval, WithDenyCache and WithMaxKeyLength. The period must
-// be a whole number of microseconds, the resolution of the Redis state,
-// and burst·Period/Limit at most 2^50 µs (35 years), which also keeps the
-// ceil(burst/Limit) periods an interval bucket may wait below 2^51 µs.
+// WithProbeInterval, WithDenyCache, WithMaxKeyLength and
+// WithRateRefresh. The period must be a whole number of microseconds,
+// the resolution of the Redis state, and burst·Period/Limit at most 2^50
+// µs (35 years), which also keeps the ceil(burst/Limit) periods an
+// interval bucket may wait below 2^51 µs.
 func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket, error) {
 	if err := checkRate(r); err != nil {
 		return nil, err
@@ -61,31 +67,55 @@ func NewTokenBucket(c Scripter, r floodgate.Rate, opts ...Option) (*TokenBucket,
 	if cfg.burstSet {
 		burst = cfg.burst
 	}
-	b := &TokenBucket{
-		rate:     r,
-		burst:    burst,
-		interval: cfg.interval,
-		limit:    uint64(r.Limit),
-		period:   uint64(r.Period / time.Microsecond),
+	b := &TokenBucket{interval: cfg.interval}
+	if err = b.init(c, cfg); err != nil {
+		return nil, err
 	}
-	hi, lo := bits.Mul64(uint64(burst), b.period)
-	if hi >= b.limit {
-		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", floodgate.ErrInvalidRate, burst, r)
+	kind := "tb"
+	if b.interval {
+		kind = "tbi"
 	}
-	q, rem := bits.Div64(hi, lo, b.limit)
-	if q >= maxHorizon {
-		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon for Redis (at most 2^50 us)", floodgate.ErrInvalidRate, burst, r)
-	}
-	b.tauQ = strconv.FormatUint(q, 10)
-	b.tauR = strconv.FormatUint(rem, 10)
-	b.limitArg = strconv.FormatUint(b.limit, 10)
-	b.burstArg = strconv.Itoa(burst)
-	b.periodArg = strconv.FormatUint(b.period, 10)
-	if err = b.init(c, burst, cfg); err != nil {
+	if err := b.initRates(kind, paramsOf(r, burst), cfg, compileTB); err != nil {
 		return nil, err
 	}
 	b.setupLease(cfg)
 	return b, nil
+}
+
+// paramsOf returns r and burst as the rate record keeps them.
+func paramsOf(r floodgate.Rate, burst int) rateParams {
+	return rateParams{limit: int64(r.Limit), period: int64(r.Period / time.Microsecond), burst: int64(burst)}
+}
+
+// rateOf returns the Rate of p.
+func (p rateParams) rateOf() floodgate.Rate {
+	return floodgate.Rate{Limit: int(p.limit), Period: time.Duration(p.period) * time.Microsecond}
+}
+
+// compileTB checks a token bucket's rate and returns its parameters.
+func compileTB(rp rateParams) (any, error) {
+	r, burst := rp.rateOf(), int(rp.burst)
+	if err := checkRate(r); err != nil {
+		return nil, err
+	}
+	if burst <= 0 || burst > maxLimit {
+		return nil, fmt.Errorf("%w: burst %d must be in 1..%d", floodgate.ErrInvalidOption, burst, maxLimit)
+	}
+	p := &tbParams{rate: r, burst: burst, limit: uint64(r.Limit), period: uint64(rp.period)}
+	hi, lo := bits.Mul64(uint64(burst), p.period)
+	if hi >= p.limit {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", floodgate.ErrInvalidRate, burst, r)
+	}
+	q, rem := bits.Div64(hi, lo, p.limit)
+	if q >= maxHorizon {
+		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon for Redis (at most 2^50 us)", floodgate.ErrInvalidRate, burst, r)
+	}
+	p.tauQ = strconv.FormatUint(q, 10)
+	p.tauR = strconv.FormatUint(rem, 10)
+	p.limitArg = strconv.FormatUint(p.limit, 10)
+	p.burstArg = strconv.Itoa(burst)
+	p.periodArg = strconv.FormatUint(p.period, 10)
+	return p, nil
 }
 
 // checkRate validates r as floodgate does and adds the Redis limiters'
@@ -103,11 +133,16 @@ func checkRate(r floodgate.Rate) error {
 	return nil
 }
 
-// Rate returns the rate the bucket was created with.
-func (b *TokenBucket) Rate() floodgate.Rate { return b.rate }
+// params returns the parameters of the rate the bucket decides under.
+func (b *TokenBucket) params() *tbParams { return b.rates.view.Load().alg.(*tbParams) }
 
-// Burst returns the capacity of each bucket.
-func (b *TokenBucket) Burst() int { return b.burst }
+// Rate returns the rate the bucket decides under: the one it was created
+// with, or the one the rate record in Redis holds since it was last read
+// (see SetRate).
+func (b *TokenBucket) Rate() floodgate.Rate { return b.params().rate }
+
+// Burst returns the capacity of each bucket, under the same rate.
+func (b *TokenBucket) Burst() int { return b.params().burst }
 
 // Allow is AllowN(ctx, key, 1).
 func (b *TokenBucket) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
@@ -119,13 +154,44 @@ func (b *TokenBucket) Allow(ctx context.Context, key string) (floodgate.Decision
 // burst returns floodgate.ErrCostExceedsLimit without a round trip. Errors
 // of the round trip wrap ErrRedis (unless a fallback answered).
 func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	if err := checkCost(n, b.burst); err != nil {
-		return floodgate.Decision{Limit: b.burst}, err
+	p := b.params()
+	if err := checkCost(n, p.burst); err != nil {
+		return floodgate.Decision{Limit: p.burst}, err
 	}
 	if b.lease != nil {
 		return b.allowLeased(ctx, key, n)
 	}
 	return b.decide(ctx, key, n, b.eval)
+}
+
+// SetRate makes every instance of the bucket, every process using its
+// prefix on this Redis, decide under a new rate and burst, converting
+// each key's bucket as c.Inherit says, as floodgate.TokenBucket.SetRate
+// does in memory. The rate is kept in Redis beside the buckets (see the
+// package documentation): SetRate writes it, then waits the rate refresh
+// interval (WithRateRefresh, DefaultRateRefresh) so that every instance
+// has read it before it returns. Each key is converted at its first
+// decision after the change, as of the change's time, from the rate it
+// was last decided under. A context done during the wait returns an error
+// although the change is made: the other instances then learn it within
+// the interval. Invalid changes are refused before anything is written,
+// with the constructor's errors. The fallback (WithFallback) keeps its
+// own rate.
+func (b *TokenBucket) SetRate(ctx context.Context, c floodgate.RateChange) error {
+	if err := checkRate(c.Rate); err != nil {
+		return err
+	}
+	burst := c.Rate.Limit
+	switch {
+	case c.Burst < 0 || c.Burst > maxLimit:
+		return fmt.Errorf("%w: burst %d must be in 1..%d", floodgate.ErrInvalidOption, c.Burst, maxLimit)
+	case c.Burst > 0:
+		burst = c.Burst
+	}
+	if c.Inherit < floodgate.KeepUsed || c.Inherit > floodgate.StartFresh {
+		return fmt.Errorf("%w: unknown inheritance strategy %d", floodgate.ErrInvalidOption, int(c.Inherit))
+	}
+	return b.setRate(ctx, paramsOf(c.Rate, burst), c.Inherit)
 }
 
 // Reset refills key's bucket.
@@ -153,20 +219,18 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 	if b.lease != nil {
 		return b.refundLease(ctx, key, n)
 	}
-	if b.interval {
-		return b.refund(ctx, key, func(ctx context.Context, now string) error {
-			_, err := intervalRefundScript.run(ctx, b.client, []string{b.key(key)},
-				[]string{now, strconv.Itoa(n), b.limitArg, b.periodArg, b.minTTL})
-			return err
-		})
-	}
-	// More than the burst fills the bucket all the same.
-	hi, lo := bits.Mul64(uint64(min(n, b.burst)), b.period)
-	decQ, decR := bits.Div64(hi, lo, b.limit)
 	return b.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := tokenBucketRefundScript.run(ctx, b.client, []string{b.key(key)},
-			[]string{now, strconv.FormatUint(decQ, 10), strconv.FormatUint(decR, 10), b.limitArg, b.minTTL})
-		return err
+		return b.refundRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
+			p := v.alg.(*tbParams)
+			if b.interval {
+				return intervalRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, b.minTTL, v.ver, v.suffix}
+			}
+			// More than the burst fills the bucket all the same.
+			hi, lo := bits.Mul64(uint64(min(n, p.burst)), p.period)
+			decQ, decR := bits.Div64(hi, lo, p.limit)
+			return tokenBucketRefundScript, []string{now, strconv.FormatUint(decQ, 10), strconv.FormatUint(decR, 10),
+				p.limitArg, b.minTTL, v.ver, v.suffix}
+		}, b.eval, key)
 	})
 }
 
@@ -192,32 +256,33 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 	if b.interval {
 		return b.evalInterval(ctx, key, n, now)
 	}
-	// n·Period/Limit: n <= burst, so the quotient is at most tau and the
-	// division cannot overflow (checked in NewTokenBucket).
-	hi, lo := bits.Mul64(uint64(n), b.period)
-	incQ, incR := bits.Div64(hi, lo, b.limit)
-	args := []string{now, strconv.Itoa(n),
-		strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-		b.tauQ, b.tauR, b.limitArg, b.minTTL}
-	r, unrepl, err := b.reply(ctx, tokenBucketScript, []string{b.key(key)}, args, 5)
-	if err != nil {
-		return floodgate.Decision{Limit: b.burst}, err
-	}
+	return b.evalRated(ctx, []string{b.key(key)}, n, func(v *rateView, conv conversion) (*script, []string) {
+		p := v.alg.(*tbParams)
+		// n·Period/Limit: n <= burst, so the quotient is at most tau and
+		// the division cannot overflow (checked in compileTB).
+		hi, lo := bits.Mul64(uint64(n), p.period)
+		incQ, incR := bits.Div64(hi, lo, p.limit)
+		return tokenBucketScript, []string{now, strconv.Itoa(n),
+			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
+			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, v.suffix, conv.expect, conv.with}
+	}, b.convertGreedy, 5, b.greedyDecision)
+}
+
+// greedyDecision reads a greedy bucket's reply.
+func (b *TokenBucket) greedyDecision(v *rateView, r []int64, _ int) (floodgate.Decision, error) {
+	p := v.alg.(*tbParams)
 	owed, frac := r[1], r[2]
-	d := floodgate.Decision{Allowed: r[0] == 1, Limit: b.burst}
-	d.Remaining = b.burst - b.tokensCeil(owed, frac)
-	if d.Remaining < 0 {
-		d.Remaining = 0
-	}
+	d := floodgate.Decision{Allowed: r[0] == 1, Limit: p.burst}
+	d.Remaining = max(p.burst-p.tokensCeil(owed, frac), 0)
 	d.ResetAfter = ceilDuration(owed, frac)
 	if !d.Allowed {
 		wait, wfrac := r[3], r[4]
 		if wfrac < 0 {
-			wait, wfrac = wait-1, wfrac+int64(b.limit)
+			wait, wfrac = wait-1, wfrac+int64(p.limit)
 		}
 		d.RetryAfter = ceilDuration(wait, wfrac)
 	}
-	return d, replicated(d, n, unrepl)
+	return d, nil
 }
 
 // evalInterval decides for an intervally refilled bucket. The script
@@ -225,34 +290,31 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 // are derived here as floodgate.TokenBucket derives them in memory: the
 // request fits once enough whole periods have each given Limit back.
 func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, strconv.Itoa(n), b.burstArg, b.limitArg, b.periodArg, b.minTTL}
-	r, unrepl, err := b.reply(ctx, intervalScript, []string{b.key(key)}, args, 4)
-	if err != nil {
-		return floodgate.Decision{Limit: b.burst}, err
-	}
-	d, err := b.intervalDecision(r[1:], n, r[0] == 1)
-	if err != nil {
-		return d, err
-	}
-	return d, replicated(d, n, unrepl)
+	return b.evalRated(ctx, []string{b.key(key)}, n, func(v *rateView, conv conversion) (*script, []string) {
+		p := v.alg.(*tbParams)
+		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
+			v.ver, v.suffix, conv.expect, conv.with}
+	}, b.convertInterval, 4, func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
+		return v.alg.(*tbParams).intervalDecision(r[1:], n, r[0] == 1)
+	})
 }
 
 // intervalDecision derives the Decision of an intervally refilled bucket
 // from the state a script replied with, {start, used, now}. used may
 // exceed the burst when the bucket owes tokens charged or booked beyond
-// it (ChargeN, ReserveN).
-func (b *TokenBucket) intervalDecision(r []int64, n int, allowed bool) (floodgate.Decision, error) {
+// it (ChargeN, ReserveN), or after a downgrade (SetRate).
+func (p *tbParams) intervalDecision(r []int64, n int, allowed bool) (floodgate.Decision, error) {
 	start, used, at := r[0], r[1], r[2]
-	if used < 0 || used > b.maxUsed() || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
-		return floodgate.Decision{Limit: b.burst}, errBadReply(r)
+	if used < 0 || used > p.maxUsed() || start < 0 || start >= maxMicros || at < 0 || at >= maxMicros {
+		return floodgate.Decision{Limit: p.burst}, errBadReply(r)
 	}
-	limit, period := int64(b.limit), int64(b.period)
-	d := floodgate.Decision{Allowed: allowed, Limit: b.burst, Remaining: max(b.burst-int(used), 0)}
+	limit, period := int64(p.limit), int64(p.period)
+	d := floodgate.Decision{Allowed: allowed, Limit: p.burst, Remaining: max(p.burst-int(used), 0)}
 	if used > 0 {
 		d.ResetAfter = micros(start + (used+limit-1)/limit*period - at)
 	}
 	if !d.Allowed {
-		k := (used + int64(n) - int64(b.burst) + limit - 1) / limit
+		k := (used + int64(n) - int64(p.burst) + limit - 1) / limit
 		d.RetryAfter = micros(start + k*period - at)
 	}
 	return d, nil
@@ -260,16 +322,16 @@ func (b *TokenBucket) intervalDecision(r []int64, n int, allowed bool) (floodgat
 
 // tokensCeil returns ceil((us + frac/Limit)·Limit/Period): the whole tokens
 // that a debt of that many microseconds stands for.
-func (b *TokenBucket) tokensCeil(us, frac int64) int {
+func (p *tbParams) tokensCeil(us, frac int64) int {
 	if us < 0 {
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(us), b.limit)
+	hi, lo := bits.Mul64(uint64(us), p.limit)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
-	if hi+carry >= b.period { // a debt far beyond the burst (ChargeN)
-		return b.burst
+	if hi+carry >= p.period { // a debt far beyond the burst (ChargeN), or a corrupt reply
+		return p.burst
 	}
-	q, r := bits.Div64(hi+carry, lo, b.period)
+	q, r := bits.Div64(hi+carry, lo, p.period)
 	if r > 0 {
 		q++
 	}
@@ -295,4 +357,43 @@ func checkCost(n, max int) error {
 		return fmt.Errorf("%w: n = %d, limit %d", floodgate.ErrCostExceedsLimit, n, max)
 	}
 	return nil
+}
+
+// convertGreedy converts a greedy bucket's state, replied as
+// {tat, frac, [lease mark,] v, L, P, B}, to v's rate as of its change (see
+// inherit.Greedy), and returns the converted state, "" for a full
+// bucket.
+func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
+	tat, frac := st[0], st[1]
+	if tat < v.rec.tc {
+		return ""
+	}
+	from := v.rec.stateRate(st)
+	q, r := inherit.Greedy(uint64(tat-v.rec.tc), uint64(frac), from.bucket(), v.rec.rate.bucket(), inherit.Strategy(v.rec.how), maxHorizon)
+	if q == 0 && r == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %d", v.rec.tc+int64(q), r) + v.suffix
+}
+
+// convertInterval converts an intervally refilled bucket's state,
+// replied as {start, used, v, L, P, B}: it keeps the start of its
+// current period as of the change, with its tokens used converted (see
+// inherit.IntervalUsed).
+func (b *TokenBucket) convertInterval(v *rateView, st []int64) string {
+	from := v.rec.stateRate(st).interval()
+	start, used := from.Roll(st[0], st[1], v.rec.tc)
+	u := inherit.IntervalUsed(uint64(used), from, v.rec.rate.interval(), inherit.Strategy(v.rec.how), maxHorizon)
+	if u == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %d", start, u) + v.suffix
+}
+
+func (p rateParams) bucket() inherit.Bucket {
+	return inherit.Bucket{Limit: uint64(p.limit), Period: uint64(p.period), Burst: uint64(p.burst)}
+}
+
+func (p rateParams) interval() inherit.Interval {
+	return inherit.Interval{Limit: uint64(p.limit), Period: uint64(p.period), Burst: uint64(p.burst)}
 }

@@ -36,10 +36,10 @@ var (
 	//go:embed scripts/tokenbucket_interval_reserve.lua
 	intervalReserveSrc string
 
-	tokenBucketChargeScript  = newScript(prelude + tokenBucketChargeSrc)
-	tokenBucketReserveScript = newScript(prelude + tokenBucketReserveSrc)
-	intervalChargeScript     = newScript(prelude + preludeInterval + intervalChargeSrc)
-	intervalReserveScript    = newScript(prelude + preludeInterval + intervalReserveSrc)
+	tokenBucketChargeScript  = newScript(prelude + preludeRate + tokenBucketChargeSrc)
+	tokenBucketReserveScript = newScript(prelude + preludeRate + tokenBucketReserveSrc)
+	intervalChargeScript     = newScript(prelude + preludeRate + preludeInterval + intervalChargeSrc)
+	intervalReserveScript    = newScript(prelude + preludeRate + preludeInterval + intervalReserveSrc)
 )
 
 // ChargeN takes n tokens from key's bucket whether or not it holds them
@@ -61,36 +61,33 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 		return nil
 	}
 	n = min(n, maxLimit)
-	if b.interval {
-		return b.refund(ctx, key, func(ctx context.Context, now string) error {
-			_, err := intervalChargeScript.run(ctx, b.client, []string{b.key(key)},
-				[]string{now, strconv.Itoa(n), b.limitArg, b.periodArg, strconv.FormatInt(b.maxUsed(), 10), b.minTTL})
-			return err
-		})
-	}
-	// n·Period/Limit, capped at maxDebt: a product beyond 64 bits, or a
-	// quotient beyond the cap, saturates.
-	incQ, incR := uint64(maxDebt), uint64(0)
-	if hi, lo := bits.Mul64(uint64(n), b.period); hi < b.limit {
-		if q, r := bits.Div64(hi, lo, b.limit); q < maxDebt {
-			incQ, incR = q, r
-		}
-	}
 	return b.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := tokenBucketChargeScript.run(ctx, b.client, []string{b.key(key)},
-			[]string{now, strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10), b.limitArg, strconv.Itoa(maxDebt), b.minTTL})
-		return err
+		return b.refundRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
+			p := v.alg.(*tbParams)
+			if b.interval {
+				return intervalChargeScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg,
+					strconv.FormatInt(p.maxUsed(), 10), b.minTTL, v.ver, v.suffix}
+			}
+			incQ, incR := uint64(maxDebt), uint64(0)
+			if hi, lo := bits.Mul64(uint64(n), p.period); hi < p.limit {
+				if q, r := bits.Div64(hi, lo, p.limit); q < maxDebt {
+					incQ, incR = q, r
+				}
+			}
+			return tokenBucketChargeScript, []string{now, strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
+				p.limitArg, strconv.Itoa(maxDebt), b.minTTL, v.ver, v.suffix}
+		}, b.eval, key)
 	})
 }
 
 // maxUsed is the most tokens an intervally refilled bucket may owe: as
 // many as the periods within maxDebt give back, at most 2^50.
-func (b *TokenBucket) maxUsed() int64 {
-	periods := uint64(maxDebt) / b.period
-	if periods >= uint64(maxBooking)/b.limit {
+func (p *tbParams) maxUsed() int64 {
+	periods := uint64(maxDebt) / p.period
+	if periods >= uint64(maxBooking)/p.limit {
 		return maxBooking
 	}
-	return int64(periods * b.limit)
+	return int64(periods * p.limit)
 }
 
 // ReserveN takes n tokens from key's bucket if they are there within
@@ -105,10 +102,11 @@ func (b *TokenBucket) maxUsed() int64 {
 // answers from it at once (AllowN), booking nothing.
 func (b *TokenBucket) ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (floodgate.Reservation, error) {
 	wait := min(int64(maxWait/time.Microsecond), maxBooking)
-	if b.lease != nil && n > 0 && n <= b.burst && wait > 0 {
-		return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.burst}}, errLeaseKinds
+	burst := b.params().burst
+	if b.lease != nil && n > 0 && n <= burst && wait > 0 {
+		return floodgate.Reservation{Decision: floodgate.Decision{Limit: burst}}, errLeaseKinds
 	}
-	if n <= 0 || n > b.burst || wait <= 0 {
+	if n <= 0 || n > burst || wait <= 0 {
 		d, err := b.AllowN(ctx, key, n)
 		return floodgate.Reservation{Decision: d}, err
 	}
@@ -141,58 +139,89 @@ func (b *TokenBucket) ReserveN(ctx context.Context, key string, n int, maxWait t
 
 // reserveGreedy runs the booking script of a greedy bucket.
 func (b *TokenBucket) reserveGreedy(ctx context.Context, key string, n int, now, maxWait string) (floodgate.Reservation, error) {
-	hi, lo := bits.Mul64(uint64(n), b.period)
-	incQ, incR := bits.Div64(hi, lo, b.limit) // n <= burst: at most tau
-	args := []string{now, strconv.Itoa(n),
-		strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-		b.tauQ, b.tauR, b.limitArg, b.minTTL, maxWait}
-	r, unrepl, err := b.reply(ctx, tokenBucketReserveScript, []string{b.key(key)}, args, 5)
-	if err != nil {
-		return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.burst}}, err
+	for range maxRateTries {
+		v := b.rates.view.Load()
+		p := v.alg.(*tbParams)
+		if n > p.burst { // a change read since ReserveN checked the cost
+			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, checkCost(n, p.burst)
+		}
+		hi, lo := bits.Mul64(uint64(n), p.period)
+		incQ, incR := bits.Div64(hi, lo, p.limit) // n <= burst: at most tau
+		args := []string{now, strconv.Itoa(n),
+			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
+			p.tauQ, p.tauR, p.limitArg, b.minTTL, maxWait, v.ver, v.suffix}
+		r, unrepl, err := b.reply(ctx, tokenBucketReserveScript, []string{b.key(key)}, args, -1)
+		if err == nil {
+			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {
+				if err != nil {
+					return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
+				}
+				continue
+			}
+			err = expectInts(r, 5)
+		}
+		if err != nil {
+			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
+		}
+		owed, frac := r[1], r[2]
+		res := floodgate.Reservation{Decision: floodgate.Decision{Allowed: r[0] > 0, Limit: p.burst}}
+		res.Remaining = max(p.burst-p.tokensCeil(owed, frac), 0)
+		res.ResetAfter = ceilDuration(owed, frac)
+		wait, wfrac := r[3], r[4]
+		if wfrac < 0 {
+			wait, wfrac = wait-1, wfrac+int64(p.limit)
+		}
+		switch r[0] {
+		case 0:
+			res.RetryAfter = ceilDuration(wait, wfrac)
+		case 2:
+			res.Wait = ceilDuration(wait, wfrac)
+		}
+		return res, replicated(res.Decision, n, unrepl)
 	}
-	owed, frac := r[1], r[2]
-	res := floodgate.Reservation{Decision: floodgate.Decision{Allowed: r[0] > 0, Limit: b.burst}}
-	res.Remaining = max(b.burst-b.tokensCeil(owed, frac), 0)
-	res.ResetAfter = ceilDuration(owed, frac)
-	wait, wfrac := r[3], r[4]
-	if wfrac < 0 {
-		wait, wfrac = wait-1, wfrac+int64(b.limit)
-	}
-	switch r[0] {
-	case 0:
-		res.RetryAfter = ceilDuration(wait, wfrac)
-	case 2:
-		res.Wait = ceilDuration(wait, wfrac)
-	}
-	return res, replicated(res.Decision, n, unrepl)
+	return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.limit()}}, errRateChurn
 }
 
-// reserveInterval runs the booking script of an intervally refilled
-// bucket, and derives the Reservation as evalInterval derives a Decision.
+// reserveInterval books n tokens of an intervally refilled bucket (see
+// tokenbucket_interval_reserve.lua) and derives the Reservation as
+// intervalDecision does, with the wait for the period that brings a
+// booking's tokens.
 func (b *TokenBucket) reserveInterval(ctx context.Context, key string, n int, now, maxWait string) (floodgate.Reservation, error) {
-	args := []string{now, strconv.Itoa(n), b.burstArg, b.limitArg, b.periodArg, b.minTTL, maxWait}
-	r, unrepl, err := b.reply(ctx, intervalReserveScript, []string{b.key(key)}, args, 4)
-	if err != nil {
-		return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.burst}}, err
+	for range maxRateTries {
+		v := b.rates.view.Load()
+		p := v.alg.(*tbParams)
+		if n > p.burst {
+			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, checkCost(n, p.burst)
+		}
+		args := []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL, maxWait, v.ver, v.suffix}
+		r, unrepl, err := b.reply(ctx, intervalReserveScript, []string{b.key(key)}, args, -1)
+		if err == nil {
+			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {
+				if err != nil {
+					return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
+				}
+				continue
+			}
+			err = expectInts(r, 4)
+		}
+		if err != nil {
+			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
+		}
+		d, err := p.intervalDecision(r[1:], n, r[0] > 0)
+		res := floodgate.Reservation{Decision: d}
+		if err == nil && r[0] == 2 {
+			start, used, at := r[1], r[2], r[3]
+			limit := int64(p.limit)
+			res.Wait = micros(start + (used-int64(p.burst)+limit-1)/limit*int64(p.period) - at)
+		}
+		if err != nil {
+			return res, err
+		}
+		return res, replicated(d, n, unrepl)
 	}
-	d, err := b.intervalDecision(r[1:], n, r[0] > 0)
-	res := floodgate.Reservation{Decision: d}
-	if err == nil && r[0] == 2 {
-		// The booked tokens are counted in used: they come back once
-		// enough periods have returned all but the burst.
-		start, used, at := r[1], r[2], r[3]
-		limit := int64(b.limit)
-		res.Wait = micros(start + (used-int64(b.burst)+limit-1)/limit*int64(b.period) - at)
-	}
-	if err != nil {
-		return res, err
-	}
-	return res, replicated(d, n, unrepl)
+	return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.limit()}}, errRateChurn
 }
 
-// errLeaseKinds is the error of ChargeN and ReserveN on a limiter with
-// leased quota: leases hand out units that Redis has charged ahead, and
-// neither a debt nor a booking can be squared with them.
 var errLeaseKinds = fmt.Errorf("%w: a limiter with leased quota (WithLease) neither charges beyond its quota nor books ahead; use the plain mode for WithCostAfter and WithWait", floodgate.ErrInvalidOption)
 
 // Charges reports whether ChargeN charges: not with leased quota

@@ -24,7 +24,7 @@ var (
 	slidingCounterChargeSrc string
 
 	slidingLogChargeScript     = newScript(prelude + preludeLog + slidingLogChargeSrc)
-	slidingCounterChargeScript = newScript(prelude + preludeCounter + slidingCounterChargeSrc)
+	slidingCounterChargeScript = newScript(prelude + preludeRate + preludeCounter + slidingCounterChargeSrc)
 )
 
 // ChargeN records n units for key whether or not the window has room for
@@ -39,10 +39,12 @@ func (l *SlidingLog) ChargeN(ctx context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	w := strconv.Itoa(min(n, l.rate.Limit))
 	return l.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := slidingLogChargeScript.run(ctx, l.client, l.keys(key), []string{now, w, l.limitArg, l.periodArg, l.minTTL})
-		return err
+		return l.refundRated(ctx, l.keys(key), now, func(v *rateView) (*script, []string) {
+			p := v.alg.(*slParams)
+			w := strconv.Itoa(min(n, p.rate.Limit))
+			return slidingLogChargeScript, append([]string{now, w, p.limitArg, p.periodArg, l.minTTL}, logRateArgs(v)...)
+		}, l.eval, key)
 	})
 }
 
@@ -64,9 +66,10 @@ func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error 
 	}
 	c := strconv.Itoa(min(n, maxLimit))
 	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
-		_, err := slidingCounterChargeScript.run(ctx, sc.client, sc.keys(key),
-			[]string{now, c, sc.periodArg, sc.originArg, strconv.Itoa(maxCount), sc.minTTL})
-		return err
+		return sc.refundRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
+			p := v.alg.(*scParams)
+			return slidingCounterChargeScript, []string{now, c, p.periodArg, sc.originArg, strconv.Itoa(maxCount), sc.minTTL, v.ver, v.suffix}
+		}, sc.eval, key)
 	})
 }
 

@@ -8,6 +8,13 @@
 // shutdown, and ParsePrefixes reads the -trusted-proxy flag every command
 // takes.
 //
+// The in-memory example can take its limits from a JSON policy file
+// instead (docs/policy-file.md): ParsePolicyFile reads and validates one,
+// naming the field at fault by its JSON path (FieldError), and a
+// PolicyServer serves the service's routes under its limits and swaps in
+// a new file's while serving (Reload), keeping each unchanged policy's
+// limiter and with it every key's state.
+//
 // The package is internal: it is the examples' wiring, not an API. The
 // Redis example, in its own module, may import it because the internal
 // rule goes by import path, and that module is rooted under floodgate's;

@@ -1,9 +1,11 @@
 package goredisstore_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -12,56 +14,65 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Tiers on Redis: the same PolicySelector as the in-memory tiers example
-// (one policy per plan, keyed by the API key when it is on that plan,
-// then an anonymous policy by client IP), with one Redis limiter per plan,
-// each under its own prefix, so every instance of the service shares each
-// customer's quota.
+// Tiers on Redis: the same PlanLimiter as the in-memory tiers example,
+// with each plan's limiter on Redis, every plan on one prefix, so every
+// instance of the service shares each customer's quota and a key keeps
+// its state when its plan changes. On Redis the state is read under the
+// new plan as it stands: a token bucket keeps the share of its quota
+// used (ScaleUsed), so Ann, who spent her 3 and got half a unit back,
+// has 5/6 of pro's 10 used after her upgrade, and one request left.
 func Example_tiers() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer func() { _ = rdb.Close() }()
 	store := goredisstore.New(rdb)
-	run := time.Now().Format("150405.000000") // fresh keys for each run of the example
+	prefix := "example:tiers:" + time.Now().Format("150405.000000") // fresh keys for each run
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
 
-	planOf := map[string]string{"key-ann": "free", "key-bob": "pro"}
-	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	free := floodgate.Plan{Name: "free", Rate: floodgate.PerMinute(3)}
+	pro := floodgate.Plan{Name: "pro", Rate: floodgate.PerMinute(10)}
+	var mu sync.Mutex
+	accounts := map[string]floodgate.Plan{"key-ann": free, "key-bob": pro} // the account store
+	plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
+		Resolve: func(_ context.Context, key string) (floodgate.Plan, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			plan, ok := accounts[key]
+			if !ok {
+				return floodgate.Plan{}, floodgate.ErrNoPlan
+			}
+			return plan, nil
+		},
+		New: func(p floodgate.Plan) (floodgate.Limiter, error) {
+			return redisstore.NewTokenBucket(store, p.Rate, redisstore.WithPrefix(prefix+":customer"), redisstore.WithClock(clock))
+		},
+		CacheTTL: 10 * time.Second,
+		Clock:    clock,
+	})
 	if err != nil {
 		panic(err)
 	}
-	onPlan := func(plan string) floodgate.KeyFunc {
-		return func(r *http.Request) (string, error) {
-			key, err := apiKey(r)
-			if err != nil {
-				return "", err
-			}
-			if planOf[key] != plan {
-				return "", fmt.Errorf("%w: key not on the %s plan", floodgate.ErrNoKey, plan)
-			}
-			return key, nil
-		}
+	apiKey, err := floodgate.KeyByHeader("X-API-Key")
+	if err != nil {
+		panic(err)
 	}
 	clientIP, err := floodgate.KeyByIP()
 	if err != nil {
 		panic(err)
 	}
-	policies := []floodgate.Policy{
-		{Name: "free", Key: onPlan("free")},
-		{Name: "pro", Key: onPlan("pro")},
-		{Name: "anonymous", Key: clientIP},
-	}
-	for i, rate := range []floodgate.Rate{floodgate.PerMinute(3), floodgate.PerMinute(10), floodgate.PerMinute(2)} {
-		lim, err := redisstore.NewTokenBucket(store, rate,
-			redisstore.WithPrefix("example:tiers:"+run+":"+policies[i].Name))
-		if err != nil {
-			panic(err)
-		}
-		policies[i].Limiter = lim
-	}
-	plans, err := floodgate.NewPolicySelector(policies...)
+	anonymous, err := redisstore.NewTokenBucket(store, floodgate.PerMinute(2),
+		redisstore.WithPrefix(prefix+":anonymous"), redisstore.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	limit, err := floodgate.NewPolicyMiddleware(plans)
+	sel, err := floodgate.NewPolicySelector(
+		floodgate.Policy{Name: "customer", Limiter: plans, Key: plans.KnownKey(apiKey)},
+		floodgate.Policy{Name: "anonymous", Limiter: anonymous, Key: clientIP},
+	)
+	if err != nil {
+		panic(err)
+	}
+	limit, err := floodgate.NewPolicyMiddleware(sel)
 	if err != nil {
 		panic(err)
 	}
@@ -75,7 +86,7 @@ func Example_tiers() {
 		}
 		w := httptest.NewRecorder()
 		api.ServeHTTP(w, r)
-		fmt.Printf("%-9s %d %s\n", key, w.Code, w.Header().Get("RateLimit-Policy"))
+		fmt.Printf("%-9s %d %s %s\n", key, w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
 	}
 	for range 4 {
 		call("key-ann")
@@ -84,13 +95,22 @@ func Example_tiers() {
 	call("key-eve")
 	call("")
 	call("")
+
+	mu.Lock()
+	accounts["key-ann"] = pro // Ann upgrades while limited
+	mu.Unlock()
+	now = now.Add(10 * time.Second)
+	call("key-ann")
+	call("key-ann")
 	// Output:
-	// key-ann   200 "free";q=3;w=60
-	// key-ann   200 "free";q=3;w=60
-	// key-ann   200 "free";q=3;w=60
-	// key-ann   429 "free";q=3;w=60
-	// key-bob   200 "pro";q=10;w=60
-	// key-eve   200 "anonymous";q=2;w=60
-	//           200 "anonymous";q=2;w=60
-	//           429 "anonymous";q=2;w=60
+	// key-ann   200 "customer";q=3;w=60 "customer";r=2;t=20
+	// key-ann   200 "customer";q=3;w=60 "customer";r=1;t=40
+	// key-ann   200 "customer";q=3;w=60 "customer";r=0;t=60
+	// key-ann   429 "customer";q=3;w=60 "customer";r=0;t=20
+	// key-bob   200 "customer";q=10;w=60 "customer";r=9;t=6
+	// key-eve   200 "anonymous";q=2;w=60 "anonymous";r=1;t=30
+	//           200 "anonymous";q=2;w=60 "anonymous";r=0;t=60
+	//           429 "anonymous";q=2;w=60 "anonymous";r=0;t=30
+	// key-ann   200 "customer";q=10;w=60 "customer";r=0;t=56
+	// key-ann   429 "customer";q=10;w=60 "customer";r=0;t=2
 }

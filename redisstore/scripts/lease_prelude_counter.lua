@@ -7,14 +7,14 @@
 -- between Cluster nodes as a whole; the plain scripts read past the
 -- leased units (and drop them when they write).
 
--- lease_counter_read reads the counter at now, as counter_windows in
+-- lease_counter_read reads the counter s (its numbers, from rate_get in
+-- prelude_rate.lua) at now, as counter_windows in
 -- prelude_counter.lua does, and returns the window index, now, the
 -- window's start, the previous and current counts, and the units leased
 -- in the current window.
-local function lease_counter_read(now, period)
+local function lease_counter_read(s, now, period)
   local w = floordiv(now, period)
   local prev, cur, leased = 0, 0, 0
-  local s = redis.call('GET', KEYS[1])
   if s then
     local sw, sp, sc, sl = string.match(s, '^(%d+) (%d+) (%d+) ?(%d*)$')
     if not sw then
@@ -35,8 +35,8 @@ local function lease_counter_read(now, period)
 end
 
 -- lease_counter_save writes the counts back, as counter_save does, with
--- the leased units while there are any.
-local function lease_counter_save(w, now, start, period, prev, cur, leased, floor)
+-- the leased units while there are any, then suffix (prelude_rate.lua).
+local function lease_counter_save(w, now, start, period, prev, cur, leased, floor, suffix)
   local ttl
   if cur > 0 then
     ttl = start + 2 * period - now
@@ -50,7 +50,7 @@ local function lease_counter_save(w, now, start, period, prev, cur, leased, floo
   if leased > 0 then
     s = s .. string.format(' %d', leased)
   end
-  redis.call('SET', KEYS[1], s, 'PX', expiry_ms(ttl, floor))
+  redis.call('SET', KEYS[1], s .. suffix, 'PX', expiry_ms(ttl, floor))
 end
 
 local B = 33554432 -- 2^25

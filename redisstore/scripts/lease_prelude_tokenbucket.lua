@@ -11,7 +11,8 @@
 -- latest lease's slots, which refunds must not move the bucket below.
 -- Leases are stacked on the timeline, so every earlier lease ends before
 -- the latest one. One key, so that it is evicted and moved between
--- Cluster nodes as a whole; the plain scripts read past the mark.
+-- Cluster nodes as a whole; the plain scripts read past the mark. The
+-- rate's version follows (prelude_rate.lua).
 
 local function p_add(aq, ar, bq, br, limit)
   local q, r = aq + bq, ar + br
@@ -41,10 +42,10 @@ local function p_mul(j, tq, tr, limit)
   return j * tq + (x - c) / limit, c
 end
 
--- tb_read returns the bucket's arrival time and its lease mark (nil when
--- there is none), or nil when the key does not exist.
-local function tb_read()
-  local s = redis.call('GET', KEYS[1])
+-- tb_read returns the arrival time and the lease mark (nil when there is
+-- none) of s, the bucket's numbers (rate_get in prelude_rate.lua), or
+-- nil when the key does not exist.
+local function tb_read(s)
   if not s then
     return nil
   end
@@ -76,9 +77,10 @@ end
 
 -- tb_write stores the bucket, with the mark while the latest lease's last
 -- unit may still be allowed (until the start of its slot, T before the
--- mark), to vanish when the arrival time has passed: the bucket is full
--- then. A bucket at or before now is deleted.
-local function tb_write(q, r, wq, wr, now, tq, tr, limit, floor)
+-- mark), and then suffix, the rate's (prelude_rate.lua), to vanish when
+-- the arrival time has passed: the bucket is full then. A bucket at or
+-- before now is deleted.
+local function tb_write(q, r, wq, wr, now, tq, tr, limit, floor, suffix)
   if p_le(q, r, now, 0) then
     redis.call('DEL', KEYS[1])
     return
@@ -92,5 +94,5 @@ local function tb_write(q, r, wq, wr, now, tq, tr, limit, floor)
   if wq then
     s = s .. string.format(' %d %d', wq, wr)
   end
-  redis.call('SET', KEYS[1], s, 'PX', expiry_ms(ttl, floor))
+  redis.call('SET', KEYS[1], s .. suffix, 'PX', expiry_ms(ttl, floor))
 end

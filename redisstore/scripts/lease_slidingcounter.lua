@@ -10,6 +10,8 @@
 -- ARGV[7]  the shortest expiry in milliseconds (see WithClock)
 -- ARGV[8]  the window of the caller's previous lease, "" for none
 -- ARGV[9]  m, the units of its unused tail to give back
+-- ARGV[10], ARGV[11] the rate's version and suffix, as in
+--          lease_tokenbucket.lua
 --
 -- The caller grants leased units only until the window they were counted
 -- in ends. Every unit allowed in a window is then counted in it, and the
@@ -25,7 +27,11 @@
 
 local n, k = tonumber(ARGV[2]), tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local w, now, start, prev, cur, leased = lease_counter_read(clock_us(ARGV[1]) - tonumber(ARGV[6]), period)
+local s = rate_get(3, ARGV[10], '', '')
+if type(s) == 'table' then
+  return s
+end
+local w, now, start, prev, cur, leased = lease_counter_read(s, clock_us(ARGV[1]) - tonumber(ARGV[6]), period)
 
 local returned = 0
 if ARGV[8] ~= '' and tonumber(ARGV[8]) == w then
@@ -44,6 +50,6 @@ else
   got = 0
 end
 if allowed == 1 or returned > 0 then
-  lease_counter_save(w, now, start, period, prev, cur, leased, ARGV[7])
+  lease_counter_save(w, now, start, period, prev, cur, leased, ARGV[7], ARGV[11])
 end
 return {allowed, prev, cur, now, got, returned}

@@ -14,6 +14,9 @@
 -- ARGV[10] hold: place the lease's slots at least this many us ahead
 -- ARGV[11], ARGV[12]  the end of the caller's previous lease, "" for none
 -- ARGV[13], ARGV[14]  m*T, the slots of its unused tail to give back
+-- ARGV[15] the version of the rate, ARGV[16] what follows the numbers of
+--          a state written under it (prelude_rate.lua); a state of
+--          another version gets rate_get's reply, and nothing is leased
 --
 -- GCRA gives every unit a slot of length T on one timeline, after the
 -- slots already given. The caller may grant leased unit j only up to the
@@ -41,8 +44,12 @@ local tauq, taur = tonumber(ARGV[6]), tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
 local hold = tonumber(ARGV[10])
 
+local s = rate_get(2, ARGV[15], '', '')
+if type(s) == 'table' then
+  return s
+end
 local bq, br = now, 0
-local sq, sr, wq, wr = tb_read()
+local sq, sr, wq, wr = tb_read(s)
 if sq and sq >= now then
   bq, br = sq, sr
 end
@@ -98,7 +105,7 @@ end
 
 if got < n or got == 0 then
   if returned == 1 then
-    tb_write(bq, br, wq, wr, now, tq, tr, limit, ARGV[9])
+    tb_write(bq, br, wq, wr, now, tq, tr, limit, ARGV[9], ARGV[16])
   end
   local nq, nr = p_mul(n, tq, tr, limit)
   local aq, ar = p_add(bq, br, nq, nr, limit)
@@ -110,6 +117,6 @@ local eq, er = p_add(startq, startr, kq, kr, limit)
 if got > n then
   wq, wr = eq, er
 end
-tb_write(eq, er, wq, wr, now, tq, tr, limit, ARGV[9])
+tb_write(eq, er, wq, wr, now, tq, tr, limit, ARGV[9], ARGV[16])
 local gq, gr = p_sub(startq, startr, bq, br, limit)
 return {1, got, eq - now, er, 0, 0, startq - now, startr, eq, er, returned, gq, gr}

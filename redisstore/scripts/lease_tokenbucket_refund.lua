@@ -8,8 +8,13 @@
 -- ARGV[4]  tq, ARGV[5] tr: the emission interval T
 -- ARGV[6]  limit
 -- ARGV[7]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[8], ARGV[9] the rate's version and suffix, as in tokenbucket_refund.lua
 
-local sq, sr, wq, wr = tb_read()
+local s = rate_get(2, ARGV[8], '', '')
+if type(s) == 'table' then
+  return s
+end
+local sq, sr, wq, wr = tb_read(s)
 if not sq then
   return {0}
 end
@@ -23,5 +28,5 @@ if wq and p_le(q, r, wq, wr) then
   end
   q, r = wq, wr
 end
-tb_write(q, r, wq, wr, now, tq, tr, limit, ARGV[7])
+tb_write(q, r, wq, wr, now, tq, tr, limit, ARGV[7], ARGV[9])
 return {1}

@@ -13,6 +13,11 @@
 --   before the oldest unit the log still counts. Its negative score keeps
 --   it out of every time range and first by rank.
 --
+--   once the rate has changed (see ratechange.go), the member
+--   'v <version> <limit> <period>', scored LOG_VSCORE, below 'low': the
+--   rate the log was written under. A log without it was written before
+--   the first change.
+--
 -- An entry counts the units between its predecessor's total (or low) and
 -- its own. It is dead once its total is at or below low: low moves up to
 -- the total of the newest entry that aged out (time <= now - period), and
@@ -27,6 +32,10 @@
 
 local LOG_MOD = 281474976710656 -- 2^48
 local LOG_SWEEP = 16
+local LOG_VSCORE = -1125899906842624 -- -2^50, below every score of 'low'
+-- LOG_MAX bounds the units a log counts: the largest limit a log takes,
+-- which a log may count after its limit was lowered (see SetRate).
+local LOG_MAX = 65536
 
 -- log_diff returns a - b modulo 2^48 as a signed number: totals a log
 -- holds at once span far less than 2^47.
@@ -56,9 +65,12 @@ end
 -- it alone) counts as full: an upper bound of what it held.
 local function log_open(now, period, limit)
   local L = {off = 0, count = 0, low = 0, top = 0, last = 0, aged = 0, used = 0, now = now}
+  if redis.call('ZCOUNT', KEYS[1], '-inf', LOG_VSCORE) > 0 then
+    L.off = 1
+  end
   local m = redis.call('ZSCORE', KEYS[1], 'low')
   if m then
-    L.off, L.low = 1, -1 - tonumber(m)
+    L.off, L.low = L.off + 1, -1 - tonumber(m)
   end
   L.count = redis.call('ZCARD', KEYS[1]) - L.off
   if L.count <= 0 then
@@ -78,8 +90,9 @@ local function log_open(now, period, limit)
     end
   end
   -- A log counts at most limit units, or limit*limit in debt (ChargeN:
-  -- below limit entries, each of at most limit units).
-  L.used = math.min(math.max(log_diff(L.top, L.low), 0), limit * limit)
+  -- below limit entries, each of at most limit units), or up to LOG_MAX
+  -- after its limit was lowered (see SetRate).
+  L.used = math.min(math.max(log_diff(L.top, L.low), 0), math.max(limit * limit, LOG_MAX))
   return L
 end
 
@@ -122,10 +135,11 @@ local function log_reaching(L, need)
 end
 
 -- log_save writes the log back after a call that recorded or refunded:
--- it removes up to LOG_SWEEP dead entries from the front, stores low, and
--- sets the key to vanish when the newest entry leaves the window. It
--- returns that wait in microseconds (0 for an empty log, unlinked).
-local function log_save(L, period, floor)
+-- it removes up to LOG_SWEEP dead entries from the front, stores low and
+-- the rate's member vname ('' before any change), and sets the key to
+-- vanish when the newest entry leaves the window. It returns that wait in
+-- microseconds (0 for an empty log, unlinked).
+local function log_save(L, period, floor, vname)
   if L.used <= 0 then
     redis.call('UNLINK', KEYS[1])
     return 0
@@ -139,9 +153,79 @@ local function log_save(L, period, floor)
     redis.call('ZREMRANGEBYRANK', KEYS[1], L.off, L.off + dead - 1)
   end
   redis.call('ZADD', KEYS[1], -1 - L.low, 'low')
+  if vname ~= '' and redis.call('ZSCORE', KEYS[1], vname) == false then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', LOG_VSCORE)
+    redis.call('ZADD', KEYS[1], LOG_VSCORE, vname)
+  end
   local reset = L.last + period - L.now
   redis.call('PEXPIRE', KEYS[1], expiry_ms(reset, floor))
   return reset
+end
+
+-- log_units returns the units a log that counted u of limit c keeps under
+-- limit c2, as strategy how says (floodgate.Inherit; inherit.Units).
+local function log_units(how, u, c, c2)
+  if how == 0 then
+    return u
+  elseif how == 1 then
+    return math.min(floordiv(u * c2 + c - 1, c), math.max(u, c2))
+  elseif how == 2 then
+    if c2 >= c then
+      return u
+    end
+    return u - math.min(u, c - c2)
+  end
+  return 0
+end
+
+-- log_rate brings the log to the rate version ver (see ratechange.go):
+-- it returns {-1} for the caller when the log was written under a newer
+-- version, and otherwise converts a log written under an older one, as
+-- of the change's time tc, from the rate its member names (the initial
+-- rate iL, iP before the first change) to limit, period, as how says:
+-- the events still counted at tc keep counting until their time plus the
+-- new period; units are taken from the oldest events, or added to the
+-- newest (see floodgate.SlidingLog.SetRate).
+local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor)
+  ver = tonumber(ver)
+  local m = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', LOG_VSCORE, 'LIMIT', 0, 1)
+  local sv, sL, sP = 0, tonumber(iL), tonumber(iP)
+  if m[1] then
+    sv, sL, sP = string.match(m[1], '^v (%d+) (%d+) (%d+)$')
+    if not sv then
+      error('floodgate: malformed sliding log rate in ' .. KEYS[1])
+    end
+    sv, sL, sP = tonumber(sv), tonumber(sL), tonumber(sP)
+  end
+  if sv == ver or redis.call('EXISTS', KEYS[1]) == 0 then
+    return nil
+  end
+  if sv > ver then
+    return {-1}
+  end
+  local L = log_open(tonumber(tc), sP, sL)
+  how = tonumber(how)
+  if period < sP and L.count > 0 then
+    -- Events that age out under the new period are gone at once.
+    local aged = redis.call('ZCOUNT', KEYS[1], 0, L.now - period)
+    if aged > L.aged then
+      L.low = log_at(L.off + aged - 1)
+      L.aged, L.used = aged, math.max(log_diff(L.top, L.low), 0)
+    end
+  end
+  local u = log_units(how, L.used, sL, limit)
+  if u < L.used then
+    L.low = (L.low + L.used - u) % LOG_MOD
+  elseif u > L.used then
+    local total = (L.top + u - L.used) % LOG_MOD
+    redis.call('ZREM', KEYS[1], string.format('%d', L.top))
+    redis.call('ZADD', KEYS[1], L.last, string.format('%d', total))
+    L.top = total
+  end
+  L.used = u
+  log_save(L, period, floor, vname)
+  return nil
+
 end
 
 -- log_charge records w units at L.now beyond the limit if need be

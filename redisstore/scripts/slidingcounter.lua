@@ -7,6 +7,8 @@
 -- ARGV[4]  period in microseconds
 -- ARGV[5]  origin of the fixed windows in microseconds (0: the Unix epoch)
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[7..10] the rate's version, suffix, and the caller's conversion,
+--          as ARGV[9..12] of tokenbucket.lua
 --
 -- The sliding window's estimate is prev·(period - elapsed)/period + cur;
 -- the request fits if cur + n <= limit and
@@ -17,12 +19,17 @@
 --
 -- Reply: {allowed, prev, cur, now}: the counts after the decision and the
 -- time, in microseconds since the origin, they are as of. The caller
--- derives Remaining, RetryAfter and ResetAfter from them.
+-- derives Remaining, RetryAfter and ResetAfter from them. Or a reply of
+-- rate_get, without deciding.
 
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local w, now, start, prev, cur = counter_windows(clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
+local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10])
+if type(s) == 'table' then
+  return s
+end
+local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
 local elapsed = now - start
 
 local B = 16777216 -- 2^24
@@ -55,7 +62,9 @@ local function le(a3, a2, a1, a0, b3, b2, b1, b0)
 end
 
 local allowed = 0
-if cur + n <= limit then
+if n == 0 then
+  allowed = 1 -- a report, even above a downgraded limit (see SetRate)
+elseif cur + n <= limit then
   local x3, x2, x1, x0 = mul(prev, period - elapsed)
   local y3, y2, y1, y0 = mul(limit - cur - n, period)
   if le(x3, x2, x1, x0, y3, y2, y1, y0) then
@@ -65,6 +74,8 @@ end
 
 if allowed == 1 and n > 0 then
   cur = cur + n
-  counter_save(w, now, start, period, prev, cur, ARGV[6])
+end
+if (allowed == 1 and n > 0) or converted then
+  counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8])
 end
 return {allowed, prev, cur, now}

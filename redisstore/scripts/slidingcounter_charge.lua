@@ -12,7 +12,11 @@
 -- Reply: {cur}.
 
 local period = tonumber(ARGV[3])
-local w, now, start, prev, cur = counter_windows(clock_us(ARGV[1]) - tonumber(ARGV[4]), period)
+local s = rate_get(3, ARGV[7], '', '')
+if type(s) == 'table' then
+  return s
+end
+local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[4]), period)
 cur = math.max(math.min(cur + tonumber(ARGV[2]), tonumber(ARGV[5])), cur)
-counter_save(w, now, start, period, prev, cur, ARGV[6])
+counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8])
 return {cur}

@@ -11,6 +11,10 @@
 -- ARGV[5]  "1" to record denied attempts too: the oldest units are
 --          dropped so that the log holds limit units with the attempt
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[7]  the version of the rate the caller decides under, ARGV[8] the
+--          log's member naming it ('' for version 0), ARGV[9] the time of
+--          its change, ARGV[10] its strategy, ARGV[11], ARGV[12] the rate
+--          logs of version 0 are in (see log_rate)
 --
 -- A report, and a denial not recorded, write nothing.
 --
@@ -21,10 +25,15 @@
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local L = log_open(clock_us(ARGV[1]), period, limit)
+local now = clock_us(ARGV[1])
+local stale = log_rate(ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], limit, period, ARGV[6])
+if stale then
+  return stale
+end
+local L = log_open(now, period, limit)
 
 local allowed, wrote = 0, false
-if L.used + n <= limit then
+if n == 0 or L.used + n <= limit then -- a report, even above a lowered limit
   allowed = 1
   if n > 0 then
     log_clear(L)
@@ -37,8 +46,9 @@ elseif ARGV[5] == '1' and n > 0 and L.used > limit then
   log_charge(L, n, limit)
   wrote = true
 elseif ARGV[5] == '1' and n > 0 then
-  -- Drop the oldest units so that, with the attempt, the log counts limit.
-  local k = L.used + n - limit
+  -- Drop the oldest units so that, with the attempt, the log counts limit
+  -- (only n of them when it counts more, after its limit was lowered).
+  local k = math.min(L.used + n - limit, n)
   L.low, L.used = (L.low + k) % LOG_MOD, L.used - k
   log_record(L, n)
   wrote = true
@@ -54,7 +64,7 @@ end
 
 local reset = 0
 if wrote then
-  reset = log_save(L, period, ARGV[6])
+  reset = log_save(L, period, ARGV[6], ARGV[8])
 elseif L.used > 0 then
   reset = L.last + period - L.now
 end

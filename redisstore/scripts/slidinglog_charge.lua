@@ -13,7 +13,12 @@
 
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local L = log_open(clock_us(ARGV[1]), period, limit)
+local now = clock_us(ARGV[1])
+local stale = log_rate(ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], limit, period, ARGV[5])
+if stale then
+  return stale
+end
+local L = log_open(now, period, limit)
 log_charge(L, tonumber(ARGV[2]), limit)
-log_save(L, period, ARGV[5])
+log_save(L, period, ARGV[5], ARGV[7])
 return {L.used}

@@ -10,9 +10,16 @@
 -- ARGV[3]  limit
 -- ARGV[4]  period in microseconds
 -- ARGV[5]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[6..11] the rate's version, member, change time, strategy and
+--          initial rate, as ARGV[7..12] of slidinglog.lua
 
 local period = tonumber(ARGV[4])
-local L = log_open(clock_us(ARGV[1]), period, tonumber(ARGV[3]))
+local now = clock_us(ARGV[1])
+local stale = log_rate(ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[3]), period, ARGV[5])
+if stale then
+  return stale
+end
+local L = log_open(now, period, tonumber(ARGV[3]))
 if L.used == 0 then
   return {0}
 end
@@ -28,5 +35,5 @@ if L.used > 0 then
   end
   L.top, L.last, L.count = top, at, r - L.off + 1
 end
-log_save(L, period, ARGV[5])
+log_save(L, period, ARGV[5], ARGV[7])
 return {L.used}

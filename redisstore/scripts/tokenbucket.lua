@@ -8,6 +8,10 @@
 -- ARGV[5]  tauq, ARGV[6] taur: burst*period/limit = tauq + taur/limit us
 -- ARGV[7]  limit
 -- ARGV[8]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[9]  the version of the rate the caller decides under, and
+-- ARGV[10] what follows the numbers of a state written under it
+-- ARGV[11] the state the caller converted, or "", and
+-- ARGV[12] the converted state ("": a full bucket) (prelude_rate.lua)
 --
 -- Every number stays an integer below 2^53 (checked by the caller's bounds),
 -- so Lua's doubles hold it exactly; the caller does every multiplication
@@ -15,7 +19,8 @@
 --
 -- Reply: {allowed, owed, frac, wait, wfrac}: after the decision the bucket
 -- is full again in owed + frac/limit us; when denied the request fits in
--- wait + wfrac/limit us (wfrac may be negative: the caller borrows).
+-- wait + wfrac/limit us (wfrac may be negative: the caller borrows). Or
+-- a reply of rate_get, without deciding.
 
 local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
@@ -24,18 +29,26 @@ local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 
 local tat, frac = now, 0
-local s = redis.call('GET', KEYS[1])
+local s, converted = rate_get(2, ARGV[9], ARGV[11], ARGV[12])
+if type(s) == 'table' then
+  return s
+end
 if s then
   -- A leasing limiter may have appended a lease mark (see
   -- lease_tokenbucket.lua); this script keeps only "tat frac".
   local a, b = string.match(s, '^(%d+) (%d+)')
-  if not a then
-    return redis.error_reply('ERR floodgate: malformed token bucket state')
-  end
   a, b = tonumber(a), tonumber(b)
   -- A bucket whose arrival time has passed is full: start from now.
   if a >= now then
     tat, frac = a, b
+  end
+end
+if converted then
+  -- Keep the conversion whatever this decision does.
+  if tat > now or frac > 0 then
+    redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[10], 'PX', expiry_ms(tat - now + 1, ARGV[8]))
+  else
+    redis.call('DEL', KEYS[1])
   end
 end
 
@@ -44,7 +57,8 @@ if nfrac >= limit then
   ntat, nfrac = ntat + 1, nfrac - limit
 end
 local ahead = ntat - now
-if ahead < tauq or (ahead == tauq and nfrac <= taur) then
+-- A report is allowed even above a downgraded burst (see SetRate).
+if n == 0 or ahead < tauq or (ahead == tauq and nfrac <= taur) then
   if n > 0 then
     local ttl = ntat - now
     if nfrac > 0 then
@@ -52,7 +66,7 @@ if ahead < tauq or (ahead == tauq and nfrac <= taur) then
     end
     -- The key vanishes when the bucket is full again: its state then
     -- equals a fresh one.
-    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac), 'PX', expiry_ms(ttl, ARGV[8]))
+    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. ARGV[10], 'PX', expiry_ms(ttl, ARGV[8]))
   end
   return {1, ntat - now, nfrac, 0, 0}
 end

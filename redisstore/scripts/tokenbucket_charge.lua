@@ -9,6 +9,7 @@
 --          (the caller caps incq at cap)
 -- ARGV[4]  limit
 -- ARGV[5]  cap, in microseconds: how far past now the debt may reach
+-- ARGV[7], ARGV[8] the rate's version and suffix (prelude_rate.lua)
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
 --
 -- Every number stays below 2^53: now < 2^52, a stored arrival time at
@@ -19,12 +20,12 @@
 local now = clock_us(ARGV[1])
 local limit, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local tat, frac = now, 0
-local s = redis.call('GET', KEYS[1])
+local s = rate_get(2, ARGV[7], '', '')
+if type(s) == 'table' then
+  return s
+end
 if s then
-  local a, b = string.match(s, '^(%d+) (%d+)$')
-  if not a then
-    return redis.error_reply('ERR floodgate: malformed token bucket state')
-  end
+  local a, b = string.match(s, '^(%d+) (%d+)')
   a, b = tonumber(a), tonumber(b)
   if a >= now then
     tat, frac = a, b
@@ -41,5 +42,5 @@ local ttl = tat - now
 if frac > 0 then
   ttl = ttl + 1
 end
-redis.call('SET', KEYS[1], string.format('%d %d', tat, frac), 'PX', expiry_ms(ttl, ARGV[6]))
+redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[8], 'PX', expiry_ms(ttl, ARGV[6]))
 return {ttl}

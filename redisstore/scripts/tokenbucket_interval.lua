@@ -10,25 +10,32 @@
 -- ARGV[4]  limit
 -- ARGV[5]  period in microseconds
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[7..10] the rate's version, suffix, and the caller's conversion,
+--          as ARGV[9..12] of tokenbucket.lua
 --
 -- Every number stays an integer below 2^53: the caller bounds
 -- ceil(burst/limit) periods below 2^51 us.
 --
 -- Reply: {allowed, start, used, now} after the decision; the caller
--- derives Remaining, RetryAfter and ResetAfter from them.
+-- derives Remaining, RetryAfter and ResetAfter from them. Or a reply of
+-- rate_get, without deciding.
 
 local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local start, used = interval_at(now, limit, period)
+local s, converted = rate_get(2, ARGV[7], ARGV[9], ARGV[10])
+if type(s) == 'table' then
+  return s
+end
+local start, used = interval_at(s, now, limit, period)
 
 local allowed = 0
-if used + n <= burst then
+if n == 0 or used + n <= burst then
   allowed = 1
-  if n > 0 then
-    used = used + n
-    interval_save(start, used, now, limit, period, ARGV[6])
-  end
+  used = used + n
+end
+if (allowed == 1 and n > 0) or converted then
+  interval_save(start, used, now, limit, period, ARGV[6], ARGV[8])
 end
 return {allowed, start, used, now}

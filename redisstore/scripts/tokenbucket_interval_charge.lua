@@ -15,7 +15,11 @@
 
 local now = clock_us(ARGV[1])
 local limit, period = tonumber(ARGV[3]), tonumber(ARGV[4])
-local start, used = interval_at(now, limit, period)
+local s = rate_get(2, ARGV[7], '', '')
+if type(s) == 'table' then
+  return s
+end
+local start, used = interval_at(s, now, limit, period)
 used = math.max(math.min(used + tonumber(ARGV[2]), tonumber(ARGV[5])), used)
-interval_save(start, used, now, limit, period, ARGV[6])
+interval_save(start, used, now, limit, period, ARGV[6], ARGV[8])
 return {used}

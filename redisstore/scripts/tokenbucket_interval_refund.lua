@@ -8,10 +8,15 @@
 -- ARGV[3]  limit
 -- ARGV[4]  period in microseconds
 -- ARGV[5]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[6], ARGV[7] the rate's version and suffix, as in tokenbucket_refund.lua
 
+local s = rate_get(2, ARGV[6], '', '')
+if type(s) == 'table' then
+  return s
+end
 local now = clock_us(ARGV[1])
 local limit, period = tonumber(ARGV[3]), tonumber(ARGV[4])
-local start, used = interval_at(now, limit, period)
+local start, used = interval_at(s, now, limit, period)
 used = math.max(used - tonumber(ARGV[2]), 0)
-interval_save(start, used, now, limit, period, ARGV[5])
+interval_save(start, used, now, limit, period, ARGV[5], ARGV[7])
 return {1}

@@ -14,7 +14,11 @@ local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local start, used = interval_at(now, limit, period)
+local s = rate_get(2, ARGV[8], '', '')
+if type(s) == 'table' then
+  return s
+end
+local start, used = interval_at(s, now, limit, period)
 
 local code = 0
 if used + n <= burst then
@@ -24,6 +28,6 @@ elseif start + ceildiv(used + n - burst, limit) * period - now <= tonumber(ARGV[
 end
 if code > 0 and n > 0 then
   used = used + n
-  interval_save(start, used, now, limit, period, ARGV[6])
+  interval_save(start, used, now, limit, period, ARGV[6], ARGV[9])
 end
 return {code, start, used, now}

@@ -20,12 +20,12 @@ local limit = tonumber(ARGV[7])
 local maxwait = tonumber(ARGV[9])
 
 local tat, frac = now, 0
-local s = redis.call('GET', KEYS[1])
+local s = rate_get(2, ARGV[10], '', '')
+if type(s) == 'table' then
+  return s
+end
 if s then
-  local a, b = string.match(s, '^(%d+) (%d+)$')
-  if not a then
-    return redis.error_reply('ERR floodgate: malformed token bucket state')
-  end
+  local a, b = string.match(s, '^(%d+) (%d+)')
   a, b = tonumber(a), tonumber(b)
   if a >= now then
     tat, frac = a, b
@@ -58,6 +58,6 @@ if n > 0 then
   if nfrac > 0 then
     ttl = ttl + 1
   end
-  redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac), 'PX', expiry_ms(ttl, ARGV[8]))
+  redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. ARGV[11], 'PX', expiry_ms(ttl, ARGV[8]))
 end
 return {code, ntat - now, nfrac, ahead - tauq, nfrac - taur}

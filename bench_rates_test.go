@@ -1,0 +1,100 @@
+package floodgate
+
+import (
+	"context"
+	"math/rand"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkPlanLimiter: decisions through a PlanLimiter whose cache holds
+// every key's plan (the cached lookup: one shard lock and map lookup more
+// than the plan's own limiter), over 100k keys on four plans, beside the
+// same token bucket asked directly (Direct), in one run.
+//
+//	go test -run '^$' -bench PlanLimiter .
+func BenchmarkPlanLimiter(b *testing.B) {
+	keys := makeKeys(benchKeys)
+	plans := []Plan{{Name: "a", Rate: PerMinute(1 << 20)}, {Name: "b", Rate: PerMinute(1 << 21)},
+		{Name: "c", Rate: PerMinute(1 << 22)}, {Name: "d", Rate: PerMinute(1 << 23)}}
+	planOf := make(map[string]Plan, len(keys))
+	for i, k := range keys {
+		planOf[k] = plans[i%len(plans)]
+	}
+	pl, err := NewPlanLimiter(PlanConfig{
+		Resolve:  func(_ context.Context, key string) (Plan, error) { return planOf[key], nil },
+		New:      TokenBucketPlans(),
+		CacheTTL: time.Hour, CacheSize: 2 * benchKeys,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, k := range keys {
+		if _, err := pl.Allow(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	order := rand.New(rand.NewSource(1)).Perm(len(keys))
+	run := func(b *testing.B, l Limiter) {
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			_, _ = l.AllowN(ctx, keys[order[i%len(order)]], 1)
+		}
+	}
+	b.Run("Cached", func(b *testing.B) { run(b, pl) })
+	b.Run("Direct", func(b *testing.B) { run(b, populated(b, keys)) })
+}
+
+// BenchmarkDecisionsUnderSetRate: parallel decisions on 100k keys while
+// one goroutine changes the rate back and forth without pause (each
+// change converts every key, shard by shard), beside the same decisions
+// with no change (Still). decisions/s is what the deciding goroutines got
+// through; changes/op how many changes ran meanwhile.
+//
+//	go test -run '^$' -bench DecisionsUnderSetRate .
+func BenchmarkDecisionsUnderSetRate(b *testing.B) {
+	for _, changing := range []bool{false, true} {
+		name := "Still"
+		if changing {
+			name = "Changing"
+		}
+		b.Run(name, func(b *testing.B) {
+			keys := makeKeys(benchKeys)
+			tb := populated(b, keys)
+			ctx := context.Background()
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			var changes atomic.Int64
+			rates := [2]Rate{PerMinute(1_000_000), PerMinute(2_000_000)}
+			go func() {
+				defer close(done)
+				for i := 0; changing; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_ = tb.SetRate(ctx, RateChange{Rate: rates[i%2]})
+					changes.Add(1)
+				}
+			}()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := next.Add(1)
+					_, _ = tb.Allow(ctx, keys[i%int64(len(keys))])
+				}
+			})
+			b.StopTimer()
+			close(stop)
+			<-done
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(float64(changes.Load())/float64(b.N), "changes/op")
+		})
+	}
+}

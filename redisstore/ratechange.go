@@ -1,0 +1,437 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// A change of rate on Redis. Every instance must decide under the same
+// rate once a change is made, and a key's state must be converted once,
+// as the change's strategy says. So the rate is kept in Redis, in one
+// record per limiter (its prefix and algorithm), p:rate:tb, p:rate:tbi,
+// p:rate:log or p:rate:sc:
+//
+//	v L P B how tc iL iP iB
+//
+// v is the version, 1 at the first change and one more at each; L, P (in
+// microseconds) and B the rate and burst; how the strategy of the change
+// and tc its time (on the limiter's clock, like every time here); iL, iP
+// and iB the rate the states written before the first change are in.
+//
+// How a change reaches every instance. SetRate writes the record (one
+// atomic script: two instances changing at once get two versions, the
+// later one wins), then waits one refresh interval (WithRateRefresh)
+// before it returns. Every instance reads the record again before its
+// first decision once that interval has passed since it last read it, so
+// by the time SetRate returns, every instance has read the new record, or
+// reads it before its next decision. The read is one round trip per
+// interval per instance, not per decision.
+//
+// How a key is converted. Each decision passes the version the instance
+// decides under, and a state written under a changed rate carries its
+// version and rate. A decision that meets a state of an older version
+// (its key not decided since the change) has it converted, as of the
+// change's time, from the rate the state carries to the current one:
+// the script replies with the state, the instance converts it (with the
+// same arithmetic as in memory, internal/inherit) and decides again,
+// sending the state it saw and the converted one, which the script
+// writes if the state is still the one seen. A sliding log converts
+// itself in its script. A decision that meets a state of a newer version
+// is refused (its instance has not read the record yet): the instance
+// reads it and decides again. So no key, once decided under the new
+// rate, is ever decided under the old one again.
+//
+// A key left alone through several changes is converted once, at its
+// next decision, from the rate it was last decided under straight to the
+// newest, as of the newest change (floodgatetest's
+// RateChangeOnNextDecision); in memory every key is converted at every
+// change.
+
+// DefaultRateRefresh is how long an instance decides under the rate it
+// last read from Redis before it reads it again, unless WithRateRefresh
+// says otherwise; SetRate waits as long before it returns.
+const DefaultRateRefresh = time.Second
+
+// WithRateRefresh sets how long the limiter decides under the rate it
+// last read from Redis (see SetRate) before it reads it again: one round
+// trip per d per instance, made by the first decision after d has
+// passed, which the decisions meanwhile wait for. SetRate waits d before
+// it returns, so that every instance has read the new rate by then: give
+// every instance of a limit the same d. d must be positive; the default
+// is DefaultRateRefresh.
+func WithRateRefresh(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: rate refresh %s must be positive", floodgate.ErrInvalidOption, d)
+		}
+		c.rateRefresh = d
+		return c.once("WithRateRefresh")
+	}
+}
+
+// rateParams is a rate as the record and the states keep it: limit,
+// period in microseconds, burst (the limit for a window).
+type rateParams struct {
+	limit, period, burst int64
+}
+
+// rateRecord is the record (see above); v == 0: none in Redis, the rate
+// the limiter was built with.
+type rateRecord struct {
+	v       int64
+	rate    rateParams
+	how     floodgate.Inherit
+	tc      int64
+	initial rateParams
+}
+
+// rateView is a record and the limiter's parameters compiled from it,
+// swapped as a whole.
+type rateView struct {
+	rec rateRecord
+	// suffix follows the numbers of every state written under rec (see
+	// prelude_rate.lua); ver is rec.v as a script argument.
+	suffix, ver string
+	alg         any // the limiter's parameters: *tbParams, *slParams, *scParams
+}
+
+// rates is the part of base that follows the rate record.
+type rates struct {
+	record  string // the record's key
+	compile func(rateParams) (any, error)
+	refresh time.Duration
+	mu      sync.Mutex // one record read or write at a time
+	// checked is the local monotonic time, since base.epoch, at which the
+	// last record read began; a read that began earlier is stale.
+	checked atomic.Int64
+	view    atomic.Pointer[rateView]
+}
+
+var (
+	readRateScript  = newScript(readRateSrc)
+	writeRateScript = newScript(prelude + writeRateSrc)
+)
+
+// initRates sets up the rate of a limiter built with p: version 0 until
+// the record says otherwise.
+func (l *base) initRates(kind string, p rateParams, c config, compile func(rateParams) (any, error)) error {
+	l.rates.record = l.prefix + ":rate:" + kind
+	l.rates.compile = compile
+	l.rates.refresh = c.rateRefresh
+	if l.rates.refresh == 0 {
+		l.rates.refresh = DefaultRateRefresh
+	}
+	l.rates.checked.Store(-int64(l.rates.refresh)) // the first decision reads the record
+	return l.adopt(rateRecord{rate: p, initial: p})
+}
+
+// adopt makes rec the rate the limiter decides under.
+func (l *base) adopt(rec rateRecord) error {
+	alg, err := l.rates.compile(rec.rate)
+	if err != nil {
+		return fmt.Errorf("%w: the rate record %s holds a rate this limiter cannot take: %w", ErrRedis, l.rates.record, err)
+	}
+	v := &rateView{rec: rec, ver: strconv.FormatInt(rec.v, 10), alg: alg}
+	if rec.v > 0 {
+		v.suffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
+	}
+	l.rates.view.Store(v)
+	if l.deny != nil {
+		l.deny.clear() // its denials were under the old rate
+	}
+	if l.lease != nil {
+		// Leases taken under the old rate allow nothing from now on.
+		l.lease.reconfigure(l.lease.algo.rate(l.lease.cfg.MaxShare))
+	}
+	return nil
+}
+
+// refreshRate reads the record if it was last read a refresh interval
+// ago or more: the decision path calls it before its round trip, where a
+// failure is the decision's (the fallback, if any, answers).
+func (l *base) refreshRate(ctx context.Context) error {
+	if l.rates.compile == nil || int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh) {
+		return nil
+	}
+	return l.readRate(ctx, false)
+}
+
+// readRate reads the record, unless (force false) another caller read it
+// while this one waited, and adopts it if it is newer. A record older
+// than the one known, or missing, is put back (see rate_write.lua).
+func (l *base) readRate(ctx context.Context, force bool) error {
+	l.rates.mu.Lock()
+	defer l.rates.mu.Unlock()
+	start := int64(time.Since(l.epoch))
+	if !force && start-l.rates.checked.Load() < int64(l.rates.refresh) {
+		return nil
+	}
+	r, err := readRateScript.run(ctx, l.client, []string{l.rates.record}, nil)
+	if err != nil && (r == nil || !errors.Is(err, ErrNotReplicated)) { // a read needs no replica
+		return fmt.Errorf("reading the rate record: %w", err)
+	}
+	known := l.rates.view.Load().rec
+	rec, err := parseRecord(r)
+	switch {
+	case err != nil:
+		return err
+	case rec.v < known.v:
+		if err := l.healRate(ctx, known); err != nil {
+			return err
+		}
+	case rec.v > known.v:
+		if err := l.adopt(rec); err != nil {
+			return err
+		}
+	}
+	l.rates.checked.Store(start)
+	return nil
+}
+
+// healRate puts the known record back into Redis, where it is missing
+// or older (rate_write.lua), and adopts what Redis then holds.
+func (l *base) healRate(ctx context.Context, rec rateRecord) error {
+	args := append([]string{"", "heal"}, rec.fields()...)
+	r, err := l.writeRate(ctx, args)
+	if err != nil && !errors.Is(err, ErrNotReplicated) {
+		return err
+	}
+	if r.v > rec.v {
+		return l.adopt(r)
+	}
+	return nil
+}
+
+// writeRate runs rate_write.lua with args and parses the record it
+// replies with.
+func (l *base) writeRate(ctx context.Context, args []string) (rateRecord, error) {
+	r, err := writeRateScript.run(ctx, l.client, []string{l.rates.record}, args)
+	if err != nil && (r == nil || !errors.Is(err, ErrNotReplicated)) {
+		return rateRecord{}, fmt.Errorf("writing the rate record: %w", err)
+	}
+	rec, perr := parseRecord(r)
+	if perr != nil {
+		return rateRecord{}, perr
+	}
+	// Not acknowledged by the replicas (WithWaitReplicas), the record is on
+	// the master: it is adopted, and the error returned.
+	return rec, err
+}
+
+// setRate makes p, under strategy how, the rate of every instance: it
+// writes the record as a new version and adopts it, then waits a refresh
+// interval for every other instance to read it (see above). p must have
+// been checked.
+func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit) error {
+	if _, err := l.rates.compile(p); err != nil {
+		return err
+	}
+	_, now, err := l.clock()
+	if err != nil {
+		return err
+	}
+	l.rates.mu.Lock()
+	known := l.rates.view.Load().rec
+	args := []string{now, "bump", itoa(p.limit), itoa(p.period), itoa(p.burst), strconv.Itoa(int(how)),
+		itoa(known.initial.limit), itoa(known.initial.period), itoa(known.initial.burst)}
+	cctx, cancel := l.bound(ctx)
+	rec, err := l.writeRate(cctx, args)
+	if cancel != nil {
+		cancel()
+	}
+	if rec.v > known.v {
+		if aerr := l.adopt(rec); aerr != nil && err == nil {
+			err = aerr
+		}
+	}
+	l.rates.mu.Unlock()
+	if err != nil {
+		l.counts.countError(err)
+		return fmt.Errorf("%w: %w", ErrRedis, err)
+	}
+	t := time.NewTimer(l.rates.refresh)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("redisstore: the rate is changed in Redis (version %d), but the other instances may decide under the old one for up to %v more: %w",
+			rec.v, l.rates.refresh, ctx.Err())
+	}
+}
+
+// fields returns the record as rate_write.lua's heal arguments.
+func (rec rateRecord) fields() []string {
+	return []string{itoa(rec.v), itoa(rec.rate.limit), itoa(rec.rate.period), itoa(rec.rate.burst),
+		strconv.Itoa(int(rec.how)), itoa(rec.tc), itoa(rec.initial.limit), itoa(rec.initial.period), itoa(rec.initial.burst)}
+}
+
+// parseRecord reads a record from a script's reply: {0} for none.
+func parseRecord(r []int64) (rateRecord, error) {
+	if len(r) == 1 && r[0] == 0 {
+		return rateRecord{}, nil
+	}
+	if len(r) != 9 || r[0] <= 0 || r[4] < int64(floodgate.KeepUsed) || r[4] > int64(floodgate.StartFresh) {
+		return rateRecord{}, fmt.Errorf("malformed rate record %v", r)
+	}
+	return rateRecord{v: r[0], rate: rateParams{r[1], r[2], r[3]}, how: floodgate.Inherit(r[4]), tc: r[5],
+		initial: rateParams{r[6], r[7], r[8]}}, nil
+}
+
+// stateRate returns the rate of a state a conversion reply carried (see
+// splitState): its own, or the initial one for version 0.
+func (rec rateRecord) stateRate(st []int64) rateParams {
+	_, v, p := splitState(st)
+	if v == 0 {
+		return rec.initial
+	}
+	return rateParams{p[0], p[1], p[2]}
+}
+
+// Replies of a decision script that did not decide (see prelude_rate.lua).
+const (
+	replyStale   = -1
+	replyConvert = -2
+)
+
+// maxRateTries bounds the round trips of one decision that meets changes
+// of rate: a conversion, a record read, and the decision.
+const maxRateTries = 4
+
+// errRateChurn reports a decision that met a new rate at every try.
+var errRateChurn = errors.New("the rate kept changing during the decision")
+
+func itoa(x int64) string { return strconv.FormatInt(x, 10) }
+
+// conversion is what a decision sends after it converted a state: the
+// state it saw (expect) and the converted one (with, "" for a fresh
+// state), both "" otherwise.
+type conversion struct {
+	expect, with string
+}
+
+// evalRated runs a decision script that may meet a change of rate:
+// build returns the script and its arguments under a view and a
+// conversion, convert converts a state the script replied with (its
+// numbers, version and rate), and read turns the script's reply of want
+// integers into the Decision. A reply that the state is newer than the
+// view makes it read the record again; one that it is older, convert it
+// and send it with the next try.
+func (l *base) evalRated(ctx context.Context, keys []string, n int,
+	build func(v *rateView, conv conversion) (*script, []string),
+	convert func(v *rateView, st []int64) string, want int,
+	read func(v *rateView, r []int64, n int) (floodgate.Decision, error),
+) (floodgate.Decision, error) {
+	var conv conversion
+	for range maxRateTries {
+		v := l.rates.view.Load()
+		if n > int(v.rec.rate.burst) { // a change read since AllowN checked the cost
+			return floodgate.Decision{Limit: int(v.rec.rate.burst)}, checkCost(n, int(v.rec.rate.burst))
+		}
+		s, args := build(v, conv)
+		r, unrepl, err := l.reply(ctx, s, keys, args, -1)
+		if err != nil {
+			return floodgate.Decision{Limit: l.limit()}, err
+		}
+		switch {
+		case len(r) == 1 && r[0] == replyStale:
+			if err := l.readRate(ctx, true); err != nil {
+				return floodgate.Decision{Limit: l.limit()}, err
+			}
+			conv = conversion{}
+		case len(r) >= 7 && r[0] == replyConvert:
+			conv = conversion{expect: stateString(r[1:]), with: convert(v, r[1:])}
+		case len(r) != want:
+			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, want)
+		default:
+			d, err := read(v, r, n)
+			if err != nil {
+				return d, err
+			}
+			return d, replicated(d, n, unrepl)
+		}
+	}
+	return floodgate.Decision{Limit: l.limit()}, errRateChurn
+}
+
+// refundRated runs a refund script that may meet a change of rate (see
+// evalRated): a state of a newer version makes it read the record again,
+// one of an older version is converted first by a report (a decision of
+// cost 0, eval), which writes it back.
+func (l *base) refundRated(ctx context.Context, keys []string, now string,
+	build func(v *rateView) (*script, []string), eval evalFunc, key string,
+) error {
+	for range maxRateTries {
+		s, args := build(l.rates.view.Load())
+		r, err := s.run(ctx, l.client, keys, args)
+		switch {
+		case err != nil:
+			return err
+		case len(r) == 1 && r[0] == replyStale:
+			if err := l.readRate(ctx, true); err != nil {
+				return err
+			}
+		case len(r) >= 7 && r[0] == replyConvert:
+			if _, err := eval(ctx, key, 0, now); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+	return errRateChurn
+}
+
+// stateString returns the state a conversion reply carried (its numbers,
+// then version, rate and burst) as the script stored it: the numbers
+// alone for version 0.
+func stateString(st []int64) string {
+	body, v, rate := splitState(st)
+	var b strings.Builder
+	join := func(xs []int64) {
+		for i, x := range xs {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(strconv.FormatInt(x, 10))
+		}
+	}
+	join(body)
+	if v > 0 {
+		b.WriteByte('|')
+		join(append([]int64{v}, rate...))
+	}
+	return b.String()
+}
+
+// splitState splits a state a conversion reply carried into its numbers
+// (the algorithm's, and a leasing limiter's after them), its version and
+// the numbers of its rate.
+func splitState(st []int64) (body []int64, v int64, rate []int64) {
+	k := len(st) - 4
+	return st[:k], st[k], st[k+1:]
+}
+
+// rateMet handles a reply of a script that met a state of another
+// version (see prelude_rate.lua) without converting it itself (the lease
+// and reserve scripts): for a newer one it reads the record again, for an
+// older one it has a report decision (eval, of cost 0) convert it. It
+// reports whether the script should run again.
+func (l *base) rateMet(ctx context.Context, key, now string, r []int64, eval evalFunc) (bool, error) {
+	switch {
+	case len(r) == 1 && r[0] == replyStale:
+		return true, l.readRate(ctx, true)
+	case len(r) >= 7 && r[0] == replyConvert:
+		_, err := eval(ctx, key, 0, now)
+		return true, err
+	}
+	return false, nil
+}

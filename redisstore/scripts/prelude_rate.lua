@@ -1,0 +1,57 @@
+-- The helpers of a limiter whose rate can change (see ratechange.go),
+-- prepended after prelude.lua to the scripts of the token buckets and the
+-- sliding counter, plain and leased.
+--
+-- A state written under a changed rate ends with its version and rate:
+-- "<numbers>|v L P B". One without them was written before the first
+-- change (version 0). The numbers are the algorithm's, and a leasing
+-- limiter's extras after them (see lease_prelude_*.lua).
+
+-- rate_get reads the state KEYS[1], of at least k numbers, for a caller
+-- that decides under version ver. It returns the numbers of the state to
+-- decide on (nil: none) and whether the caller's conversion replaced it;
+-- or, as its only result, a reply for the caller: {-1} when the state was
+-- written under a newer version (the caller reads the record again),
+-- {-2, numbers..., v, L, P, B} when under an older one (the caller
+-- converts it, and sends the state it saw as expect and the converted one
+-- as with, '' for a state equal to a fresh one).
+local function rate_get(k, ver, expect, with)
+  local s = redis.call('GET', KEYS[1])
+  if not s then
+    return nil, false
+  end
+  local body, rate = string.match(s, '^([^|]*)|?(.*)$')
+  local sv, sL, sP, sB = 0, 0, 0, 0
+  if rate ~= '' then
+    sv, sL, sP, sB = string.match(rate, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not sv then
+      error('floodgate: malformed rate in state ' .. KEYS[1])
+    end
+    sv = tonumber(sv)
+  end
+  ver = tonumber(ver)
+  if sv == ver then
+    return body, false
+  end
+  if expect ~= '' and s == expect then
+    if with == '' then
+      return nil, true
+    end
+    return string.match(with, '^([^|]*)'), true
+  end
+  if sv > ver then
+    return {-1}
+  end
+  local reply = {-2}
+  for x in string.gmatch(body, '%d+') do
+    reply[#reply + 1] = tonumber(x)
+  end
+  if #reply < k + 1 then
+    error('floodgate: malformed state in ' .. KEYS[1])
+  end
+  reply[#reply + 1] = sv
+  reply[#reply + 1] = tonumber(sL)
+  reply[#reply + 1] = tonumber(sP)
+  reply[#reply + 1] = tonumber(sB)
+  return reply
+end
