@@ -285,3 +285,45 @@ func TestREADMELinksEveryGuide(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotedFiles checks each block of the README and the guides marked
+// <!-- file: PATH --> (the example server's policy files): it is the
+// file at PATH, whole, so that what a reader copies is what the tests
+// load.
+func TestQuotedFiles(t *testing.T) {
+	quoted := 0
+	for _, md := range guides(t) {
+		text, err := os.ReadFile(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(text), "\n")
+		for i, line := range lines {
+			path, ok := strings.CutPrefix(line, "<!-- file: ")
+			if !ok {
+				continue
+			}
+			path = strings.TrimSuffix(path, " -->")
+			quoted++
+			if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
+				t.Errorf("%s:%d: a file marker not followed by a code block", md, i+1)
+				continue
+			}
+			end := i + 2
+			for end < len(lines) && lines[end] != "```" {
+				end++
+			}
+			want, err := os.ReadFile(filepath.FromSlash(path))
+			if err != nil {
+				t.Errorf("%s:%d: %v", md, i+1, err)
+				continue
+			}
+			if got := strings.Join(lines[i+2:end], "\n"); got != strings.TrimRight(string(want), "\n") {
+				t.Errorf("%s:%d quotes %s, but the file differs; it has:\n%s", md, i+1, path, want)
+			}
+		}
+	}
+	if quoted < 4 {
+		t.Errorf("found %d quoted files, want both scenarios' policy files in the README and in docs/policy-file.md", quoted)
+	}
+}
