@@ -284,14 +284,16 @@ func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem i
 // store seeds, at which TestBoundedStoreNeverForgivesAcrossRateChanges
 // found forgiveness (issue 29, item 12: it failed about once in thirty
 // runs, as the process's random seed placed the keys). Each was a real
-// forgiveness: the sliding counter's conversion lost the order of
-// states. A key
-// restored from a shared bound and spent on counted (6, 3) in its two
-// windows where the exact store counted (2, 3); raised from 5 to 10 under
-// ScaleUsed, the sum of 9 was capped at 10, so (6, 3) gained one unit in
-// its current window and (2, 3) five: (6, 4) against (2, 8), and lowered
-// to 5 again, (1, 4) against (0, 5) — one unit forgiven once the window
-// turned (inherit.Strategy.Counts).
+// forgiveness:
+//   - the sliding counter's conversion lost the order of states: a key
+//     restored from a shared bound and spent on counted (6, 3) in its two
+//     windows where the exact store counted (2, 3); raised from 5 to 10
+//     under ScaleUsed, the sum of 9 was capped at 10, so (6, 3) gained one
+//     unit in its current window and (2, 3) five: (6, 4) against (2, 8),
+//     and lowered to 5 again, (1, 4) against (0, 5) — one unit forgiven
+//     once the window turned (inherit.Strategy.Counts);
+//   - a full bucket of the debt memory holding only shields forgot the
+//     debt it had no room for (debts.overflow).
 func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 	kinds := map[string]limiterKind{}
 	for _, k := range everyKind() {
@@ -304,7 +306,10 @@ func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 		trial uint64
 	}{
 		{"SlidingCounter", floodgate.ScaleUsed, 24, 13},
+		{"SlidingCounter", floodgate.ScaleUsed, 89, 13},
 		{"SlidingCounter", floodgate.ScaleUsed, 106, 13},
+		{"TokenBucket", floodgate.ScaleUsed, 190, 4},
+		{"TokenBucket/fraction,Burst7", floodgate.KeepUsed, 22, 2},
 	} {
 		t.Run(fmt.Sprintf("%s/%v/seed%d/trial%d", c.kind, c.how, c.seed, c.trial), func(t *testing.T) {
 			if _, why, ok := replayRateChanges(t, kinds[c.kind], c.how, 1, c.seed, c.trial); !ok {
@@ -424,6 +429,62 @@ func TestResetDurable(t *testing.T) {
 				t.Errorf("a reset key was limited again after the spray went on: %+v, %v; %+v", d, err, l.Stats())
 			}
 		})
+	}
+}
+
+// TestResetDurableDuringSpray (issue 29, item 13): a key reset while a
+// spray is filling the debt memory stays free as the spray goes on and
+// overflows it, on every algorithm and several store seeds. The reset
+// comes when the spray is just past the memory's size (Stats().Merged
+// may still be zero), so the key's buckets may hold no shared bound yet;
+// the spray then merges debts that were running at the reset into
+// bounds there. Before the fix, the reset left no mark when no bound
+// bound the key at that moment, and a mark could be dropped by a full
+// bucket: the key was limited again, for a whole period, without
+// having sent anything.
+func TestResetDurableDuringSpray(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys = 1024
+	seeds := []uint64{1, 2, 3, 4}
+	if testing.Short() || raceEnabled {
+		seeds = seeds[:2]
+	}
+	for _, k := range everyKind() {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed%d", k.name, seed), func(t *testing.T) {
+				clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+				l, err := k.build(k.rate, append(k.opts, floodgate.WithClock(clk.now), floodgate.WithMaxKeys(maxKeys),
+					floodgate.WithShards(1), floodgate.WithStoreSeed(seed))...)
+				mustNot(t, err)
+				// The spray's keys each spend their whole quota, a
+				// microsecond apart: their debts end one after another.
+				spray := func(tag string, n int) {
+					for i := 0; i < n; i++ {
+						clk.t = clk.t.Add(time.Microsecond)
+						if _, err := l.AllowN(ctx, fmt.Sprintf("spray-%s-%d", tag, i), k.capacity); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if d, err := l.AllowN(ctx, "victim", k.capacity); err != nil || !d.Allowed {
+					t.Fatalf("victim: %+v, %v", d, err)
+				}
+				spray("a", 9*maxKeys)
+				mustNot(t, l.Reset(ctx, "victim"))
+				spray("b", 4*maxKeys)
+				if st := l.Stats(); st.Merged == 0 {
+					t.Fatalf("the spray did not overflow the debt memory: %+v", st)
+				}
+				d, err := l.AllowN(ctx, "victim", 0)
+				mustNot(t, err)
+				if d.Remaining != k.capacity {
+					t.Fatalf("the reset key was limited again by the spray, without having sent anything: %+v; %+v", d, l.Stats())
+				}
+				if d, err := l.AllowN(ctx, "victim", k.capacity); err != nil || !d.Allowed {
+					t.Fatalf("the reset key was denied its quota: %+v, %v; %+v", d, err, l.Stats())
+				}
+			})
+		}
 	}
 }
 

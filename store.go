@@ -336,7 +336,7 @@ func (s *store[S, A]) reset(key string) error {
 		sh.remove(g, i)
 	}
 	if sh.debts != nil {
-		sh.debts.put(h, debt{}, now)
+		sh.debts.reset(h, now)
 	}
 	return nil
 }
@@ -411,7 +411,7 @@ func (s *store[S, A]) take(key string, alg A, how Inherit) (st S, ok bool, err e
 		sh.alg.restore(&st, sh.debts.find(h, now).owed(now), now)
 	}
 	if sh.debts != nil {
-		sh.debts.put(h, debt{}, now)
+		sh.debts.reset(h, now)
 	}
 	if !sh.alg.debt(&st, now).owes(now) {
 		return st, false, nil
@@ -433,7 +433,7 @@ func (s *store[S, A]) put(key string, st S) error {
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
 	if sh.debts != nil {
-		sh.debts.put(h, debt{}, now)
+		sh.debts.reset(h, now)
 	}
 	sl := sh.find(h)
 	if sl == nil {
