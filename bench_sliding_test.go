@@ -286,8 +286,8 @@ func BenchmarkSlidingLogDebt(b *testing.B) {
 					b.Fatalf("entry %d: %+v, %v", i, d, err)
 				}
 			}
-			h, _ := l.store.hash("k")
-			st := &l.store.shard(h).find(h).st
+			var st *slState
+			l.store.inspect(b, "k", func(s *slState, _ int64) { st = s })
 			now := clk.ns.Load()
 			b.ReportAllocs()
 			b.ResetTimer()

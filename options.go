@@ -133,10 +133,14 @@ func WithBurst(n int) Option {
 // bound of it) unless WithForgetEvicted. Size the store so that this count stays
 // at zero under normal traffic.
 //
-// The bound is split evenly over the shards (WithShards) and each shard
-// evicts when it is full, so with keys hashed unevenly over the shards the
-// first evictions come a little before MaxKeys keys are tracked (about 1%
-// before, for 100,000 keys in 64 shards).
+// The store holds n keys: the first eviction comes with the (n+1)-th
+// key, also when the shards (WithShards) get unequal shares of the keys,
+// since each keeps room for a few standard deviations more than its share
+// and the bound is on their total (TestStoreHoldsMaxKeys). A store sized
+// for its clients never evicts, and allocates nothing once it holds
+// them. Its memory grows with the keys it holds, up to about 30 to 45
+// bytes per key of n for a token bucket or a sliding counter
+// (BenchmarkScale).
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
@@ -163,8 +167,9 @@ func WithMaxKeyLength(n int) Option {
 
 // WithShards sets the number of independently locked shards of the store.
 // It must be a power of two, at most the key bound and at most MaxShards.
-// The default scales with the key bound up to 64 shards, enough to keep
-// lock contention low on machines with many cores.
+// A decision on a tracked key locks only its bucket, so shards matter
+// for the insertions and evictions of new keys (a key spray): the
+// default is one shard per 4,096 keys of the bound, up to 64.
 func WithShards(n int) Option {
 	return func(c *config) error {
 		if n <= 0 || n&(n-1) != 0 || n > MaxShards {
@@ -313,10 +318,12 @@ func (c *config) markStore(name string) {
 }
 
 func defaultShards(maxKeys int) int {
-	// At least 64 keys per shard so that LRU order stays meaningful, at
-	// most 64 shards.
+	// A decision takes no shard lock (see store): shards only spread the
+	// insertions and evictions of a key spray over several locks. At least
+	// 4,096 keys per shard, so that the slack each shard keeps for its
+	// share of random keys stays small (see newStore), at most 64 shards.
 	n := 1
-	for n < 64 && n*2*64 <= maxKeys {
+	for n < 64 && n*2*4096 <= maxKeys {
 		n *= 2
 	}
 	return n

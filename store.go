@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -50,70 +51,6 @@ type Stats struct {
 	Forgotten uint64
 }
 
-// keysPerGroup is the mean number of keys per group of a full shard (see
-// store).
-const keysPerGroup = 8
-
-// evictGroups is how many groups, at the old end of the LRU, an insert
-// into a full shard examines for a key it can drop losslessly, by the
-// number of evictions in a row that found none (see shard.misses): many
-// while evictions find idle keys, since one that finds none then is
-// probably unlucky (a burst of inserts into the shard has pushed young
-// keys to the old end), and few during a spray of live keys, where every
-// examination is in vain. Measured on a 100,000-key store sprayed with
-// random keys 14 % of which were idle at any time, the first 16 groups
-// held an idle key in all but 6 of 900,000 evictions, and the chance of
-// missing one fell to about three quarters with each group more.
-var evictGroups = [...]int{64, 8, 2}
-
-// store is the bounded, sharded per-key state behind every in-memory
-// limiter: one mutex per shard guards the shard's keys, their state and
-// its debt memory, so a decision is one lock and one short scan.
-//
-// Keys are not stored: each is hashed with a per-process random seed
-// (hash/maphash) to a 64-bit value, which is what the shard keeps. That
-// makes every entry the same small size whatever the key, pins no
-// request memory, and costs a hash instead of a string comparison. Two
-// distinct keys share a limit only if 62 bits of their hashes collide:
-// with k keys tracked the chance of any collision is about k²/2⁶³ (10⁻⁷
-// for a million keys), and because the seed is random an attacker cannot
-// aim for one.
-//
-// A shard files its keys in groups by the top bits of their hashes, and
-// doubles the number of groups as it fills, so that a full shard has
-// about keysPerGroup keys per group. A group is a slice of slots (hash
-// and state, 24 bytes for a token bucket); the shard finds it by index,
-// so a decision reads the group's slice header and scans a few slots.
-// golang-lru's simplelru orders the groups for eviction: a new group
-// goes to the front, and eviction examines groups from the old end,
-// dropping the first key whose state equals a fresh one (nothing is lost)
-// and moving the groups it passes over to the front. A hit marks its
-// slot instead of moving anything; eviction gives a marked key a second
-// chance (the CLOCK approximation of LRU). Keeping several keys per LRU
-// entry is what brings a tracked key under 100 bytes: simplelru's entry
-// and map slot alone cost more than that per key.
-//
-// A key dropped while it still holds state leaves its debt in the
-// shard's fixed-size debt memory (see debts), and comes back from it:
-// bounded memory never lets a spray of keys reset a live limit, unless
-// the limiter was built with WithForgetEvicted.
-type store[S any, A algorithm[S, A]] struct {
-	seed maphash.Seed
-	// fixedSeed, with seedFixed, replaces seed in tests (withStoreSeed).
-	fixedSeed uint64
-	seedFixed bool
-	shards    []shard[S, A]
-	mask      uint64
-	maxKeys   int
-	maxKeyLen int
-	clock     clock
-	// debtsPerKey sizes each shard's debt memory; 0: WithForgetEvicted.
-	debtsPerKey    int
-	forgetOverflow bool
-	// changeMu makes changes of rate one at a time (see change).
-	changeMu sync.Mutex
-}
-
 // algorithm is what the store needs of an algorithm besides its
 // decisions, which the algorithm makes itself on the state the store
 // hands it (see run). An algorithm value holds the parameters of a rate
@@ -137,29 +74,117 @@ type algorithm[S, A any] interface {
 	convert(st *S, to A, how Inherit, now int64)
 }
 
-// slot is one tracked key: tag is its hash (see store.hash) with bit 0
-// its mark, set when the key is used and cleared when eviction passes it
-// over; bit 1, always set, keeps a slot in use from being zero.
-type slot[S any] struct {
-	tag uint64
-	st  S
+// store is the bounded, sharded per-key state behind every in-memory
+// limiter.
+//
+// Keys are not stored: each is hashed with a per-store random seed
+// (hash/maphash) to a 64-bit value, 60 bits of which identify it in the
+// store (the other 4 are the slot's flags, see slot). That makes every
+// entry the same small size whatever the key, pins no request memory,
+// and costs a hash instead of a string comparison. Two distinct keys
+// share a limit only if those 60 bits collide: with k keys tracked the
+// chance of any collision is about k²/2⁶¹ (4·10⁻⁵ for ten million keys),
+// and because the seed is random an attacker cannot aim for one.
+//
+// Each shard keeps its keys in a table of buckets: a bucket is a lock
+// word and bucketSlots slots (tag and state, 24 bytes for a token
+// bucket or a sliding counter: 128 bytes, two cache lines), and a key
+// lives in one of two buckets picked by its hash, the first if it has
+// room (two-choice "cuckoo" hashing, see place). A table holds up to
+// maxLoad of its slots, so most keys are in their first bucket: a
+// decision hashes the key, loads the shard's table pointer (read-mostly,
+// shared by every core), locks the key's bucket — the lock is in the
+// bucket's own cache line, so it costs no extra cache miss and no line
+// shared between cores — decides on the slot it finds there, and
+// unlocks. The shard's mutex is taken only to add or drop keys (a miss),
+// to grow the table, and for the rarer calls (Reset, a change of rate).
+// The table grows by doubling, bucket by bucket while decisions go on
+// (see grow), from a few buckets to the size the shard needs to hold its
+// share of MaxKeys, and holds no pointer: the garbage collector never
+// scans it, however many keys it holds.
+//
+// golang-lru's simplelru orders the table's pages (runs of buckets, up to
+// maxPages of them) for eviction: eviction examines the buckets of the oldest
+// page in turn, dropping the first key whose state equals a fresh one
+// (nothing is lost), and sends the page to the front once it has
+// examined all of its buckets. A hit marks its slot, in the line it has
+// locked anyway; eviction gives a marked key a second chance (the CLOCK
+// approximation of LRU). The LRU holds pages rather than keys because
+// its entry and map slot alone cost more per key than a slot does.
+//
+// A key dropped while it still holds state leaves its debt in the
+// shard's fixed-size debt memory (see debts), and comes back from it:
+// bounded memory never lets a spray of keys reset a live limit, unless
+// the limiter was built with WithForgetEvicted.
+type store[S any, A algorithm[S, A]] struct {
+	seed maphash.Seed
+	// fixedSeed, with seedFixed, replaces seed in tests (withStoreSeed).
+	fixedSeed uint64
+	seedFixed bool
+	shards    []shard[S, A]
+	mask      uint64
+	maxKeys   int
+	maxKeyLen int
+	clock     clock
+	// debtsPerKey sizes each shard's debt memory; 0: WithForgetEvicted.
+	debtsPerKey    int
+	forgetOverflow bool
+	// changeMu makes changes of rate one at a time (see change).
+	changeMu sync.Mutex
+	// total counts the keys of every shard, on a cache line of its own:
+	// it is written by every insertion and eviction, never by a hit.
+	total paddedCount
 }
 
+// paddedCount is a counter alone on its cache lines.
+type paddedCount struct {
+	_ [cacheLine]byte
+	n atomic.Int64
+	_ [cacheLine - 8]byte
+}
+
+// cacheLine is the size of a cache line on the machines Go runs on
+// (128 on some ARM64 cores, which the pads then halve).
+const cacheLine = 64
+
+// shard is a part of the store, by hash: its table, and what the mutex
+// guards. The first fields are read by every decision and written only
+// when the table grows or the rate changes, so that they stay in every
+// core's cache; the rest is written by insertions and evictions.
 type shard[S any, A algorithm[S, A]] struct {
+	_ [cacheLine]byte
+	// tab is the table; nil until the shard's first key.
+	tab atomic.Pointer[table[S]]
+	// algs holds the parameters of the rates the shard's states are in:
+	// a slot's state is in algs[1] if its tag has tagGen, algs[0] if not.
+	// A change of rate writes the other one, then converts each bucket's
+	// states under the bucket's lock, flipping their tagGen (see change).
+	algs [2]A
+	_    [cacheLine]byte
+
 	mu sync.Mutex
-	// alg holds the parameters the shard's keys and debts are in.
-	alg   A
-	last  int64 // latest time seen: an injected clock never goes back
-	gbits uint  // the shard has 1<<gbits groups
-	pages [][]slot[S]
-	// groups orders the non-empty groups for eviction.
-	groups   *simplelru.LRU[uint32, struct{}]
-	keys     int // tracked now
-	size     int // bound on keys
-	maxGbits uint
+	// gen is the tagGen bit of the states in the current rate: the one a
+	// new key takes. Read and written under mu.
+	gen  uint64
+	last int64 // latest time seen by the shard's slow path (see hold)
+	keys int   // tracked now
+	// share is the shard's part of MaxKeys, which sizes its debt memory;
+	// most is the most keys it may hold, share and some slack for the
+	// shards that random keys give more than their share (see newStore).
+	share, most int
+	// final is the number of buckets of a table that holds most keys.
+	final uint64
+	// pages orders the table's pages, of 1<<pageShift buckets, for
+	// eviction, oldest first; hand is the next bucket eviction examines
+	// in the oldest page.
+	pages     *simplelru.LRU[uint32, struct{}]
+	pageShift uint
+	hand      uint64
 	// misses counts evictions in a row that found no fresh key, up to 2
-	// (see evictGroups).
+	// (see evictBuckets).
 	misses int
+	// rng picks the slots a full bucket moves out (xorshift, see place).
+	rng uint64
 	// debts is allocated at the shard's first live eviction, so that a
 	// store sized for its traffic never pays for it; it stays nil with
 	// WithForgetEvicted.
@@ -169,8 +194,26 @@ type shard[S any, A algorithm[S, A]] struct {
 	scratch                            S
 	evictedIdle, evictedLive, restored uint64
 	forgotten                          uint64
-	_                                  [64]byte // keep shards' hot fields on separate cache lines
+	_                                  [cacheLine]byte
 }
+
+// minBuckets is the fewest buckets of a table: in fewer, two keys' pairs
+// of buckets overlap so often that a few keys can fill both of theirs
+// while the table has room (8 keys in 2 buckets failed to fit in 0.8 %
+// of random placements).
+const minBuckets = 8
+
+// maxLoad is the share of a table's slots it holds before it grows, and
+// that a table sized to hold a shard's keys holds at most: with two
+// buckets of bucketSlots slots to choose from, a key finds room, in its
+// first bucket most of the time, without long chains of moves.
+const maxLoad = 0.85
+
+// slackSigmas is the slack, in standard deviations of a shard's share of
+// random keys (a Poisson count, so the square root of the share), that a
+// shard may hold beyond its share: up to that, a store of several shards
+// holds MaxKeys keys without evicting any (see newStore).
+const slackSigmas = 4
 
 func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 	if c.shards <= 0 || c.shards&(c.shards-1) != 0 || c.shards > c.maxKeys {
@@ -194,36 +237,51 @@ func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 	per, extra := c.maxKeys/c.shards, c.maxKeys%c.shards
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.alg = alg
-		sh.size = per
+		sh.algs = [2]A{alg, alg}
+		sh.share = per
 		if i < extra {
-			sh.size++
+			sh.share++
 		}
-		for keysPerGroup<<sh.maxGbits < sh.size {
-			sh.maxGbits++
+		// MaxKeys random keys give each shard a Poisson share: one shard
+		// holds them all, several keep room for slackSigmas standard
+		// deviations more each, which the bound on the total (store.total)
+		// does not let them all use at once.
+		sh.most = sh.share
+		if c.shards > 1 {
+			sh.most += int(slackSigmas*math.Sqrt(float64(sh.share))) + 1
 		}
-		sh.pages = make([][]slot[S], 1)
-		sh.groups = newGroups(1)
+		sh.final = tableBuckets(sh.most)
+		for sh.final>>sh.pageShift > maxPages {
+			sh.pageShift++
+		}
+		sh.rng = uint64(i)*0x9e3779b97f4a7c15 | 1
 	}
 	return s, nil
 }
 
-func newGroups(n int) *simplelru.LRU[uint32, struct{}] {
-	lru, err := simplelru.NewLRU[uint32, struct{}](n, nil)
-	if err != nil {
-		panic(err) // n > 0 always
+// tableBuckets returns the number of buckets of a table that holds n
+// keys within maxLoad, less for a small table: m·2^k for an m of 8 to
+// 15, so that a table can grow to it by doubling from m buckets.
+func tableBuckets(n int) uint64 {
+	// A small table fills less: some of its buckets draw much more than
+	// their share, and have fewer others to pass keys on to.
+	need := uint64(math.Ceil((float64(n) + 2*math.Sqrt(float64(n))) / (bucketSlots * maxLoad)))
+	need = max(need, minBuckets)
+	k := uint(0)
+	for need>>k >= 16 {
+		k++
 	}
-	return lru
+	return (need + 1<<k - 1) >> k << k
 }
 
-// hash checks key's length and returns its hash, with its two lowest
-// bits set: those bits mark a slot (see slot), and bits 2 and up pick the
-// shard.
+// hash checks key's length and returns its identity in the store: its
+// hash with the flag bits of a slot's tag cleared but tagUsed (see slot).
+// Bits 4 and up pick the shard, the top bits the buckets.
 func (s *store[S, A]) hash(key string) (uint64, error) {
 	if len(key) > s.maxKeyLen {
 		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), s.maxKeyLen)
 	}
-	return s.sum(key) | 3, nil
+	return s.sum(key)&^tagFlags | tagUsed, nil
 }
 
 // sum returns key's 64-bit hash under the store's seed.
@@ -249,12 +307,11 @@ func fixedSum(seed uint64, key string) uint64 {
 }
 
 // shard returns the shard of h.
-func (s *store[S, A]) shard(h uint64) *shard[S, A] { return &s.shards[h>>2&s.mask] }
+func (s *store[S, A]) shard(h uint64) *shard[S, A] { return &s.shards[h>>4&s.mask] }
 
 // hold returns now, read before the shard's lock was taken (the clock may
-// be user code), held at the latest time the shard has seen: two callers
-// may read the clock in one order and lock in the other. The shard must
-// be locked.
+// be user code), held at the latest time the shard's slow path has seen:
+// the debt memory's times never go back. The shard must be locked.
 func (sh *shard[S, A]) hold(now int64) int64 {
 	if now < sh.last {
 		return sh.last
@@ -263,10 +320,10 @@ func (sh *shard[S, A]) hold(now int64) int64 {
 	return now
 }
 
-// run calls f with the algorithm of key's shard (the parameters of the
-// rate its keys are in), key's state and the current time, under the
-// lock of the shard. A key that is not tracked is inserted when create
-// is true, starting from what the debt memory says it owes; otherwise f
+// run calls f with the algorithm of key's state (the parameters of the
+// rate it is in), the state and the current time, under the lock of the
+// key's bucket. A key that is not tracked is inserted when create is
+// true, starting from what the debt memory says it owes; otherwise f
 // gets a scratch state built the same way, which is not kept. f must not
 // keep st.
 func (s *store[S, A]) run(key string, create bool, f func(alg A, st *S, now int64)) error {
@@ -275,35 +332,133 @@ func (s *store[S, A]) run(key string, create bool, f func(alg A, st *S, now int6
 		return err
 	}
 	sh, now := s.shard(h), s.clock.nanos()
-	sh.mu.Lock() // released below, not deferred: a defer cost the hot path 1–2 ns of 60
-	now = sh.hold(now)
-	var st *S
-	if sl := sh.find(h); sl != nil {
-		st = &sl.st
-	} else {
-		st = s.miss(sh, h, now, create)
+	if !sh.hit(h, now, f) {
+		s.miss(sh, h, now, create, f)
 	}
-	f(sh.alg, st, now)
-	sh.mu.Unlock()
 	return nil
 }
 
-// refund calls f with key's state under its shard's lock, to give units
-// back. A key that is not tracked but owes a remembered debt gets the
-// refund on that debt, which is remembered as it is afterwards: a refund
-// is not lost because the key was evicted. A key that owes nothing is
-// left alone.
+// hit calls f on h's slot under its bucket's lock and reports true, or
+// reports false if h is not in the table: most decisions end here,
+// without the shard's mutex. A bucket of a table that has grown sends it
+// to the new table.
+func (sh *shard[S, A]) hit(h uint64, now int64, f func(alg A, st *S, now int64)) bool {
+	for {
+		t := sh.tab.Load()
+		if t == nil {
+			return false
+		}
+		switch sh.decide(&t.b[t.first(h)], h, now, f) {
+		case bucketFound:
+			return true
+		case bucketMoved:
+			continue
+		}
+		switch sh.decide(&t.b[t.second(h)], h, now, f) {
+		case bucketFound:
+			return true
+		case bucketMoved:
+			continue
+		}
+		return false
+	}
+}
+
+// What decide found in a bucket.
+const (
+	bucketMissing = iota
+	bucketFound
+	bucketMoved
+)
+
+// decide locks b and, if h is in it, marks its slot as used and calls f
+// on its state, at now held at the latest time the bucket has seen.
+func (sh *shard[S, A]) decide(b *bucket[S], h uint64, now int64, f func(alg A, st *S, now int64)) int {
+	now = max(now, b.lk.lock())
+	for i := range b.slots {
+		if sl := &b.slots[i]; sl.tag&^(tagMark|tagGen|tagSecond) == h {
+			sl.tag |= tagMark
+			f(sh.algs[sl.tag>>2&1], &sl.st, now)
+			b.lk.unlock(now)
+			return bucketFound
+		}
+	}
+	moved := b.slots[0].tag == movedTag
+	b.lk.unlock(now)
+	if moved {
+		return bucketMoved
+	}
+	return bucketMissing
+}
+
+// miss is run's slow path, under the shard's mutex: the key may have
+// been inserted since hit looked; if not, it is inserted (create) or
+// decided on a scratch state, either restored from what the debt memory
+// says it owes.
+func (s *store[S, A]) miss(sh *shard[S, A], h uint64, now int64, create bool, f func(alg A, st *S, now int64)) {
+	sh.mu.Lock()
+	now = sh.hold(now)
+	if b, i, last := sh.locate(h); b != nil {
+		now = max(now, last)
+		f(sh.algs[b.slots[i].tag>>2&1], &b.slots[i].st, now)
+		b.lk.unlock(now)
+		sh.mu.Unlock()
+		return
+	}
+	if !create {
+		sh.algs[sh.gen>>2].restore(&sh.scratch, sh.owed(h, now, false), now)
+		f(sh.algs[sh.gen>>2], &sh.scratch, now)
+		sh.mu.Unlock()
+		return
+	}
+	b, i, last := s.insert(sh, h, now)
+	now = max(now, last)
+	alg := sh.algs[sh.gen>>2]
+	v := sh.owed(h, now, true)
+	alg.restore(&b.slots[i].st, v, now)
+	if v.owes(now) {
+		sh.restored++
+	}
+	f(alg, &b.slots[i].st, now)
+	b.lk.unlock(now)
+	sh.mu.Unlock()
+}
+
+// owed returns what the debt memory says h owes at now. A key that is
+// tracked from now on (track) needs its entry no more, except as a
+// shield from a shared bound (see debts.put). The shard must be locked.
+func (sh *shard[S, A]) owed(h uint64, now int64, track bool) debt {
+	if sh.debts == nil {
+		return debt{}
+	}
+	f := sh.debts.find(h, now)
+	v := f.owed(now)
+	if track && f.own != nil {
+		sh.debts.put(h, debt{}, now)
+	}
+	return v
+}
+
+// refund calls f with key's state, to give units back. A key that is not
+// tracked but owes a remembered debt gets the refund on that debt, which
+// is remembered as it is afterwards: a refund is not lost because the key
+// was evicted. A key that owes nothing is left alone.
 func (s *store[S, A]) refund(key string, f func(alg A, st *S, now int64)) error {
 	h, err := s.hash(key)
 	if err != nil {
 		return err
 	}
 	sh, now := s.shard(h), s.clock.nanos()
+	if sh.hit(h, now, f) {
+		return nil
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if sl := sh.find(h); sl != nil {
-		f(sh.alg, &sl.st, now)
+	if b, i, last := sh.locate(h); b != nil {
+		now = max(now, last)
+		f(sh.algs[b.slots[i].tag>>2&1], &b.slots[i].st, now)
+		b.lk.unlock(now)
 		return nil
 	}
 	if sh.debts == nil {
@@ -313,16 +468,14 @@ func (s *store[S, A]) refund(key string, f func(alg A, st *S, now int64)) error 
 	if !v.owes(now) {
 		return nil
 	}
-	sh.alg.restore(&sh.scratch, v, now)
-	f(sh.alg, &sh.scratch, now)
-	sh.debts.put(h, sh.alg.debt(&sh.scratch, now), now)
+	alg := sh.algs[sh.gen>>2]
+	alg.restore(&sh.scratch, v, now)
+	f(alg, &sh.scratch, now)
+	sh.debts.put(h, alg.debt(&sh.scratch, now), now)
 	return nil
 }
 
-// reset forgets key and its remembered debt. If a bound shared with other
-// keys binds the key's place in the debt memory, the key is shielded
-// from it for as long as it lasts: the key stays free until it spends
-// again, whatever happens to the store in between.
+// reset forgets key and its remembered debt, for good (see debts.reset).
 func (s *store[S, A]) reset(key string) error {
 	h, err := s.hash(key)
 	if err != nil {
@@ -332,8 +485,9 @@ func (s *store[S, A]) reset(key string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if g, i, ok := sh.locate(h); ok {
-		sh.remove(g, i)
+	if b, i, last := sh.locate(h); b != nil {
+		s.remove(sh, b, i)
+		b.lk.unlock(max(now, last))
 	}
 	if sh.debts != nil {
 		sh.debts.reset(h, now)
@@ -341,16 +495,17 @@ func (s *store[S, A]) reset(key string) error {
 	return nil
 }
 
-// change moves every shard to alg, the parameters of a new rate: under
-// each shard's lock in turn, every key the shard tracks and every debt it
-// remembers is converted as how says, at the shard's now, and from then
-// on its keys are decided under alg. A decision sees a key either before
-// the change or after it, never halfway; shards not reached yet decide
-// under the old rate a moment longer. The cost is one conversion per
-// tracked key and per remembered debt, shard by shard: no shard is held
-// for longer than its own keys take. Changes are made one at a time, and
-// publish (the limiter's record of its current rate) runs after the last
-// shard, before the next change can begin.
+// change moves every shard to alg, the parameters of a new rate: shard by
+// shard under its mutex, every key the shard tracks is converted as how
+// says under its bucket's lock, at its bucket's now, and from then on
+// decided under alg; then every debt the shard remembers. A decision sees
+// a key either before the change or after it, never halfway: it reads
+// the rate a state is in from the state's own tag (see shard.algs).
+// Shards not reached yet decide under the old rate a moment longer. The
+// cost is one conversion per tracked key and per remembered debt; no
+// bucket is held for longer than its own keys take. Changes are made one
+// at a time, and publish (the limiter's record of its current rate) runs
+// after the last shard, before the next change can begin.
 func (s *store[S, A]) change(alg A, how Inherit, publish func()) {
 	s.changeMu.Lock()
 	defer s.changeMu.Unlock()
@@ -368,9 +523,20 @@ func (s *store[S, A]) change(alg A, how Inherit, publish func()) {
 // change converts the shard's keys and debts to alg at now (see
 // store.change). The shard must be locked.
 func (sh *shard[S, A]) change(alg A, how Inherit, now int64) {
-	for _, p := range sh.pages {
-		for i := range p {
-			sh.alg.convert(&p[i].st, alg, how, now)
+	from, to := sh.gen, sh.gen^tagGen
+	old := sh.algs[from>>2]
+	sh.algs[to>>2] = alg
+	if t := sh.tab.Load(); t != nil {
+		for j := range t.b {
+			b := &t.b[j]
+			bnow := max(now, b.lk.lock())
+			for i := range b.slots {
+				if sl := &b.slots[i]; sl.tag&tagUsed != 0 {
+					old.convert(&sl.st, alg, how, bnow)
+					sl.tag = sl.tag&^tagGen | to
+				}
+			}
+			b.lk.unlock(bnow)
 		}
 	}
 	if sh.debts != nil {
@@ -381,16 +547,16 @@ func (sh *shard[S, A]) change(alg A, how Inherit, now int64) {
 		// after the change allows no more than it would have had it
 		// stayed tracked (see algorithm.convert).
 		sh.debts.remap(func(v debt) debt {
-			sh.alg.restore(&sh.scratch, v, now)
-			sh.alg.convert(&sh.scratch, alg, how, now)
+			old.restore(&sh.scratch, v, now)
+			old.convert(&sh.scratch, alg, how, now)
 			return alg.debt(&sh.scratch, now)
 		}, now)
 	}
-	sh.alg = alg
+	sh.gen = to
 }
 
 // take removes key from the store and returns its state, converted to
-// alg as how says, at the shard's now: the state it is tracked with, or
+// alg as how says, at the key's now: the state it is tracked with, or
 // the one its remembered debt restores to; ok is false when it owes
 // nothing. The key is forgotten durably, as by reset. A PlanLimiter
 // takes a key from the limiter of its old plan this way, to put it (put)
@@ -404,25 +570,29 @@ func (s *store[S, A]) take(key string, alg A, how Inherit) (st S, ok bool, err e
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if g, i, found := sh.locate(h); found {
-		st = sh.pages[g][i].st
-		sh.remove(g, i)
+	cur := sh.algs[sh.gen>>2]
+	if b, i, last := sh.locate(h); b != nil {
+		now = max(now, last)
+		st = b.slots[i].st
+		b.slots[i].st = *new(S) // st keeps the memory it holds (a log's entries)
+		s.remove(sh, b, i)
+		b.lk.unlock(now)
 	} else if sh.debts != nil {
-		sh.alg.restore(&st, sh.debts.find(h, now).owed(now), now)
+		cur.restore(&st, sh.debts.find(h, now).owed(now), now)
 	}
 	if sh.debts != nil {
 		sh.debts.reset(h, now)
 	}
-	if !sh.alg.debt(&st, now).owes(now) {
+	if !cur.debt(&st, now).owes(now) {
 		return st, false, nil
 	}
-	sh.alg.convert(&st, alg, how, now)
+	cur.convert(&st, alg, how, now)
 	return st, alg.debt(&st, now).owes(now), nil
 }
 
 // put makes st key's state, replacing whatever the store held for it,
-// tracked or remembered. st must be in the units of the algorithm of
-// key's shard (see take).
+// tracked or remembered. st must be in the units of the current
+// algorithm of key's shard (see take).
 func (s *store[S, A]) put(key string, st S) error {
 	h, err := s.hash(key)
 	if err != nil {
@@ -435,15 +605,12 @@ func (s *store[S, A]) put(key string, st S) error {
 	if sh.debts != nil {
 		sh.debts.reset(h, now)
 	}
-	sl := sh.find(h)
-	if sl == nil {
-		if sh.keys >= sh.size {
-			s.evict(sh, now)
-		}
-		*sh.insert(h) = st
-		return nil
+	b, i, last := sh.locate(h)
+	if b == nil {
+		b, i, last = s.insert(sh, h, now)
 	}
-	sl.st = st
+	b.slots[i].st = st
+	b.lk.unlock(max(now, last))
 	return nil
 }
 
@@ -457,20 +624,22 @@ func (s *store[S, A]) owes(key string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if sl := sh.find(h); sl != nil {
-		return sh.alg.debt(&sl.st, now).owes(now)
+	if b, i, last := sh.locate(h); b != nil {
+		now = max(now, last)
+		owes := sh.algs[b.slots[i].tag>>2&1].debt(&b.slots[i].st, now).owes(now)
+		b.lk.unlock(now)
+		return owes
 	}
 	return sh.debts != nil && sh.debts.find(h, now).owed(now).owes(now)
 }
 
-// alg returns the algorithm of key's shard, for a conversion into it
-// (take); a key too long is refused by take or put anyway.
+// algOf returns the current algorithm of key's shard, for a conversion
+// into it (take); a key too long is refused by take or put anyway.
 func (s *store[S, A]) algOf(key string) A {
-	h := s.sum(key) | 3
-	sh := s.shard(h)
+	sh := s.shard(s.sum(key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.alg
+	return sh.algs[sh.gen>>2]
 }
 
 // stats sums the shards' counters.
@@ -490,176 +659,10 @@ func (s *store[S, A]) stats() Stats {
 		}
 		sh.mu.Unlock()
 		if s.debtsPerKey > 0 {
-			st.DebtCapacity += debtBuckets(sh.size, s.debtsPerKey) * debtWays
+			st.DebtCapacity += debtBuckets(sh.share, s.debtsPerKey) * debtWays
 		}
 	}
 	return st
-}
-
-// group returns the group of h.
-func (sh *shard[S, A]) group(h uint64) uint32 { return uint32(h >> (64 - sh.gbits)) }
-
-// find returns h's slot, marked as used, or nil.
-func (sh *shard[S, A]) find(h uint64) *slot[S] {
-	p := sh.pages[sh.group(h)]
-	for i := range p {
-		if p[i].tag|1 == h {
-			p[i].tag |= 1
-			return &p[i]
-		}
-	}
-	return nil
-}
-
-// locate returns h's group and index in it.
-func (sh *shard[S, A]) locate(h uint64) (uint32, int, bool) {
-	g := sh.group(h)
-	for i, sl := range sh.pages[g] {
-		if sl.tag|1 == h {
-			return g, i, true
-		}
-	}
-	return 0, 0, false
-}
-
-// miss returns the state of h, which is not tracked: a new slot if
-// create is true, the shard's scratch state otherwise, either restored
-// from what the debt memory says h owes.
-func (s *store[S, A]) miss(sh *shard[S, A], h uint64, now int64, create bool) *S {
-	st := &sh.scratch
-	if create {
-		if sh.keys >= sh.size {
-			s.evict(sh, now)
-		}
-		st = sh.insert(h)
-	}
-	var v debt
-	if sh.debts != nil {
-		f := sh.debts.find(h, now)
-		v = f.owed(now)
-		if create && f.own != nil {
-			// Tracked from now on: its entry is needed no more, except
-			// as a shield from a shared bound (see debts.put).
-			sh.debts.put(h, debt{}, now)
-		}
-	}
-	sh.alg.restore(st, v, now)
-	if create && v.owes(now) {
-		sh.restored++
-	}
-	return st
-}
-
-// insert adds a slot for h, not marked (a key used once, as a sprayed
-// one is, is dropped before a key that came back), and returns its
-// state, zero.
-// The shard must have room.
-func (sh *shard[S, A]) insert(h uint64) *S {
-	if sh.keys >= keysPerGroup<<sh.gbits && sh.gbits < sh.maxGbits {
-		sh.split()
-	}
-	g := sh.group(h)
-	p := sh.pages[g]
-	if len(p) == 0 {
-		sh.groups.Add(g, struct{}{})
-	}
-	if len(p) == cap(p) {
-		p = append(make([]slot[S], 0, len(p)+1+len(p)/4), p...)
-	}
-	p = append(p, slot[S]{tag: h &^ 1})
-	sh.pages[g] = p
-	sh.keys++
-	return &p[len(p)-1].st
-}
-
-// remove drops the i-th slot of group g, keeping the others in order.
-func (sh *shard[S, A]) remove(g uint32, i int) {
-	p := sh.pages[g]
-	copy(p[i:], p[i+1:])
-	p[len(p)-1] = slot[S]{}
-	p = p[:len(p)-1]
-	switch {
-	case len(p) == 0:
-		p = nil
-		sh.groups.Remove(g)
-	case cap(p) > 2*len(p)+2:
-		p = append([]slot[S](nil), p...)
-	}
-	sh.pages[g] = p
-	sh.keys--
-}
-
-// split doubles the groups: each splits in two by the next bit of its
-// keys' hashes, the halves keeping the group's place in the LRU order.
-// It costs one pass over the shard's keys, once per doubling.
-func (sh *shard[S, A]) split() {
-	order := sh.groups.Keys() // oldest first
-	old := sh.pages
-	sh.gbits++
-	sh.pages = make([][]slot[S], 1<<sh.gbits)
-	sh.groups = newGroups(1 << sh.gbits)
-	for _, g := range order {
-		p := old[g]
-		high := 0 // keys for group 2g+1
-		for _, sl := range p {
-			high += int(sh.group(sl.tag) & 1)
-		}
-		lo, hi := make([]slot[S], 0, len(p)-high), make([]slot[S], 0, high)
-		for _, sl := range p {
-			if sh.group(sl.tag)&1 == 0 {
-				lo = append(lo, sl)
-			} else {
-				hi = append(hi, sl)
-			}
-		}
-		for i, half := range [2][]slot[S]{lo, hi} {
-			if len(half) > 0 {
-				sh.pages[2*g+uint32(i)] = half
-				sh.groups.Add(2*g+uint32(i), struct{}{})
-			}
-		}
-	}
-}
-
-// evict drops one key of a full shard. It examines the groups at the old
-// end of the LRU, up to evictGroups of them (see misses): the first key whose state
-// equals a fresh one is dropped at no cost. The others lose their mark
-// (their second chance) and their group goes to the front. If none was
-// fresh, the key that would have become fresh soonest among those not
-// marked (among all, if every one was) is dropped: a live eviction, whose
-// debt is remembered.
-func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
-	var best struct {
-		g      uint32
-		i      int
-		v      debt
-		marked bool
-		ok     bool
-	}
-	for range min(evictGroups[sh.misses], sh.groups.Len()) {
-		g, _, _ := sh.groups.GetOldest()
-		p := sh.pages[g]
-		for i := range p {
-			v := sh.alg.debt(&p[i].st, now)
-			if !v.owes(now) {
-				sh.remove(g, i)
-				sh.evictedIdle++
-				sh.misses = 0
-				return
-			}
-			marked := p[i].tag&1 != 0
-			p[i].tag &^= 1
-			if !best.ok || best.marked && !marked || best.marked == marked && v.at < best.v.at {
-				best.g, best.i, best.v, best.marked, best.ok = g, i, v, marked, true
-			}
-		}
-		sh.groups.Get(g) // passed over: to the front
-	}
-	h := sh.pages[best.g][best.i].tag | 1
-	sh.remove(best.g, best.i)
-	sh.evictedLive++
-	sh.misses = min(sh.misses+1, 2)
-	s.remember(sh, h, best.v, now)
 }
 
 // remember keeps the debt v of h, evicted live, in the shard's debt
@@ -670,7 +673,7 @@ func (s *store[S, A]) remember(sh *shard[S, A], h uint64, v debt, now int64) {
 		return
 	}
 	if sh.debts == nil {
-		sh.debts = newDebts(debtBuckets(sh.size, s.debtsPerKey), s.forgetOverflow, h)
+		sh.debts = newDebts(debtBuckets(sh.share, s.debtsPerKey), s.forgetOverflow, h)
 	}
 	sh.debts.put(h, v, now)
 }

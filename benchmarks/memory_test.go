@@ -1,8 +1,17 @@
 package benchmarks
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 )
 
 // BenchmarkMemory reports the heap each library retains per tracked key
@@ -51,4 +60,197 @@ func bytesPerKey(b *testing.B, p peer) float64 {
 	runtime.KeepAlive(call)
 	b.StartTimer()
 	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / populatedKeys
+}
+
+// curveSizes are the key counts of the cost curve (BenchmarkScaleCurve).
+var curveSizes = []int{1_000, 10_000, 100_000, 1_000_000, 10_000_000}
+
+// curvePeer is a library of the cost curve: an in-memory limiter that
+// can hold the curve's key counts, built to hold n keys where it takes a
+// bound.
+type curvePeer struct {
+	name  string
+	build func(q quota, n int) (instance, error)
+}
+
+func curvePeers() []curvePeer {
+	unbounded := func(build func(quota) (instance, error)) func(quota, int) (instance, error) {
+		return func(q quota, _ int) (instance, error) { return build(q) }
+	}
+	return []curvePeer{
+		{"floodgate", buildFloodgateKeys},
+		{"sethvargo", unbounded(buildSethvargo)},
+		{"httprate", unbounded(buildHTTPRate)},
+		{"throttled", buildThrottledKeys},
+		{"x/time/rate+LRU", buildBaselineKeys},
+	}
+}
+
+// curveDecisions is how many decisions a measurement times, serial and
+// parallel alike.
+const curveDecisions = 1_000_000
+
+// BenchmarkScaleCurve is the cost curve of issue 33: for each key count
+// N, each library holding N keys (built for N where it takes a bound,
+// populated with one decision per key) is measured in turn, in rounds
+// that rotate the order (-benchtime 3x: three rounds), and the medians of
+// the rounds are reported:
+//
+//   - serial: ns per allowed decision from one goroutine, over the N keys
+//     in a random order;
+//   - parallel: ns per decision with GOMAXPROCS goroutines;
+//   - B/key: heap retained per key after populating (keys passed as
+//     fresh copies, so a library that keeps them pays for them);
+//   - gc-ms/cycle: GC CPU time per cycle, forced, with only that
+//     library's state and the curve's pointer-free key arena live;
+//   - floodgate's ratios to the best peer, serial and parallel.
+//
+// Only one library is live at a time. Run it with
+//
+//	go test -run '^$' -bench ScaleCurve -benchtime 3x -timeout 3h
+//
+// and state the load (uptime) and date beside its figures. Each row of
+// the Markdown table is also logged (-v).
+func BenchmarkScaleCurve(b *testing.B) {
+	for _, n := range curveSizes {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) { benchScaleCurve(b, n) })
+	}
+}
+
+// curveFigures are one library's measurements at one size.
+type curveFigures struct{ serial, parallel, bytes, gc []float64 }
+
+func benchScaleCurve(b *testing.B, n int) {
+	keys := newKeyArena(n)
+	order := rand.New(rand.NewPCG(uint64(n), 1)).Perm(n)
+	peers := curvePeers()
+	figs := make([]curveFigures, len(peers))
+	b.ResetTimer()
+	for round := 0; round < b.N; round++ {
+		for k := range peers {
+			i := (round + k) % len(peers)
+			measureCurve(b, peers[i], n, keys, order, &figs[i])
+		}
+	}
+	b.StopTimer()
+	row := fmt.Sprintf("| %d |", n)
+	best := [2]float64{math.Inf(1), math.Inf(1)}
+	var fg [2]float64
+	for i, p := range peers {
+		f := &figs[i]
+		s, par := median(f.serial), median(f.parallel)
+		b.ReportMetric(s, p.name+"-serial-ns")
+		b.ReportMetric(par, p.name+"-parallel-ns")
+		b.ReportMetric(median(f.bytes), p.name+"-B/key")
+		b.ReportMetric(median(f.gc), p.name+"-gc-ms/cycle")
+		row += fmt.Sprintf(" %.0f / %.0f / %.0f / %.2f |", s, par, median(f.bytes), median(f.gc))
+		if p.name == "floodgate" {
+			fg = [2]float64{s, par}
+			continue
+		}
+		best = [2]float64{min(best[0], s), min(best[1], par)}
+	}
+	b.ReportMetric(fg[0]/best[0], "serial/best")
+	b.ReportMetric(fg[1]/best[1], "parallel/best")
+	b.ReportMetric(0, "ns/op") // a round is not an operation
+	b.Logf("%s %.2f / %.2f |", row, fg[0]/best[0], fg[1]/best[1])
+}
+
+// measureCurve builds p for n keys, populates it, and appends its
+// figures to f.
+func measureCurve(b *testing.B, p curvePeer, n int, keys *keyArena, order []int, f *curveFigures) {
+	runtime.GC()
+	before := liveHeap()
+	inst, err := p.build(allowQuota, n)
+	if err != nil {
+		b.Fatalf("%s: %v", p.name, err)
+	}
+	call := inst.newCaller()
+	for i := 0; i < n; i++ {
+		if ok, err := call(strings.Clone(keys.key(i))); err != nil || !ok {
+			b.Fatalf("%s: populating key %d: allowed=%v err=%v, want allowed", p.name, i, ok, err)
+		}
+	}
+	f.bytes = append(f.bytes, float64(liveHeap()-before)/float64(n))
+	f.gc = append(f.gc, gcPerCycle()*1e3)
+	start := time.Now()
+	for j := 0; j < curveDecisions; j++ {
+		if ok, err := call(keys.key(order[j%n])); err != nil || !ok {
+			b.Fatalf("%s: decision on key %d: allowed=%v err=%v, want allowed", p.name, order[j%n], ok, err)
+		}
+	}
+	f.serial = append(f.serial, float64(time.Since(start).Nanoseconds())/curveDecisions)
+	procs := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	start = time.Now()
+	for g := 0; g < procs; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			call := inst.newCaller()
+			for j := g; j < curveDecisions; j += procs {
+				// Each goroutine walks the order from its own place.
+				k := order[(j+g*n/procs)%n]
+				if ok, err := call(keys.key(k)); err != nil || !ok {
+					failed.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	f.parallel = append(f.parallel, float64(time.Since(start).Nanoseconds())/curveDecisions)
+	if failed.Load() {
+		b.Fatalf("%s: a parallel decision was not allowed", p.name)
+	}
+	inst.stop()
+	runtime.KeepAlive(call)
+}
+
+// liveHeap returns the heap in use after a full GC.
+func liveHeap() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// gcPerCycle returns the GC CPU time, in seconds, per cycle of a few
+// forced ones.
+func gcPerCycle() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	cpu, cycles := s[0].Value.Float64(), s[1].Value.Uint64()
+	for range 5 {
+		runtime.GC()
+	}
+	metrics.Read(s)
+	return (s[0].Value.Float64() - cpu) / float64(s[1].Value.Uint64()-cycles)
+}
+
+// keyArena holds n client addresses in one pointer-free allocation, so
+// that the keys themselves cost the garbage collector nothing, and hands
+// them out without allocating.
+type keyArena struct {
+	bytes []byte
+	ends  []uint32
+}
+
+func newKeyArena(n int) *keyArena {
+	a := &keyArena{ends: make([]uint32, n)}
+	for i := 0; i < n; i++ {
+		a.bytes = fmt.Appendf(a.bytes, "%d.%d.%d.%d", 10+byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+		a.ends[i] = uint32(len(a.bytes))
+	}
+	return a
+}
+
+// key returns the i-th key, pointing into the arena.
+func (a *keyArena) key(i int) string {
+	start := uint32(0)
+	if i > 0 {
+		start = a.ends[i-1]
+	}
+	return unsafe.String(&a.bytes[start], int(a.ends[i]-start))
 }

@@ -113,8 +113,11 @@ func noStop() {}
 // DefaultMaxKeys keys, monotonic clock) behind NewMiddleware with its
 // defaults: keyed by the TCP peer's IP (KeyByIP), IETF RateLimit headers,
 // an RFC 9457 problem body on 429.
-func buildFloodgate(q quota) (instance, error) {
-	tb, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: q.limit, Period: q.period})
+func buildFloodgate(q quota) (instance, error) { return buildFloodgateKeys(q, boundedKeys) }
+
+// buildFloodgateKeys is buildFloodgate with WithMaxKeys(maxKeys).
+func buildFloodgateKeys(q quota, maxKeys int) (instance, error) {
+	tb, err := floodgate.NewTokenBucket(floodgate.Rate{Limit: q.limit, Period: q.period}, floodgate.WithMaxKeys(maxKeys))
 	if err != nil {
 		return instance{}, err
 	}
@@ -136,8 +139,11 @@ func buildFloodgate(q quota) (instance, error) {
 }
 
 // buildBaseline: the limiter a Go developer writes by hand.
-func buildBaseline(q quota) (instance, error) {
-	bl, err := newBaseline(q.perSecond(), q.limit, boundedKeys)
+func buildBaseline(q quota) (instance, error) { return buildBaselineKeys(q, boundedKeys) }
+
+// buildBaselineKeys is buildBaseline with an LRU of maxKeys keys.
+func buildBaselineKeys(q quota, maxKeys int) (instance, error) {
+	bl, err := newBaseline(q.perSecond(), q.limit, maxKeys)
 	if err != nil {
 		return instance{}, err
 	}
@@ -227,8 +233,11 @@ func buildSethvargo(q quota) (instance, error) {
 // buildThrottled: throttled's GCRA limiter on its LRU-bounded memstore,
 // varied by RemoteAddr. Its MaxBurst counts the events allowed beyond the
 // first, hence limit-1 for a capacity of limit.
-func buildThrottled(q quota) (instance, error) {
-	st, err := memstore.NewCtx(boundedKeys)
+func buildThrottled(q quota) (instance, error) { return buildThrottledKeys(q, boundedKeys) }
+
+// buildThrottledKeys is buildThrottled on a memstore of maxKeys keys.
+func buildThrottledKeys(q quota, maxKeys int) (instance, error) {
+	st, err := memstore.NewCtx(maxKeys)
 	if err != nil {
 		return instance{}, err
 	}

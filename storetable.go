@@ -1,0 +1,465 @@
+package floodgate
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// This file holds the store's table (see store): its buckets and their
+// locks, where a key is placed, how the table grows, and eviction.
+
+// bucketSlots is the number of keys a bucket holds: five slots of 24
+// bytes (a token bucket's or a sliding counter's) and the lock word fill
+// 128 bytes, two cache lines that the table's allocation keeps aligned.
+const bucketSlots = 5
+
+// The flags in the low bits of a slot's tag; the other 60 bits are the
+// key's identity (see store.hash).
+const (
+	// tagMark is set when the key is used, and cleared when eviction
+	// passes it over: its second chance.
+	tagMark = 1 << 0
+	// tagUsed is set in every slot that holds a key: an empty slot's tag
+	// is 0.
+	tagUsed = 1 << 1
+	// tagGen says which of its shard's two rates the state is in (see
+	// shard.algs).
+	tagGen = 1 << 2
+	// tagSecond is set when the key is in its second bucket.
+	tagSecond = 1 << 3
+	tagFlags  = tagMark | tagUsed | tagGen | tagSecond
+	// movedTag, in the first slot of a bucket of a table that has grown,
+	// sends decisions to the new table (see grow). It is no key's tag:
+	// tagUsed is clear.
+	movedTag = tagMark
+)
+
+// slot is one tracked key: its tag (identity and flags) and state.
+type slot[S any] struct {
+	tag uint64
+	st  S
+}
+
+// bucket is bucketSlots slots and the lock that guards them.
+type bucket[S any] struct {
+	lk    bucketLock
+	slots [bucketSlots]slot[S]
+}
+
+// bucketLock is a bucket's lock, in the bucket's own cache line: bit 0
+// is set while it is held, and the other bits hold the latest time the
+// bucket has seen, so that a state never sees time go back (two callers
+// may read the clock in one order and lock in the other). Critical
+// sections are a decision's few dozen nanoseconds, never I/O or user
+// code, so a waiter spins, yielding its thread after a few tries.
+type bucketLock struct{ w atomic.Uint64 }
+
+// lock takes the lock and returns the latest time the bucket has seen.
+func (l *bucketLock) lock() int64 {
+	if w := l.w.Load(); w&1 == 0 && l.w.CompareAndSwap(w, w|1) {
+		return int64(w) >> 1
+	}
+	return l.lockSlow()
+}
+
+func (l *bucketLock) lockSlow() int64 {
+	for spins := 0; ; spins++ {
+		if w := l.w.Load(); w&1 == 0 && l.w.CompareAndSwap(w, w|1) {
+			return int64(w) >> 1
+		}
+		if spins >= 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// unlock releases the lock, recording last (at least the time lock
+// returned) as the latest time the bucket has seen.
+func (l *bucketLock) unlock(last int64) { l.w.Store(uint64(last) << 1) }
+
+// table is a shard's buckets. A key's buckets are picked by the top bits
+// of its identity and of a mix of it, scaled to the number of buckets: a
+// table of twice as many buckets sends the keys of bucket i to buckets 2i
+// and 2i+1, which is what lets it grow bucket by bucket (see grow).
+type table[S any] struct {
+	b  []bucket[S]
+	nb uint64
+	// full is the number of keys at which the shard grows the table.
+	full int
+}
+
+// maxPages bounds the pages of a shard's table, the unit golang-lru
+// orders for eviction: a page is a run of buckets, as many as it takes
+// for a table of the shard's final size to have from maxPages/2 to
+// maxPages pages (see newStore), so that the LRU entries the garbage
+// collector walks are a few thousand whatever the number of keys.
+const maxPages = 16
+
+func (t *table[S]) first(h uint64) uint64 { return (h >> 32) * t.nb >> 32 }
+func (t *table[S]) second(h uint64) uint64 {
+	return (h &^ tagFlags * 0x9e3779b97f4a7c15 >> 32) * t.nb >> 32
+}
+
+// other returns the index of the bucket that is not the one the key of
+// tag is in (the same bucket if both of its buckets are one).
+func (t *table[S]) other(tag uint64) uint64 {
+	if tag&tagSecond != 0 {
+		return t.first(tag)
+	}
+	return t.second(tag)
+}
+
+// pages returns the number of pages of the table, of 1<<shift buckets.
+func (t *table[S]) pages(shift uint) int { return int((t.nb + 1<<shift - 1) >> shift) }
+
+// locate returns h's bucket, locked, the index of its slot there and the
+// latest time the bucket has seen; or a nil bucket. The shard must be
+// locked, so that no key moves meanwhile.
+func (sh *shard[S, A]) locate(h uint64) (*bucket[S], int, int64) {
+	t := sh.tab.Load()
+	if t == nil {
+		return nil, 0, 0
+	}
+	for _, j := range [2]uint64{t.first(h), t.second(h)} {
+		b := &t.b[j]
+		last := b.lk.lock()
+		for i := range b.slots {
+			if b.slots[i].tag&^(tagMark|tagGen|tagSecond) == h {
+				return b, i, last
+			}
+		}
+		b.lk.unlock(last)
+	}
+	return nil, 0, 0
+}
+
+// insert adds a slot for h, which is not tracked, not marked (a key used
+// once, as a sprayed one is, is dropped before a key that came back),
+// and returns it as locate does; the caller sets its state. It first
+// drops a key if the shard, or the store, holds all it may (see evict),
+// and grows the table if it is full. The shard must be locked.
+func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], int, int64) {
+	if sh.keys >= sh.most || sh.keys > 0 && s.total.n.Load() >= int64(s.maxKeys) {
+		s.evict(sh, now)
+	}
+	if t := sh.tab.Load(); t == nil || sh.keys >= t.full && t.nb < sh.final {
+		sh.grow()
+	}
+	b, i, last := s.place(sh, h, now)
+	if b == nil { // no room, and the table can grow
+		sh.grow()
+		b, i, last = s.place(sh, h, now)
+	}
+	b.slots[i].tag = h | sh.gen
+	if t := sh.tab.Load(); b != &t.b[t.first(h)] {
+		b.slots[i].tag |= tagSecond
+	}
+	sh.keys++
+	s.total.n.Add(1)
+	return b, i, last
+}
+
+// place returns a free slot for h, its bucket locked: in h's first
+// bucket if it has one, else in its second, else in one of them once a
+// key there has moved to its other bucket (along a path of up to
+// moveDepth buckets, so that each key stays in one of its two). If no
+// key can move, it returns a nil bucket while the table can still grow,
+// and otherwise drops a key of h's first bucket (see drop).
+func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64) (*bucket[S], int, int64) {
+	t := sh.tab.Load()
+	j1, j2 := t.first(h), t.second(h)
+	b1 := &t.b[j1]
+	last1 := b1.lk.lock()
+	if i := b1.free(); i >= 0 {
+		return b1, i, last1
+	}
+	if j2 != j1 {
+		b2 := &t.b[j2]
+		last2 := b2.lk.lock()
+		if i := b2.free(); i >= 0 {
+			b1.lk.unlock(last1)
+			return b2, i, last2
+		}
+		path := [moveDepth + 2]uint64{j1, j2}
+		if i := sh.move(t, j2, path[:2], moveDepth); i >= 0 {
+			b1.lk.unlock(last1)
+			return b2, i, last2
+		}
+		b2.lk.unlock(last2)
+	}
+	path := [moveDepth + 2]uint64{j1, j2}
+	if i := sh.move(t, j1, path[:2], moveDepth); i >= 0 {
+		return b1, i, last1
+	}
+	if t.nb < sh.final {
+		b1.lk.unlock(last1)
+		return nil, 0, 0
+	}
+	return b1, s.drop(sh, b1, max(now, last1)), last1
+}
+
+// moveDepth bounds the chain of keys place moves to make room: at a
+// table's load (maxLoad), a key of a full bucket almost always finds room
+// in its other bucket, or one move further.
+const moveDepth = 3
+
+// move makes room in bucket j of t, full and locked, by moving one of its
+// keys to its other bucket, after making room there the same way if
+// depth allows, and returns the freed slot, or -1. path holds the buckets
+// locked by the caller, which no move goes through. The shard must be
+// locked.
+func (sh *shard[S, A]) move(t *table[S], j uint64, path []uint64, depth int) int {
+	b := &t.b[j]
+	sh.rng ^= sh.rng << 13
+	sh.rng ^= sh.rng >> 7
+	sh.rng ^= sh.rng << 17
+	start := int(sh.rng>>33) % bucketSlots
+	for n := range bucketSlots {
+		i := (start + n) % bucketSlots
+		o := t.other(b.slots[i].tag)
+		if onPath(path, o) {
+			continue
+		}
+		ob := &t.b[o]
+		last := ob.lk.lock()
+		k := ob.free()
+		if k < 0 && depth > 1 {
+			k = sh.move(t, o, append(path, o), depth-1)
+		}
+		if k >= 0 {
+			ob.slots[k] = b.slots[i]
+			ob.slots[k].tag ^= tagSecond
+			b.slots[i] = slot[S]{} // the state's memory (a log's entries) went with it
+			ob.lk.unlock(last)
+			return i
+		}
+		ob.lk.unlock(last)
+	}
+	return -1
+}
+
+func onPath(path []uint64, j uint64) bool {
+	for _, p := range path {
+		if p == j {
+			return true
+		}
+	}
+	return false
+}
+
+// free returns the index of an empty slot of b, or -1.
+func (b *bucket[S]) free() int {
+	for i := range b.slots {
+		if b.slots[i].tag == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// remove empties slot i of b, which the caller has locked. The state is
+// left as it is: a sliding log's entries are reused by the next key.
+func (s *store[S, A]) remove(sh *shard[S, A], b *bucket[S], i int) {
+	b.slots[i].tag = 0
+	sh.keys--
+	s.total.n.Add(-1)
+}
+
+// drop empties a slot of b, full and locked, at now: the first whose
+// state equals a fresh one, else the unmarked one that would be fresh
+// soonest (any if all are marked), whose debt is remembered. It serves
+// place when neither of a key's buckets has room and no key can move,
+// which at a table's load is rare.
+func (s *store[S, A]) drop(sh *shard[S, A], b *bucket[S], now int64) int {
+	var best victim[S]
+	for i := range b.slots {
+		if sh.consider(b, i, now, &best) {
+			s.remove(sh, b, i)
+			sh.evictedIdle++
+			return i
+		}
+	}
+	s.evictLive(sh, &best, now)
+	return best.i
+}
+
+// victim is the key eviction drops if it finds no fresh one.
+type victim[S any] struct {
+	b      *bucket[S]
+	i      int
+	v      debt
+	marked bool
+	ok     bool
+}
+
+// consider reports whether slot i of b, locked, holds a key whose state
+// equals a fresh one at now; otherwise it clears the key's mark and keeps
+// it as best if it is the better live victim: not marked before one that
+// is, then the one that would become fresh soonest.
+func (sh *shard[S, A]) consider(b *bucket[S], i int, now int64, best *victim[S]) bool {
+	sl := &b.slots[i]
+	if sl.tag&tagUsed == 0 {
+		return false
+	}
+	v := sh.algs[sl.tag>>2&1].debt(&sl.st, now)
+	if !v.owes(now) {
+		return true
+	}
+	marked := sl.tag&tagMark != 0
+	sl.tag &^= tagMark
+	if !best.ok || best.marked && !marked || best.marked == marked && v.at < best.v.at {
+		*best = victim[S]{b: b, i: i, v: v, marked: marked, ok: true}
+	}
+	return false
+}
+
+// evictLive drops best, in its bucket which the caller has locked, and
+// remembers its debt.
+func (s *store[S, A]) evictLive(sh *shard[S, A], best *victim[S], now int64) {
+	sl := &best.b.slots[best.i]
+	h := sl.tag&^(tagMark|tagGen|tagSecond) | tagUsed
+	v := sh.algs[sl.tag>>2&1].debt(&sl.st, now)
+	s.remove(sh, best.b, best.i)
+	sh.evictedLive++
+	sh.misses = min(sh.misses+1, 2)
+	s.remember(sh, h, v, now)
+}
+
+// evictBuckets is how many buckets, from the eviction hand on, an insert
+// into a full shard examines for a key it can drop losslessly, by the
+// number of evictions in a row that found none (see shard.misses): many
+// while evictions find idle keys, since one that finds none then is
+// probably unlucky, and few during a spray of live keys, where every
+// examination is in vain. 64 buckets are some 270 keys at a full table's
+// load.
+var evictBuckets = [...]int{64, 8, 2}
+
+// evict drops one key of the shard, at now. It examines the buckets of
+// the oldest page from the hand on, up to evictBuckets of them (more if
+// they hold no key at all): the first key whose state equals a fresh one
+// is dropped at no cost. The others lose their mark (their second
+// chance); a page whose every bucket has been examined goes to the front
+// of the LRU. If none was fresh, the key that would have become fresh
+// soonest among those not marked (among all, if every one was) is
+// dropped: a live eviction, whose debt is remembered. The shard must be
+// locked and hold a key.
+func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
+	t := sh.tab.Load()
+	var best victim[S]
+	budget := min(evictBuckets[sh.misses], int(t.nb)) // no bucket twice
+	for n := 0; n < budget || !best.ok; n++ {
+		p, _, _ := sh.pages.GetOldest()
+		j := uint64(p)<<sh.pageShift + sh.hand
+		if sh.hand++; sh.hand == 1<<sh.pageShift || j+1 == t.nb {
+			sh.hand = 0
+			sh.pages.Get(p) // examined: to the front
+		}
+		b := &t.b[j]
+		bnow := max(now, b.lk.lock())
+		for i := range b.slots {
+			if sh.consider(b, i, bnow, &best) {
+				s.remove(sh, b, i)
+				b.lk.unlock(bnow)
+				sh.evictedIdle++
+				sh.misses = 0
+				return
+			}
+		}
+		b.lk.unlock(bnow)
+	}
+	// The victim's state may have changed since it was examined (a hit
+	// needs no shard lock), but not its slot: its debt is taken anew.
+	bnow := max(now, best.b.lk.lock())
+	s.evictLive(sh, &best, bnow)
+	best.b.lk.unlock(bnow)
+}
+
+// grow doubles the shard's table, or makes its first: a table of the
+// smallest size the shard's final size is a doubling of. The keys of
+// each old bucket move to the two new buckets that take its place while
+// decisions go on: the new table is published with every bucket locked;
+// each old bucket in turn is locked, its keys are copied, it is marked
+// moved (a decision that finds the mark goes to the new table), and its
+// two new buckets are unlocked. The pages' order in the LRU is kept:
+// each old page's two halves take its place. The shard must be locked.
+func (sh *shard[S, A]) grow() {
+	old := sh.tab.Load()
+	if old == nil {
+		nb := sh.final
+		for nb >= 16 && nb&1 == 0 {
+			nb >>= 1
+		}
+		t := newTable[S](nb, sh.final, sh.most)
+		sh.pages = newPages(t.pages(sh.pageShift), nil)
+		sh.tab.Store(t)
+		return
+	}
+	t := newTable[S](2*old.nb, sh.final, sh.most)
+	for j := range t.b {
+		t.b[j].lk.w.Store(1) // locked, at time 0, until its keys are in
+	}
+	order := sh.pages.Keys()
+	sh.tab.Store(t)
+	for j := range old.b {
+		ob := &old.b[j]
+		last := ob.lk.lock()
+		lo, hi := &t.b[2*j], &t.b[2*j+1]
+		var n [2]int
+		for i := range ob.slots {
+			sl := ob.slots[i]
+			if sl.tag&tagUsed == 0 {
+				continue
+			}
+			k := t.first(sl.tag)
+			if sl.tag&tagSecond != 0 {
+				k = t.second(sl.tag)
+			}
+			half := k - 2*uint64(j) // 0 or 1
+			[2]*bucket[S]{lo, hi}[half].slots[n[half]] = sl
+			n[half]++
+		}
+		ob.slots = [bucketSlots]slot[S]{}
+		ob.slots[0].tag = movedTag
+		ob.lk.unlock(last)
+		lo.lk.unlock(last)
+		hi.lk.unlock(last)
+	}
+	sh.pages = newPages(t.pages(sh.pageShift), order)
+	sh.hand = 0
+}
+
+// newTable returns a table of nb buckets for a shard whose tables grow to
+// final buckets and hold at most most keys.
+func newTable[S any](nb, final uint64, most int) *table[S] {
+	t := &table[S]{b: make([]bucket[S], nb), nb: nb, full: int(float64(nb*bucketSlots) * maxLoad)}
+	if nb == final {
+		t.full = most
+	}
+	return t
+}
+
+// newPages returns the LRU of a table of n pages: the halves of each page
+// of order (the old table's pages, oldest first) in its place, or every
+// page in order.
+func newPages(n int, order []uint32) *simplelru.LRU[uint32, struct{}] {
+	lru, err := simplelru.NewLRU[uint32, struct{}](n, nil)
+	if err != nil {
+		panic(err) // n > 0 always
+	}
+	if order == nil || n == 1 {
+		for p := range n {
+			lru.Add(uint32(p), struct{}{})
+		}
+		return lru
+	}
+	for _, p := range order {
+		for _, q := range [2]uint32{2 * p, 2*p + 1} {
+			if int(q) < n {
+				lru.Add(q, struct{}{})
+			}
+		}
+	}
+	return lru
+}
