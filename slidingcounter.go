@@ -25,9 +25,10 @@ import (
 // counts n events if estimate + n ≤ Rate.Limit; a denied request counts
 // nothing. The state of a key is a window index and two 32-bit counts, 16
 // bytes whatever the limit and n, so the worst case per key is its only
-// case: about 50 to 60 bytes per tracked key with the store's slot and
-// its share of a group (57 B at 10,000 keys: BenchmarkBytesPerKey). A
-// decision costs O(1) time whatever n.
+// case: 34 bytes per tracked key with the store's slot and its share of
+// a bucket in a store sized for its keys, up to about 50 in one partly
+// full (53 B for 10,000 keys in the default store: BenchmarkBytesPerKey).
+// A decision costs O(1) time whatever n.
 //
 // # Error bound
 //

@@ -30,12 +30,12 @@ import (
 // total of the weights), held in a ring that grows by doubling only as far
 // as the key's traffic needs. A key's live entries weigh at least one unit
 // each and at most Rate.Limit together, so the ring never holds more than
-// Rate.Limit of them. A key costs about 100 bytes with one decision held
-// (the store's 48-byte slot and its share of a group, and a ring of two);
-// the worst case, a key that spends its quota one unit at a time at
-// distinct instants, adds 8·Rate.Limit bytes rounded up to the
-// allocator's size class (at most an eighth more): 982 B per key at Limit
-// 100, 8,301 B at Limit 1,000 (BenchmarkBytesPerKey), 512 KiB at MaxSlidingLogLimit,
+// Rate.Limit of them. A key costs about 115 bytes with one decision held
+// (the store's 48-byte slot and its share of a bucket, and a ring of
+// two); the worst case, a key that spends its quota one unit at a time
+// at distinct instants, adds 8·Rate.Limit bytes rounded up to the
+// allocator's size class (at most an eighth more): 998 B per key at Limit
+// 100, 8,394 B at Limit 1,000 (BenchmarkBytesPerKey), 512 KiB at MaxSlidingLogLimit,
 // the largest limit accepted. Where that times the keys tracked is too
 // much, use a SlidingCounter (constant memory) or a TokenBucket.
 //

@@ -160,7 +160,9 @@ type shard[S any, A algorithm[S, A]] struct {
 	// A change of rate writes the other one, then converts each bucket's
 	// states under the bucket's lock, flipping their tagGen (see change).
 	algs [2]A
-	_    [cacheLine]byte
+	// clock is the store's.
+	clock *clock
+	_     [cacheLine]byte
 
 	mu sync.Mutex
 	// gen is the tagGen bit of the states in the current rate: the one a
@@ -238,6 +240,7 @@ func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.algs = [2]A{alg, alg}
+		sh.clock = &s.clock
 		sh.share = per
 		if i < extra {
 			sh.share++
@@ -309,10 +312,12 @@ func fixedSum(seed uint64, key string) uint64 {
 // shard returns the shard of h.
 func (s *store[S, A]) shard(h uint64) *shard[S, A] { return &s.shards[h>>4&s.mask] }
 
-// hold returns now, read before the shard's lock was taken (the clock may
-// be user code), held at the latest time the shard's slow path has seen:
-// the debt memory's times never go back. The shard must be locked.
+// hold returns the time for the shard's slow path, under its mutex, from
+// now read before it was taken (see clock.inside), held at the latest
+// time the slow path has seen: the debt memory's times never go back.
+// The shard must be locked.
 func (sh *shard[S, A]) hold(now int64) int64 {
+	now = sh.clock.inside(now)
 	if now < sh.last {
 		return sh.last
 	}
@@ -331,7 +336,7 @@ func (s *store[S, A]) run(key string, create bool, f func(alg A, st *S, now int6
 	if err != nil {
 		return err
 	}
-	sh, now := s.shard(h), s.clock.nanos()
+	sh, now := s.shard(h), s.clock.outside()
 	if !sh.hit(h, now, f) {
 		s.miss(sh, h, now, create, f)
 	}
@@ -372,19 +377,19 @@ const (
 )
 
 // decide locks b and, if h is in it, marks its slot as used and calls f
-// on its state, at now held at the latest time the bucket has seen.
+// on its state, at the time read under the lock (see clock.inside).
 func (sh *shard[S, A]) decide(b *bucket[S], h uint64, now int64, f func(alg A, st *S, now int64)) int {
-	now = max(now, b.lk.lock())
+	b.mu.Lock()
 	for i := range b.slots {
 		if sl := &b.slots[i]; sl.tag&^(tagMark|tagGen|tagSecond) == h {
 			sl.tag |= tagMark
-			f(sh.algs[sl.tag>>2&1], &sl.st, now)
-			b.lk.unlock(now)
+			f(sh.algs[sl.tag>>2&1], &sl.st, sh.clock.inside(now))
+			b.mu.Unlock()
 			return bucketFound
 		}
 	}
 	moved := b.slots[0].tag == movedTag
-	b.lk.unlock(now)
+	b.mu.Unlock()
 	if moved {
 		return bucketMoved
 	}
@@ -398,10 +403,9 @@ func (sh *shard[S, A]) decide(b *bucket[S], h uint64, now int64, f func(alg A, s
 func (s *store[S, A]) miss(sh *shard[S, A], h uint64, now int64, create bool, f func(alg A, st *S, now int64)) {
 	sh.mu.Lock()
 	now = sh.hold(now)
-	if b, i, last := sh.locate(h); b != nil {
-		now = max(now, last)
-		f(sh.algs[b.slots[i].tag>>2&1], &b.slots[i].st, now)
-		b.lk.unlock(now)
+	if b, i := sh.locate(h); b != nil {
+		f(sh.algs[b.slots[i].tag>>2&1], &b.slots[i].st, sh.clock.inside(now))
+		b.mu.Unlock()
 		sh.mu.Unlock()
 		return
 	}
@@ -411,16 +415,15 @@ func (s *store[S, A]) miss(sh *shard[S, A], h uint64, now int64, create bool, f 
 		sh.mu.Unlock()
 		return
 	}
-	b, i, last := s.insert(sh, h, now)
-	now = max(now, last)
+	b, i := s.insert(sh, h, now)
 	alg := sh.algs[sh.gen>>2]
 	v := sh.owed(h, now, true)
 	alg.restore(&b.slots[i].st, v, now)
 	if v.owes(now) {
 		sh.restored++
 	}
-	f(alg, &b.slots[i].st, now)
-	b.lk.unlock(now)
+	f(alg, &b.slots[i].st, sh.clock.inside(now))
+	b.mu.Unlock()
 	sh.mu.Unlock()
 }
 
@@ -448,17 +451,16 @@ func (s *store[S, A]) refund(key string, f func(alg A, st *S, now int64)) error 
 	if err != nil {
 		return err
 	}
-	sh, now := s.shard(h), s.clock.nanos()
+	sh, now := s.shard(h), s.clock.outside()
 	if sh.hit(h, now, f) {
 		return nil
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if b, i, last := sh.locate(h); b != nil {
-		now = max(now, last)
-		f(sh.algs[b.slots[i].tag>>2&1], &b.slots[i].st, now)
-		b.lk.unlock(now)
+	if b, i := sh.locate(h); b != nil {
+		f(sh.algs[b.slots[i].tag>>2&1], &b.slots[i].st, sh.clock.inside(now))
+		b.mu.Unlock()
 		return nil
 	}
 	if sh.debts == nil {
@@ -481,13 +483,13 @@ func (s *store[S, A]) reset(key string) error {
 	if err != nil {
 		return err
 	}
-	sh, now := s.shard(h), s.clock.nanos()
+	sh, now := s.shard(h), s.clock.outside()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if b, i, last := sh.locate(h); b != nil {
+	if b, i := sh.locate(h); b != nil {
 		s.remove(sh, b, i)
-		b.lk.unlock(max(now, last))
+		b.mu.Unlock()
 	}
 	if sh.debts != nil {
 		sh.debts.reset(h, now)
@@ -512,7 +514,7 @@ func (s *store[S, A]) change(alg A, how Inherit, publish func()) {
 	defer publish()
 	for i := range s.shards {
 		sh := &s.shards[i]
-		now := s.clock.nanos()
+		now := s.clock.outside()
 		sh.mu.Lock()
 		now = sh.hold(now)
 		sh.change(alg, how, now)
@@ -529,14 +531,15 @@ func (sh *shard[S, A]) change(alg A, how Inherit, now int64) {
 	if t := sh.tab.Load(); t != nil {
 		for j := range t.b {
 			b := &t.b[j]
-			bnow := max(now, b.lk.lock())
+			b.mu.Lock()
+			bnow := sh.clock.inside(now)
 			for i := range b.slots {
 				if sl := &b.slots[i]; sl.tag&tagUsed != 0 {
 					old.convert(&sl.st, alg, how, bnow)
 					sl.tag = sl.tag&^tagGen | to
 				}
 			}
-			b.lk.unlock(bnow)
+			b.mu.Unlock()
 		}
 	}
 	if sh.debts != nil {
@@ -566,17 +569,17 @@ func (s *store[S, A]) take(key string, alg A, how Inherit) (st S, ok bool, err e
 	if err != nil {
 		return st, false, err
 	}
-	sh, now := s.shard(h), s.clock.nanos()
+	sh, now := s.shard(h), s.clock.outside()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
 	cur := sh.algs[sh.gen>>2]
-	if b, i, last := sh.locate(h); b != nil {
-		now = max(now, last)
+	if b, i := sh.locate(h); b != nil {
+		now = sh.clock.inside(now)
 		st = b.slots[i].st
 		b.slots[i].st = *new(S) // st keeps the memory it holds (a log's entries)
 		s.remove(sh, b, i)
-		b.lk.unlock(now)
+		b.mu.Unlock()
 	} else if sh.debts != nil {
 		cur.restore(&st, sh.debts.find(h, now).owed(now), now)
 	}
@@ -598,19 +601,19 @@ func (s *store[S, A]) put(key string, st S) error {
 	if err != nil {
 		return err
 	}
-	sh, now := s.shard(h), s.clock.nanos()
+	sh, now := s.shard(h), s.clock.outside()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
 	if sh.debts != nil {
 		sh.debts.reset(h, now)
 	}
-	b, i, last := sh.locate(h)
+	b, i := sh.locate(h)
 	if b == nil {
-		b, i, last = s.insert(sh, h, now)
+		b, i = s.insert(sh, h, now)
 	}
 	b.slots[i].st = st
-	b.lk.unlock(max(now, last))
+	b.mu.Unlock()
 	return nil
 }
 
@@ -620,14 +623,14 @@ func (s *store[S, A]) owes(key string) bool {
 	if err != nil {
 		return false
 	}
-	sh, now := s.shard(h), s.clock.nanos()
+	sh, now := s.shard(h), s.clock.outside()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
-	if b, i, last := sh.locate(h); b != nil {
-		now = max(now, last)
+	if b, i := sh.locate(h); b != nil {
+		now = sh.clock.inside(now)
 		owes := sh.algs[b.slots[i].tag>>2&1].debt(&b.slots[i].st, now).owes(now)
-		b.lk.unlock(now)
+		b.mu.Unlock()
 		return owes
 	}
 	return sh.debts != nil && sh.debts.find(h, now).owed(now).owes(now)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -291,9 +292,9 @@ func (s *store[S, A]) inspect(t testing.TB, key string, f func(st *S, now int64)
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
 	var st *S
-	if b, i, last := sh.locate(h); b != nil {
-		defer b.lk.unlock(max(now, last))
-		st, now = &b.slots[i].st, max(now, last)
+	if b, i := sh.locate(h); b != nil {
+		defer b.mu.Unlock()
+		st, now = &b.slots[i].st, s.clock.inside(now)
 	}
 	f(st, now)
 }
@@ -516,6 +517,14 @@ func TestStoreGrowsUnderConcurrentDecisions(t *testing.T) {
 	}
 	assert.Equal(t, keys, b.Stats().Keys)
 	assert.Equal(t, tableBuckets(keys), b.store.shards[0].tab.Load().nb)
+}
+
+// TestBucketFillsTwoCacheLines: a bucket of token buckets or sliding
+// counters is 128 bytes, so that the table's allocation (aligned to a
+// page) keeps every bucket on two cache lines of its own.
+func TestBucketFillsTwoCacheLines(t *testing.T) {
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(bucket[tbState]{}))
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(bucket[scState]{}))
 }
 
 // TestStoreTableGrows: a shard filling up doubles its table several

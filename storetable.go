@@ -1,8 +1,7 @@
 package floodgate
 
 import (
-	"runtime"
-	"sync/atomic"
+	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -42,42 +41,37 @@ type slot[S any] struct {
 	st  S
 }
 
-// bucket is bucketSlots slots and the lock that guards them.
+// bucket is bucketSlots slots and the lock that guards them, in the
+// bucket's own cache lines: a decision on a tracked key takes no other
+// lock, and writes no line that a decision on another bucket reads.
 type bucket[S any] struct {
-	lk    bucketLock
+	mu    sync.Mutex
 	slots [bucketSlots]slot[S]
 }
 
-// bucketLock is a bucket's lock, in the bucket's own cache line: bit 0
-// is set while it is held, and the other bits hold the latest time the
-// bucket has seen, so that a state never sees time go back (two callers
-// may read the clock in one order and lock in the other). Critical
-// sections are a decision's few dozen nanoseconds, never I/O or user
-// code, so a waiter spins, yielding its thread after a few tries.
-type bucketLock struct{ w atomic.Uint64 }
-
-// lock takes the lock and returns the latest time the bucket has seen.
-func (l *bucketLock) lock() int64 {
-	if w := l.w.Load(); w&1 == 0 && l.w.CompareAndSwap(w, w|1) {
-		return int64(w) >> 1
+// outside returns the time a call reads before it takes a lock: an
+// injected clock, which is user code, is read there, never under a lock;
+// the system's monotonic clock is read under the lock instead (inside).
+func (c *clock) outside() int64 {
+	if c.now == nil {
+		return 0
 	}
-	return l.lockSlow()
+	return c.nanos()
 }
 
-func (l *bucketLock) lockSlow() int64 {
-	for spins := 0; ; spins++ {
-		if w := l.w.Load(); w&1 == 0 && l.w.CompareAndSwap(w, w|1) {
-			return int64(w) >> 1
-		}
-		if spins >= 16 {
-			runtime.Gosched()
-		}
+// inside returns the time to decide at under a bucket's (or a shard's)
+// lock, from now read before it was taken (outside): never earlier than
+// the time of a call that held the lock before, so that a state never
+// sees time go back (two callers may read the clock in one order and lock
+// in the other). The system's clock is read here; an injected one's
+// latest reading (see clock.nanos) is at least that of every call that
+// read it before this one took the lock.
+func (c *clock) inside(now int64) int64 {
+	if c.now == nil {
+		return c.nanos()
 	}
+	return max(now, c.high.Load())
 }
-
-// unlock releases the lock, recording last (at least the time lock
-// returned) as the latest time the bucket has seen.
-func (l *bucketLock) unlock(last int64) { l.w.Store(uint64(last) << 1) }
 
 // table is a shard's buckets. A key's buckets are picked by the top bits
 // of its identity and of a mix of it, scaled to the number of buckets: a
@@ -114,25 +108,24 @@ func (t *table[S]) other(tag uint64) uint64 {
 // pages returns the number of pages of the table, of 1<<shift buckets.
 func (t *table[S]) pages(shift uint) int { return int((t.nb + 1<<shift - 1) >> shift) }
 
-// locate returns h's bucket, locked, the index of its slot there and the
-// latest time the bucket has seen; or a nil bucket. The shard must be
-// locked, so that no key moves meanwhile.
-func (sh *shard[S, A]) locate(h uint64) (*bucket[S], int, int64) {
+// locate returns h's bucket, locked, and the index of its slot there, or
+// a nil bucket. The shard must be locked, so that no key moves meanwhile.
+func (sh *shard[S, A]) locate(h uint64) (*bucket[S], int) {
 	t := sh.tab.Load()
 	if t == nil {
-		return nil, 0, 0
+		return nil, 0
 	}
 	for _, j := range [2]uint64{t.first(h), t.second(h)} {
 		b := &t.b[j]
-		last := b.lk.lock()
+		b.mu.Lock()
 		for i := range b.slots {
 			if b.slots[i].tag&^(tagMark|tagGen|tagSecond) == h {
-				return b, i, last
+				return b, i
 			}
 		}
-		b.lk.unlock(last)
+		b.mu.Unlock()
 	}
-	return nil, 0, 0
+	return nil, 0
 }
 
 // insert adds a slot for h, which is not tracked, not marked (a key used
@@ -140,17 +133,17 @@ func (sh *shard[S, A]) locate(h uint64) (*bucket[S], int, int64) {
 // and returns it as locate does; the caller sets its state. It first
 // drops a key if the shard, or the store, holds all it may (see evict),
 // and grows the table if it is full. The shard must be locked.
-func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], int, int64) {
+func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], int) {
 	if sh.keys >= sh.most || sh.keys > 0 && s.total.n.Load() >= int64(s.maxKeys) {
 		s.evict(sh, now)
 	}
 	if t := sh.tab.Load(); t == nil || sh.keys >= t.full && t.nb < sh.final {
 		sh.grow()
 	}
-	b, i, last := s.place(sh, h, now)
+	b, i := s.place(sh, h, now)
 	if b == nil { // no room, and the table can grow
 		sh.grow()
-		b, i, last = s.place(sh, h, now)
+		b, i = s.place(sh, h, now)
 	}
 	b.slots[i].tag = h | sh.gen
 	if t := sh.tab.Load(); b != &t.b[t.first(h)] {
@@ -158,7 +151,7 @@ func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], 
 	}
 	sh.keys++
 	s.total.n.Add(1)
-	return b, i, last
+	return b, i
 }
 
 // place returns a free slot for h, its bucket locked: in h's first
@@ -167,37 +160,42 @@ func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], 
 // moveDepth buckets, so that each key stays in one of its two). If no
 // key can move, it returns a nil bucket while the table can still grow,
 // and otherwise drops a key of h's first bucket (see drop).
-func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64) (*bucket[S], int, int64) {
+func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64) (*bucket[S], int) {
 	t := sh.tab.Load()
 	j1, j2 := t.first(h), t.second(h)
 	b1 := &t.b[j1]
-	last1 := b1.lk.lock()
+	b1.mu.Lock()
 	if i := b1.free(); i >= 0 {
-		return b1, i, last1
+		return b1, i
 	}
 	if j2 != j1 {
 		b2 := &t.b[j2]
-		last2 := b2.lk.lock()
+		b2.mu.Lock()
 		if i := b2.free(); i >= 0 {
-			b1.lk.unlock(last1)
-			return b2, i, last2
+			b1.mu.Unlock()
+			return b2, i
 		}
 		path := [moveDepth + 2]uint64{j1, j2}
-		if i := sh.move(t, j2, path[:2], moveDepth); i >= 0 {
-			b1.lk.unlock(last1)
-			return b2, i, last2
+		if i := sh.move(t, j1, path[:2], moveDepth); i >= 0 {
+			b2.mu.Unlock()
+			return b1, i
 		}
-		b2.lk.unlock(last2)
-	}
-	path := [moveDepth + 2]uint64{j1, j2}
-	if i := sh.move(t, j1, path[:2], moveDepth); i >= 0 {
-		return b1, i, last1
+		if i := sh.move(t, j2, path[:2], moveDepth); i >= 0 {
+			b1.mu.Unlock()
+			return b2, i
+		}
+		b2.mu.Unlock()
+	} else {
+		path := [moveDepth + 2]uint64{j1}
+		if i := sh.move(t, j1, path[:1], moveDepth); i >= 0 {
+			return b1, i
+		}
 	}
 	if t.nb < sh.final {
-		b1.lk.unlock(last1)
-		return nil, 0, 0
+		b1.mu.Unlock()
+		return nil, 0
 	}
-	return b1, s.drop(sh, b1, max(now, last1)), last1
+	return b1, s.drop(sh, b1, sh.clock.inside(now))
 }
 
 // moveDepth bounds the chain of keys place moves to make room: at a
@@ -216,14 +214,19 @@ func (sh *shard[S, A]) move(t *table[S], j uint64, path []uint64, depth int) int
 	sh.rng ^= sh.rng >> 7
 	sh.rng ^= sh.rng << 17
 	start := int(sh.rng>>33) % bucketSlots
-	for n := range bucketSlots {
+	// Keys in their second bucket first: moved, they are back in their
+	// first, where a decision looks first.
+	for n := range 2 * bucketSlots {
 		i := (start + n) % bucketSlots
+		if second := b.slots[i].tag&tagSecond != 0; second != (n < bucketSlots) {
+			continue
+		}
 		o := t.other(b.slots[i].tag)
 		if onPath(path, o) {
 			continue
 		}
 		ob := &t.b[o]
-		last := ob.lk.lock()
+		ob.mu.Lock()
 		k := ob.free()
 		if k < 0 && depth > 1 {
 			k = sh.move(t, o, append(path, o), depth-1)
@@ -232,10 +235,10 @@ func (sh *shard[S, A]) move(t *table[S], j uint64, path []uint64, depth int) int
 			ob.slots[k] = b.slots[i]
 			ob.slots[k].tag ^= tagSecond
 			b.slots[i] = slot[S]{} // the state's memory (a log's entries) went with it
-			ob.lk.unlock(last)
+			ob.mu.Unlock()
 			return i
 		}
-		ob.lk.unlock(last)
+		ob.mu.Unlock()
 	}
 	return -1
 }
@@ -357,23 +360,24 @@ func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
 			sh.pages.Get(p) // examined: to the front
 		}
 		b := &t.b[j]
-		bnow := max(now, b.lk.lock())
+		b.mu.Lock()
+		bnow := sh.clock.inside(now)
 		for i := range b.slots {
 			if sh.consider(b, i, bnow, &best) {
 				s.remove(sh, b, i)
-				b.lk.unlock(bnow)
+				b.mu.Unlock()
 				sh.evictedIdle++
 				sh.misses = 0
 				return
 			}
 		}
-		b.lk.unlock(bnow)
+		b.mu.Unlock()
 	}
 	// The victim's state may have changed since it was examined (a hit
 	// needs no shard lock), but not its slot: its debt is taken anew.
-	bnow := max(now, best.b.lk.lock())
-	s.evictLive(sh, &best, bnow)
-	best.b.lk.unlock(bnow)
+	best.b.mu.Lock()
+	s.evictLive(sh, &best, sh.clock.inside(now))
+	best.b.mu.Unlock()
 }
 
 // grow doubles the shard's table, or makes its first: a table of the
@@ -398,13 +402,13 @@ func (sh *shard[S, A]) grow() {
 	}
 	t := newTable[S](2*old.nb, sh.final, sh.most)
 	for j := range t.b {
-		t.b[j].lk.w.Store(1) // locked, at time 0, until its keys are in
+		t.b[j].mu.Lock() // until its keys are in
 	}
 	order := sh.pages.Keys()
 	sh.tab.Store(t)
 	for j := range old.b {
 		ob := &old.b[j]
-		last := ob.lk.lock()
+		ob.mu.Lock()
 		lo, hi := &t.b[2*j], &t.b[2*j+1]
 		var n [2]int
 		for i := range ob.slots {
@@ -422,12 +426,43 @@ func (sh *shard[S, A]) grow() {
 		}
 		ob.slots = [bucketSlots]slot[S]{}
 		ob.slots[0].tag = movedTag
-		ob.lk.unlock(last)
-		lo.lk.unlock(last)
-		hi.lk.unlock(last)
+		ob.mu.Unlock()
+		lo.mu.Unlock()
+		hi.mu.Unlock()
 	}
 	sh.pages = newPages(t.pages(sh.pageShift), order)
 	sh.hand = 0
+	sh.settle(t)
+}
+
+// settle moves every key of t that is in its second bucket to its first
+// if that has room now. Keys went to their second bucket when their first
+// was full in a smaller table; a table twice as large has room for most
+// of them where a decision looks first. The shard must be locked.
+func (sh *shard[S, A]) settle(t *table[S]) {
+	for j := range t.b {
+		b := &t.b[j]
+		b.mu.Lock()
+		for i := range b.slots {
+			tag := b.slots[i].tag
+			if tag&tagSecond == 0 {
+				continue
+			}
+			k := t.first(tag)
+			if k == uint64(j) {
+				continue
+			}
+			fb := &t.b[k]
+			fb.mu.Lock()
+			if f := fb.free(); f >= 0 {
+				fb.slots[f] = b.slots[i]
+				fb.slots[f].tag &^= tagSecond
+				b.slots[i] = slot[S]{}
+			}
+			fb.mu.Unlock()
+		}
+		b.mu.Unlock()
+	}
 }
 
 // newTable returns a table of nb buckets for a shard whose tables grow to

@@ -30,9 +30,9 @@ import (
 //
 // A decision costs O(1) time whatever n, and a key the same memory whatever
 // its rate and traffic, so its worst case is its only case: 16 bytes of
-// state, about 50 to 60 bytes per tracked key with the store's slot and
-// its share of the group it is filed in (49 B at 100,000 keys, 57 B at
-// 10,000: BenchmarkTokenBucketBytesPerKey, BenchmarkBytesPerKey).
+// state, 34 bytes per tracked key with the store's slot and its share of
+// a bucket in a store sized for its keys, up to about 50 in one partly
+// full (BenchmarkScale, BenchmarkTokenBucketBytesPerKey).
 //
 // Besides AllowN it offers WaitN, which blocks until the tokens are there
 // (without queueing waiters, see the package-level WaitN), and RefundN,
