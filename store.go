@@ -86,17 +86,17 @@ type algorithm[S, A any] interface {
 // chance of any collision is about k²/2⁶¹ (4·10⁻⁵ for ten million keys),
 // and because the seed is random an attacker cannot aim for one.
 //
-// Each shard keeps its keys in a table of buckets: a bucket is a lock
-// word and bucketSlots slots (tag and state, 24 bytes for a token
-// bucket or a sliding counter: 128 bytes, two cache lines), and a key
-// lives in one of two buckets picked by its hash, the first if it has
-// room (two-choice "cuckoo" hashing, see place). A table holds up to
-// maxLoad of its slots, so most keys are in their first bucket: a
+// Each shard keeps its keys in a table of buckets: a bucket is a mutex
+// and bucketSlots slots (tag and state, 24 bytes for a token bucket or a
+// sliding counter: 128 bytes, two cache lines), and a key lives in one
+// of two buckets picked by its hash, the first if it has room
+// (two-choice "cuckoo" hashing, see place). A table holds up to maxLoad
+// of its slots, so nine keys in ten are in their first bucket: a
 // decision hashes the key, loads the shard's table pointer (read-mostly,
-// shared by every core), locks the key's bucket — the lock is in the
-// bucket's own cache line, so it costs no extra cache miss and no line
-// shared between cores — decides on the slot it finds there, and
-// unlocks. The shard's mutex is taken only to add or drop keys (a miss),
+// shared by every core), locks the key's bucket — the mutex is in the
+// bucket's own cache lines, so it costs no extra cache miss and no line
+// shared between cores — decides on the slot it finds there at the time
+// read under the lock, and unlocks. The shard's mutex is taken only to add or drop keys (a miss),
 // to grow the table, and for the rarer calls (Reset, a change of rate).
 // The table grows by doubling, bucket by bucket while decisions go on
 // (see grow), from a few buckets to the size the shard needs to hold its

@@ -10,8 +10,9 @@ import (
 // locks, where a key is placed, how the table grows, and eviction.
 
 // bucketSlots is the number of keys a bucket holds: five slots of 24
-// bytes (a token bucket's or a sliding counter's) and the lock word fill
-// 128 bytes, two cache lines that the table's allocation keeps aligned.
+// bytes (a token bucket's or a sliding counter's) and the bucket's 8-byte
+// mutex fill 128 bytes, two cache lines that the table's allocation (a
+// large one, page-aligned) keeps aligned.
 const bucketSlots = 5
 
 // The flags in the low bits of a slot's tag; the other 60 bits are the
@@ -91,6 +92,10 @@ type table[S any] struct {
 // collector walks are a few thousand whatever the number of keys.
 const maxPages = 16
 
+// first and second return the indexes of the two buckets of the key whose
+// identity, or tag, is h: the top 32 bits of h and of an odd multiple of
+// h, scaled to the number of buckets (which splits a bucket's keys in
+// two when the table doubles). They may be the same bucket.
 func (t *table[S]) first(h uint64) uint64 { return (h >> 32) * t.nb >> 32 }
 func (t *table[S]) second(h uint64) uint64 {
 	return (h &^ tagFlags * 0x9e3779b97f4a7c15 >> 32) * t.nb >> 32

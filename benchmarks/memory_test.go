@@ -90,15 +90,20 @@ func curvePeers() []curvePeer {
 // parallel alike.
 const curveDecisions = 1_000_000
 
+// curveRounds is the rounds of BenchmarkScaleCurve per iteration: run it
+// with -benchtime 1x.
+const curveRounds = 3
+
 // BenchmarkScaleCurve is the cost curve of issue 33: for each key count
 // N, each library holding N keys (built for N where it takes a bound,
-// populated with one decision per key) is measured in turn, in rounds
-// that rotate the order (-benchtime 3x: three rounds), and the medians of
-// the rounds are reported:
+// populated with one decision per key) is measured in turn, in
+// curveRounds rounds that rotate the order, and the medians of the rounds
+// are reported:
 //
 //   - serial: ns per allowed decision from one goroutine, over the N keys
-//     in a random order;
-//   - parallel: ns per decision with GOMAXPROCS goroutines;
+//     in a random order, wall and CPU time (the process's);
+//   - parallel: ns per decision with GOMAXPROCS goroutines, wall, and CPU
+//     time of all of them (so about twice the wall time on two cores);
 //   - B/key: heap retained per key after populating (keys passed as
 //     fresh copies, so a library that keeps them pays for them);
 //   - gc-ms/cycle: GC CPU time per cycle, forced, with only that
@@ -107,7 +112,7 @@ const curveDecisions = 1_000_000
 //
 // Only one library is live at a time. Run it with
 //
-//	go test -run '^$' -bench ScaleCurve -benchtime 3x -timeout 3h
+//	go test -run '^$' -bench ScaleCurve -benchtime 1x -timeout 3h
 //
 // and state the load (uptime) and date beside its figures. Each row of
 // the Markdown table is also logged (-v).
@@ -117,8 +122,10 @@ func BenchmarkScaleCurve(b *testing.B) {
 	}
 }
 
-// curveFigures are one library's measurements at one size.
-type curveFigures struct{ serial, parallel, bytes, gc []float64 }
+// curveFigures are one library's measurements at one size: wall and CPU
+// nanoseconds per decision, serial and parallel, bytes per key and GC
+// milliseconds per cycle.
+type curveFigures struct{ serial, parallel, serialCPU, parallelCPU, bytes, gc []float64 }
 
 func benchScaleCurve(b *testing.B, n int) {
 	keys := newKeyArena(n)
@@ -126,7 +133,7 @@ func benchScaleCurve(b *testing.B, n int) {
 	peers := curvePeers()
 	figs := make([]curveFigures, len(peers))
 	b.ResetTimer()
-	for round := 0; round < b.N; round++ {
+	for round := 0; round < curveRounds*b.N; round++ {
 		for k := range peers {
 			i := (round + k) % len(peers)
 			measureCurve(b, peers[i], n, keys, order, &figs[i])
@@ -134,26 +141,32 @@ func benchScaleCurve(b *testing.B, n int) {
 	}
 	b.StopTimer()
 	row := fmt.Sprintf("| %d |", n)
-	best := [2]float64{math.Inf(1), math.Inf(1)}
-	var fg [2]float64
+	best := [4]float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
+	var fg [4]float64
 	for i, p := range peers {
 		f := &figs[i]
-		s, par := median(f.serial), median(f.parallel)
-		b.ReportMetric(s, p.name+"-serial-ns")
-		b.ReportMetric(par, p.name+"-parallel-ns")
+		m := [4]float64{median(f.serial), median(f.parallel), median(f.serialCPU), median(f.parallelCPU)}
+		b.ReportMetric(m[0], p.name+"-serial-ns")
+		b.ReportMetric(m[1], p.name+"-parallel-ns")
+		b.ReportMetric(m[2], p.name+"-serial-cpu-ns")
+		b.ReportMetric(m[3], p.name+"-parallel-cpu-ns")
 		b.ReportMetric(median(f.bytes), p.name+"-B/key")
 		b.ReportMetric(median(f.gc), p.name+"-gc-ms/cycle")
-		row += fmt.Sprintf(" %.0f / %.0f / %.0f / %.2f |", s, par, median(f.bytes), median(f.gc))
+		row += fmt.Sprintf(" %.0f / %.0f / %.0f / %.2f |", m[0], m[1], median(f.bytes), median(f.gc))
 		if p.name == "floodgate" {
-			fg = [2]float64{s, par}
+			fg = m
 			continue
 		}
-		best = [2]float64{min(best[0], s), min(best[1], par)}
+		for k := range best {
+			best[k] = min(best[k], m[k])
+		}
 	}
 	b.ReportMetric(fg[0]/best[0], "serial/best")
 	b.ReportMetric(fg[1]/best[1], "parallel/best")
+	b.ReportMetric(fg[2]/best[2], "serial-cpu/best")
+	b.ReportMetric(fg[3]/best[3], "parallel-cpu/best")
 	b.ReportMetric(0, "ns/op") // a round is not an operation
-	b.Logf("%s %.2f / %.2f |", row, fg[0]/best[0], fg[1]/best[1])
+	b.Logf("%s %.2f / %.2f (CPU %.2f / %.2f) |", row, fg[0]/best[0], fg[1]/best[1], fg[2]/best[2], fg[3]/best[3])
 }
 
 // measureCurve builds p for n keys, populates it, and appends its
@@ -173,17 +186,18 @@ func measureCurve(b *testing.B, p curvePeer, n int, keys *keyArena, order []int,
 	}
 	f.bytes = append(f.bytes, float64(liveHeap()-before)/float64(n))
 	f.gc = append(f.gc, gcPerCycle()*1e3)
-	start := time.Now()
+	start, cpu := time.Now(), mustCPU(b)
 	for j := 0; j < curveDecisions; j++ {
 		if ok, err := call(keys.key(order[j%n])); err != nil || !ok {
 			b.Fatalf("%s: decision on key %d: allowed=%v err=%v, want allowed", p.name, order[j%n], ok, err)
 		}
 	}
 	f.serial = append(f.serial, float64(time.Since(start).Nanoseconds())/curveDecisions)
+	f.serialCPU = append(f.serialCPU, float64(mustCPU(b)-cpu)/curveDecisions)
 	procs := runtime.GOMAXPROCS(0)
 	var wg sync.WaitGroup
 	var failed atomic.Bool
-	start = time.Now()
+	start, cpu = time.Now(), mustCPU(b)
 	for g := 0; g < procs; g++ {
 		wg.Add(1)
 		go func() {
@@ -201,11 +215,21 @@ func measureCurve(b *testing.B, p curvePeer, n int, keys *keyArena, order []int,
 	}
 	wg.Wait()
 	f.parallel = append(f.parallel, float64(time.Since(start).Nanoseconds())/curveDecisions)
+	f.parallelCPU = append(f.parallelCPU, float64(mustCPU(b)-cpu)/curveDecisions)
 	if failed.Load() {
 		b.Fatalf("%s: a parallel decision was not allowed", p.name)
 	}
 	inst.stop()
 	runtime.KeepAlive(call)
+}
+
+// mustCPU returns the process's CPU time (see processCPU).
+func mustCPU(b *testing.B) int64 {
+	ns, ok := processCPU()
+	if !ok {
+		b.Fatal("no process CPU time on this platform")
+	}
+	return ns
 }
 
 // liveHeap returns the heap in use after a full GC.
