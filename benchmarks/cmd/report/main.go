@@ -43,15 +43,16 @@ func main() {
 	raw := flag.String("raw", "", "also write the raw go test output to this file")
 	suite := flag.String("suite", "comparison", "the suite to run: "+strings.Join(suiteNames(), ", "))
 	outPath := flag.String("o", "", "the report file (default reports/SUITE.md in the benchmarks module; - for standard output)")
+	times := flag.String("times", "", "testtimes suite: the file scripts/test-times.sh recorded")
 	flag.Parse()
-	if err := report(*suite, *outPath, *count, *benchtime, *bench, *raw); err != nil {
+	if err := report(*suite, *outPath, *count, *benchtime, *bench, *raw, *times); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
 // report runs suite and writes its report to outPath.
-func report(suite, outPath string, count int, benchtime, bench, raw string) error {
+func report(suite, outPath string, count int, benchtime, bench, raw, times string) error {
 	if count < 1 {
 		return fmt.Errorf("-count %d: need at least one round", count)
 	}
@@ -63,9 +64,15 @@ func report(suite, outPath string, count int, benchtime, bench, raw string) erro
 		outPath = filepath.Join(dir, "reports", suite+".md")
 	}
 	var buf bytes.Buffer
-	if suite == "comparison" {
+	switch suite {
+	case "comparison":
 		err = run(dir, count, benchtime, bench, raw, &buf, os.Stderr)
-	} else {
+	case "testtimes":
+		var t timesRun
+		if t, err = readTimes(times); err == nil {
+			err = renderTimes(&buf, t)
+		}
+	default:
 		s, ok := suites[suite]
 		if !ok {
 			return fmt.Errorf("-suite %q: want one of %s", suite, strings.Join(suiteNames(), ", "))

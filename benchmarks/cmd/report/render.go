@@ -264,7 +264,7 @@ func num(v float64, unit string) string {
 	switch {
 	case unit == "allocs/op" || unit == "B/op" || unit == "decisions/s":
 		return fmt.Sprintf("%.0f", math.Round(v))
-	case v >= 100:
+	case math.Abs(v) >= 100:
 		return fmt.Sprintf("%.0f", v)
 	default:
 		return fmt.Sprintf("%.1f", v)
