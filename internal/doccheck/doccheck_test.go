@@ -115,3 +115,19 @@ func TestUnquotedFindsMeasurements(t *testing.T) {
 		t.Errorf("Unquoted = %q, want %q", got, want)
 	}
 }
+
+func TestForbiddenFindsUpwardNames(t *testing.T) {
+	names := map[string]bool{"Outcome": true, "Call": true, "Gate": true, "MiddlewareOption": true}
+	got, err := Forbidden("testdata/layers/limiter.go", names, map[string]bool{"net/http": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"testdata/layers/limiter.go:5:2: imports net/http",
+		"testdata/layers/limiter.go:24:24: names MiddlewareOption",
+		"testdata/layers/limiter.go:26:12: names Outcome",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Forbidden =\n%q\nwant\n%q", got, want)
+	}
+}
