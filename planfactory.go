@@ -70,3 +70,12 @@ func withSharedClock(clk *clock) Option {
 		return nil
 	}
 }
+
+// planNow returns the bucket's clock (see planMover).
+func (b *TokenBucket) planNow() int64 { return b.store.clock.nanos() }
+
+// planNow returns the log's clock (see planMover).
+func (l *SlidingLog) planNow() int64 { return l.store.clock.nanos() }
+
+// planNow returns the counter's clock (see planMover).
+func (sc *SlidingCounter) planNow() int64 { return sc.store.clock.nanos() }
