@@ -120,3 +120,64 @@ func TestPlanUpgradeDuringConcurrentDecisions(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanFlipAcrossSpellings: as TestPlanFlipUnderConcurrentDecisions,
+// with each goroutine sending its own spelling of the key, which the
+// resolver folds to one identity (Plan.Key): the spellings' cache records
+// change plans apart, and the identity's state follows every decision
+// under the identity's lock.
+func TestPlanFlipAcrossSpellings(t *testing.T) {
+	for kind := range planKinds {
+		t.Run(kind, func(t *testing.T) {
+			for trial := range 30 {
+				clock := floodgatetest.NewClock(time.Unix(1_800_000_000, 0))
+				var pro atomic.Bool
+				resolve := func(_ context.Context, key string) (floodgate.Plan, error) {
+					p := freePlan
+					if pro.Load() {
+						p = proPlan
+					}
+					p.Key = "key-acme"
+					return p, nil
+				}
+				plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: resolve,
+					New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var allowed atomic.Int64
+				stop, flipped := make(chan struct{}), make(chan struct{})
+				go func() {
+					defer close(flipped)
+					for i := 0; i < 100_000; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						pro.Store(i%2 == 0)
+						clock.Advance(time.Nanosecond)
+					}
+				}()
+				var wg sync.WaitGroup
+				for _, key := range spellings("key-acme", 4) {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 100 {
+							if d, _ := plans.Allow(context.Background(), key); d.Allowed {
+								allowed.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(stop)
+				<-flipped
+				if n := allowed.Load(); n > int64(proPlan.Rate.Limit) {
+					t.Fatalf("trial %d: %d allowed across four spellings while the plan flipped, above pro's %d", trial, n, proPlan.Rate.Limit)
+				}
+			}
+		})
+	}
+}
