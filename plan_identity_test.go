@@ -49,10 +49,11 @@ func foldingResolver(plan floodgate.Plan, identify bool) floodgate.PlanResolver 
 }
 
 // TestPlanKeyCountsEverySpellingAsOne: a resolver that folds case finds
-// one customer under 64 spellings of its API key. With Plan.Key saying
-// which identity it found, all 64 count under it: 5 of a 5-an-hour plan
-// get through, one after the other or all at once. Without it, each
-// spelling had a quota of its own: 320 got through.
+// one customer under 64 spellings of its API key, each sending 5
+// requests. With Plan.Key saying which identity it found, all 64 count
+// under it: 5 of the 320 get through on a 5-an-hour plan, one after the
+// other or all at once. Without it, each spelling had a quota of its
+// own: all 320 got through.
 func TestPlanKeyCountsEverySpellingAsOne(t *testing.T) {
 	hourly := floodgate.Plan{Name: "hourly", Rate: floodgate.PerHour(5)}
 	keys := spellings("key-acme", 64)
@@ -69,12 +70,14 @@ func TestPlanKeyCountsEverySpellingAsOne(t *testing.T) {
 				var wg sync.WaitGroup
 				for _, key := range keys {
 					decide := func() {
-						d, err := plans.Allow(context.Background(), key)
-						if err != nil || d.Limit != 5 {
-							t.Errorf("%s: %+v, %v", key, d, err)
-						}
-						if d.Allowed {
-							allowed.Add(1)
+						for range 5 {
+							d, err := plans.Allow(context.Background(), key)
+							if err != nil || d.Limit != 5 {
+								t.Errorf("%s: %+v, %v", key, d, err)
+							}
+							if d.Allowed {
+								allowed.Add(1)
+							}
 						}
 					}
 					if !concurrent {
@@ -86,7 +89,7 @@ func TestPlanKeyCountsEverySpellingAsOne(t *testing.T) {
 				}
 				wg.Wait()
 				if n := allowed.Load(); n != 5 {
-					t.Fatalf("concurrent %v: %d of 64 spellings allowed on a 5-an-hour plan, want 5", concurrent, n)
+					t.Fatalf("concurrent %v: %d of 5 requests from each of 64 spellings allowed on a 5-an-hour plan, want 5", concurrent, n)
 				}
 			}
 		})
