@@ -116,11 +116,11 @@ type PlanConfig struct {
 	// decisions for one key share its lookup.
 	MaxLookups int
 	// MaxPlans bounds the plans' limiters kept at once (default
-	// DefaultMaxPlans). When a plan needs one and MaxPlans exist, the
-	// least recently used limiter whose every key is back to a full
-	// quota is dropped; if every one still holds a live limit, the
-	// decision is a denial marked Decision.Overloaded until one does
-	// (its RetryAfter says when). A live limit is never dropped.
+	// DefaultMaxPlans). When a plan needs one and MaxPlans exist, a
+	// limiter whose every key is back to a full quota is dropped; if
+	// every one still holds a live limit, the decision is a denial
+	// marked Decision.Overloaded until one does (its RetryAfter says
+	// when). A live limit is never dropped.
 	MaxPlans int
 	// Inherit says what a key keeps of what it used when its plan
 	// changes: KeepUsed (the default) or ScaleUsed. AddDifference and
@@ -270,23 +270,14 @@ func (p *PlanLimiter) Allow(ctx context.Context, key string) (Decision, error) {
 // capacity (MaxLookups, MaxPlans) gets a denial marked Overloaded, with
 // no error: the service is busy, and no error policy lets it through.
 func (p *PlanLimiter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	d, _, err := p.allowPlan(ctx, key, n)
-	return d, err
-}
-
-// planTries bounds the rounds of a decision whose plan's limiter is
-// dropped under it (see allowPlan): each is rare already.
-const planTries = 4
-
-// allowPlan is AllowN, also returning the plan decided under.
-func (p *PlanLimiter) allowPlan(ctx context.Context, key string, n int) (Decision, Plan, error) {
 	for range planTries {
 		st, rec, err := p.ready(ctx, key)
 		if err != nil {
 			return p.refused(err)
 		}
-		plan, slot, id := rec.plan, rec.slot, rec.id
+		slot, id := rec.slot, rec.id
 		if slot == nil || slot.dropped {
+			plan := rec.plan
 			st.mu.Unlock()
 			if err := p.reslot(st, key, plan); err != nil {
 				return p.refused(err)
@@ -297,15 +288,18 @@ func (p *PlanLimiter) allowPlan(ctx context.Context, key string, n int) (Decisio
 			// On Redis the state stays in its key, converted by the
 			// script: no lock is held across the round trip.
 			st.mu.Unlock()
-			d, err := slot.lim.AllowN(ctx, id, n)
-			return d, plan, err
+			return slot.lim.AllowN(ctx, id, n)
 		}
 		if d, ok, err := p.decide(ctx, st, rec, n); ok {
-			return d, plan, err
+			return d, err
 		}
 	}
-	return Decision{}, Plan{}, fmt.Errorf("%w: key %.32q: its plan's limiter was replaced %d times during one decision", ErrPlanLookup, key, planTries)
+	return Decision{}, fmt.Errorf("%w: key %.32q: its plan's limiter was replaced %d times during one decision", ErrPlanLookup, key, planTries)
 }
+
+// planTries bounds the rounds of a decision whose plan's limiter is
+// dropped under it (see AllowN): each is rare already.
+const planTries = 4
 
 // decide decides n units on rec's plan's limiter for rec's identity,
 // with the identity's state moved there first (see settle), under the
@@ -330,9 +324,6 @@ func (p *PlanLimiter) decide(ctx context.Context, st *planStripe, rec *planRecor
 	err := p.settle(home, slot, id)
 	if err == nil {
 		d, err = slot.lim.AllowN(ctx, id, n)
-		if err == nil {
-			slot.note(d)
-		}
 	}
 	st.mu.Unlock()
 	return d, true, err
@@ -342,12 +333,12 @@ func (p *PlanLimiter) decide(ctx context.Context, st *planStripe, rec *planRecor
 // lookup or a plan's limiter refused for capacity) is a denial marked
 // Overloaded, which no error policy lets through; anything else is
 // returned as an error.
-func (p *PlanLimiter) refused(err error) (Decision, Plan, error) {
+func (p *PlanLimiter) refused(err error) (Decision, error) {
 	var busy *planBusy
 	if errors.As(err, &busy) {
-		return Decision{Overloaded: true, RetryAfter: busy.wait}, Plan{}, nil
+		return Decision{Overloaded: true, RetryAfter: busy.wait}, nil
 	}
-	return Decision{}, Plan{}, err
+	return Decision{}, err
 }
 
 // PlanOf returns key's plan, looking it up if the cache does not hold

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // TokenBucketPlans returns a PlanConfig.New that builds an in-memory
@@ -71,11 +72,11 @@ func withSharedClock(clk *clock) Option {
 	}
 }
 
-// planNow returns the bucket's clock (see planMover).
-func (b *TokenBucket) planNow() int64 { return b.store.clock.nanos() }
+// idleIn returns how long until every bucket is full (see planMover).
+func (b *TokenBucket) idleIn() time.Duration { return b.store.idleIn() }
 
-// planNow returns the log's clock (see planMover).
-func (l *SlidingLog) planNow() int64 { return l.store.clock.nanos() }
+// idleIn returns how long until every log is empty (see planMover).
+func (l *SlidingLog) idleIn() time.Duration { return l.store.idleIn() }
 
-// planNow returns the counter's clock (see planMover).
-func (sc *SlidingCounter) planNow() int64 { return sc.store.clock.nanos() }
+// idleIn returns how long until no count weighs (see planMover).
+func (sc *SlidingCounter) idleIn() time.Duration { return sc.store.idleIn() }

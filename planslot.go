@@ -22,11 +22,10 @@ type planSlot struct {
 	// longer the plan's limiter (see drop); decisions read it under a
 	// stripe lock.
 	dropped bool
-	// used is the time of a recent decision, and full a time by which
-	// every state the limiter holds is back to a fresh one: both in the
-	// limiter's clock (see planMover.planNow), updated by each decision
-	// (see note), coarsely.
-	used, full atomic.Int64
+	// busy is a time (the cache's clock) before which the limiter was
+	// last found to hold a live state: it is not asked again before
+	// then (see victim). Decisions never write it.
+	busy atomic.Int64
 }
 
 // planMover is implemented by the in-memory limiters, whose keys a
@@ -37,41 +36,46 @@ type planMover interface {
 	moveTo(to Limiter, key string, how Inherit) (bool, error)
 	// holds reports whether the limiter holds state for key.
 	holds(key string) bool
-	// planNow returns the limiter's clock, in nanoseconds since its
-	// epoch: the time its decisions' waits count from.
-	planNow() int64
+	// idleIn returns how long until every state the limiter holds
+	// equals a fresh one (see store.idleIn).
+	idleIn() time.Duration
 }
 
-// planGrain is the granularity of planSlot.full, about a second: a
-// decision raises full only when its own end passes full's, so that
-// decisions rarely write it. A limiter counts as drained a grain after
-// full, which also covers the few nanoseconds by which a state's debt
-// may outlast the Decision.ResetAfter it was decided with (see debt).
-const planGrain = 1 << 30
-
-// note records decision d on s's limiter, just made: the key it was made
-// for is back to a fresh state after d.ResetAfter.
-func (s *planSlot) note(d Decision) {
-	now := s.mover.planNow()
-	if now-s.used.Load() >= planGrain>>4 {
-		s.used.Store(now)
-	}
-	end := now + int64(d.ResetAfter)
-	for f := s.full.Load(); end > f; f = s.full.Load() {
-		if s.full.CompareAndSwap(f, (end|(planGrain-1))+1) {
-			return
-		}
-	}
-}
-
-// drainedIn returns how long until every state of s's limiter is back to
-// a fresh one: 0 when it is already, and for a limiter that keeps no
+// idleIn returns how long until every state of s's limiter equals a
+// fresh one: 0 when it does already, and for a limiter that keeps no
 // state of its own (on Redis).
-func (s *planSlot) drainedIn() time.Duration {
+func (s *planSlot) idleIn() time.Duration {
 	if s.mover == nil {
 		return 0
 	}
-	return time.Duration(max(s.full.Load()+planGrain-s.mover.planNow(), 0))
+	return s.mover.idleIn()
+}
+
+// idleIn returns how long, in the store's clock, until every state the
+// store holds equals a fresh one: the keys it tracks and the debts it
+// remembers; 0 if they all do now. It locks each shard in turn and reads
+// every key: a PlanLimiter asks it only when a new plan needs a limiter
+// and none is free (see PlanLimiter.victim), never on a decision.
+func (s *store[S, A]) idleIn() time.Duration {
+	var end, now int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		t := sh.hold(s.clock.nanos())
+		now = max(now, t)
+		if sh.debts != nil {
+			end = max(end, sh.debts.until) // every debt remembered ends by then
+		}
+		for _, p := range sh.pages {
+			for j := range p {
+				if v := sh.alg.debt(&p[j].st, t); v.owes(t) {
+					end = max(end, v.at)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return durationNS(end - now)
 }
 
 // planBusy is the error of a lookup, or of a plan's limiter, refused for
@@ -89,9 +93,9 @@ func (e *planBusy) Error() string {
 func (e *planBusy) Unwrap() error { return ErrPlanLookup }
 
 // slot returns the limiter of plan, building it the first time. When
-// MaxPlans limiters exist already, the least recently used one that holds
-// no live state is dropped to make room (see drop); when every one holds
-// some, the error is a planBusy saying when one will be free.
+// MaxPlans limiters exist already, one that holds no live state is
+// dropped to make room (see drop); when every one holds some, the error
+// is a planBusy saying when one may be free.
 func (p *PlanLimiter) slot(plan Plan) (*planSlot, error) {
 	id := planID{plan.Rate, plan.Burst}
 	for range planTries {
@@ -137,35 +141,41 @@ func (p *PlanLimiter) build(id planID, plan Plan) (*planSlot, error) {
 	return s, nil
 }
 
-// victim returns the least recently used limiter that holds no live
-// state, or nil and how long until the first one will. p.plansMu must be
-// locked.
+// victim returns a limiter that holds no live state, or nil and how
+// long until the first one may. A limiter found live is not asked again
+// before the time it said (its states only grow older, or are renewed).
+// p.plansMu must be locked.
 func (p *PlanLimiter) victim() (*planSlot, time.Duration) {
-	var best *planSlot
+	now := p.nanos()
 	wait := time.Duration(1<<63 - 1)
 	for _, s := range p.plans {
-		w := s.drainedIn()
-		switch {
-		case w > 0:
-			wait = min(wait, w)
-		case best == nil || s.used.Load() < best.used.Load():
-			best = s
+		if b := s.busy.Load(); now < b {
+			wait = min(wait, time.Duration(b-now))
+			continue
 		}
+		w := s.idleIn()
+		if w == 0 {
+			return s, 0
+		}
+		s.busy.Store(addSat(now, int64(w)))
+		wait = min(wait, w)
 	}
-	return best, wait
+	return nil, wait
 }
 
 // drop drops s, if it is still its plan's limiter and holds no live
 // state, with every stripe locked: no decision is deciding on it, and
 // every later one sees it dropped and goes to a new limiter of the plan
 // (see PlanLimiter.reslot). Its keys' states are all fresh, so nothing is
-// lost with it.
+// lost with it. Reading them holds up every decision of the PlanLimiter
+// for a pass over the limiter's keys; it happens only when a new plan
+// needs a limiter and MaxPlans exist.
 func (p *PlanLimiter) drop(s *planSlot) {
 	for i := range p.stripes {
 		p.stripes[i].mu.Lock()
 	}
 	p.plansMu.Lock()
-	if p.plans[s.id] == s && s.drainedIn() == 0 {
+	if p.plans[s.id] == s && s.idleIn() == 0 {
 		s.dropped = true
 		delete(p.plans, s.id)
 	}
