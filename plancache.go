@@ -29,17 +29,19 @@ type planStripe struct {
 // one record for both; the record of an identity that is not a key
 // looked up has no plan.
 type planRecord struct {
-	plan    Plan
+	// The fields a cached decision reads come first, in the record's
+	// first cache line (records are 128-byte objects, so aligned).
+	expires int64     // the plan is fresh until then (the cache's clock)
+	stale   int64     // and is used, while refreshes fail, until then (MaxStale)
 	slot    *planSlot // the plan's limiter; nil or dropped: to be found again (see reslot)
-	id      string    // the identity the key counts under
-	own     bool      // id is the key itself
-	hasPlan bool
-	expires int64 // the plan is fresh until then (the cache's clock)
-	stale   int64 // and is used, while refreshes fail, until then (MaxStale)
-	retry   int64 // no refresh starts before then (after a failed one)
 	// home is the limiter that holds the identity's state (in memory),
 	// nil when that is not known: every plan's limiter is looked in.
-	home *planSlot
+	home    *planSlot
+	id      string // the identity the key counts under
+	own     bool   // id is the key itself
+	hasPlan bool
+	retry   int64 // no refresh starts before then (after a failed one)
+	plan    Plan
 }
 
 // planFlight is a lookup in flight.

@@ -176,7 +176,9 @@ func (p *PlanLimiter) drop(s *planSlot) {
 	}
 	p.plansMu.Lock()
 	if p.plans[s.id] == s && s.idleIn() == 0 {
-		s.dropped = true
+		// Records may point at s until their keys' next decisions: let
+		// the limiter's memory go now (no one reads it once dropped).
+		s.dropped, s.lim, s.mover = true, nil, nil
 		delete(p.plans, s.id)
 	}
 	p.plansMu.Unlock()
