@@ -137,6 +137,23 @@ func TestPlanLookupCapacityIsNotAnOutage(t *testing.T) {
 	if err != nil || d.Allowed || !d.Overloaded || d.RetryAfter <= 0 {
 		t.Fatalf("a lookup refused for capacity, asked directly: %+v, %v; want a denial marked Overloaded, with a wait", d, err)
 	}
+	// Keyed through KnownKey, the refusal is the key function's error,
+	// which fail-open does not let through either.
+	sel, err := floodgate.NewPolicySelector(floodgate.Policy{Name: "customer", Limiter: plans, Key: plans.KnownKey(apiKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	known, err := floodgate.NewPolicyMiddleware(sel, floodgate.WithFailOpen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-API-Key", "made-up-y")
+	w := httptest.NewRecorder()
+	known(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })).ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a made-up key through KnownKey past MaxLookups: %d, want 503", w.Code)
+	}
 	close(res.release)
 	for range 4 {
 		if code := <-first; code != http.StatusBadRequest {
