@@ -83,10 +83,10 @@ type PlanConfig struct {
 	// PlanLimiter). All of one algorithm. Required.
 	New func(Plan) (Limiter, error)
 	// CacheSize bounds the keys whose plan is kept (default
-	// DefaultPlanCacheSize, about 100 B each, identities of Plan.Key
-	// included), and as many keys found to have none, kept apart so
-	// that unknown keys sprayed at the limiter never push out a
-	// customer's plan.
+	// DefaultPlanCacheSize, about 200 B each with short keys, identities
+	// of Plan.Key included: BenchmarkPlanCacheBytes), and as many keys
+	// found to have none, kept apart so that unknown keys sprayed at the
+	// limiter never push out a customer's plan.
 	CacheSize int
 	// CacheTTL is how long a plan found is used before it is looked up
 	// again (default DefaultPlanCacheTTL): a plan change reaches its key
@@ -99,9 +99,10 @@ type PlanConfig struct {
 	// key's decisions fail as a key never looked up would. A failed
 	// refresh is tried again after a second (or CacheTTL, if shorter).
 	MaxStale time.Duration
-	// LookupTimeout bounds each lookup (default DefaultPlanLookupTimeout):
-	// a decision waits for its key's lookup until then at most, or until
-	// its own context ends if that is sooner, whatever the resolver does.
+	// LookupTimeout bounds each lookup, from the resolver's call
+	// (default DefaultPlanLookupTimeout): a decision waits for its key's
+	// lookup until then at most, or until its own context ends if that is
+	// sooner, whatever the resolver does.
 	LookupTimeout time.Duration
 	// MaxLookups bounds the lookups in flight at once (default
 	// DefaultPlanMaxLookups), twice over: as many first lookups of keys
@@ -275,9 +276,9 @@ func (p *PlanLimiter) AllowN(ctx context.Context, key string, n int) (Decision, 
 		if err != nil {
 			return p.refused(err)
 		}
-		slot, id := rec.slot, rec.id
-		if slot == nil || slot.dropped {
-			plan := rec.plan
+		slot, id := rec.slot, rec.id(key)
+		if slot.dropped {
+			plan := rec.plan(key)
 			st.mu.Unlock()
 			if err := p.reslot(st, key, plan); err != nil {
 				return p.refused(err)
@@ -290,7 +291,7 @@ func (p *PlanLimiter) AllowN(ctx context.Context, key string, n int) (Decision, 
 			st.mu.Unlock()
 			return slot.lim.AllowN(ctx, id, n)
 		}
-		if d, ok, err := p.decide(ctx, st, rec, n); ok {
+		if d, ok, err := p.decide(ctx, st, rec, id, n); ok {
 			return d, err
 		}
 	}
@@ -301,14 +302,15 @@ func (p *PlanLimiter) AllowN(ctx context.Context, key string, n int) (Decision, 
 // dropped under it (see AllowN): each is rare already.
 const planTries = 4
 
-// decide decides n units on rec's plan's limiter for rec's identity,
-// with the identity's state moved there first (see settle), under the
-// identity's stripe lock. st, rec's stripe, is locked; decide unlocks
-// what it holds. It returns false, having decided nothing, if the
-// plan's limiter was dropped while it changed stripes.
-func (p *PlanLimiter) decide(ctx context.Context, st *planStripe, rec *planRecord, n int) (Decision, bool, error) {
-	slot, id, home := rec.slot, rec.id, rec
-	if !rec.own {
+// decide decides n units on rec's plan's limiter for identity id, the
+// one rec's key counts under, with the identity's state moved there
+// first (see settle), under the identity's stripe lock. st, rec's
+// stripe, is locked; decide unlocks what it holds. It returns false,
+// having decided nothing, if the plan's limiter was dropped while it
+// changed stripes.
+func (p *PlanLimiter) decide(ctx context.Context, st *planStripe, rec *planRecord, id string, n int) (Decision, bool, error) {
+	slot, home := rec.slot, rec
+	if rec.alias != nil {
 		if ist := p.stripe(id); ist != st {
 			st.mu.Unlock()
 			st = ist
@@ -349,7 +351,7 @@ func (p *PlanLimiter) PlanOf(ctx context.Context, key string) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	plan := rec.plan
+	plan := rec.plan(key)
 	st.mu.Unlock()
 	return plan, nil
 }

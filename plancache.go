@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -29,27 +30,61 @@ type planStripe struct {
 // one record for both; the record of an identity that is not a key
 // looked up has no plan.
 type planRecord struct {
-	// The fields a cached decision reads come first, in the record's
-	// first cache line (records are 128-byte objects, so aligned).
-	expires int64     // the plan is fresh until then (the cache's clock)
-	stale   int64     // and is used, while refreshes fail, until then (MaxStale)
-	slot    *planSlot // the plan's limiter; nil or dropped: to be found again (see reslot)
+	// expires: the plan is fresh until then (the cache's clock), and is
+	// used while refreshes fail until MaxStale after.
+	expires int64
+	slot    *planSlot // the plan's limiter (its rate and burst); dropped: to be found again (see reslot)
 	// home is the limiter that holds the identity's state (in memory),
 	// nil when that is not known: every plan's limiter is looked in.
-	home    *planSlot
-	id      string // the identity the key counts under
-	own     bool   // id is the key itself
-	hasPlan bool
-	retry   int64 // no refresh starts before then (after a failed one)
-	plan    Plan
+	home *planSlot
+	// alias is the identity the key counts under when it is not the key
+	// itself (Plan.Key); nil for a key that is its own.
+	alias   *string
+	name    string // the plan's Name
+	retry   int64  // no refresh starts before then (after a failed one)
+	keyed   bool   // the resolver gave a Plan.Key
+	hasPlan bool   // slot, name, alias and keyed hold a plan
+	// 64 bytes: a record per cached key is a fair share of the cache's
+	// memory (see BenchmarkPlanCacheBytes).
+}
+
+// id returns the identity key counts under, rec being its record.
+func (rec *planRecord) id(key string) string {
+	if rec.alias != nil {
+		return *rec.alias
+	}
+	return key
+}
+
+// plan returns the plan rec, key's record, holds, as the resolver gave
+// it: its rate and burst are its limiter's.
+func (rec *planRecord) plan(key string) Plan {
+	p := Plan{Name: rec.name, Rate: rec.slot.id.rate, Burst: rec.slot.id.burst}
+	if rec.keyed {
+		p.Key = rec.id(key)
+	}
+	return p
+}
+
+// usable reports whether rec holds a plan to decide on at now: fresh, or
+// stale by less than MaxStale.
+func (p *PlanLimiter) usable(rec *planRecord, now int64) bool {
+	return rec != nil && rec.hasPlan && now < addSat(rec.expires, p.stale)
 }
 
 // planFlight is a lookup in flight.
 type planFlight struct {
-	ctx     context.Context // the lookup's, with its deadline
-	done    chan struct{}   // closed once the answer is in the cache
-	started int64           // when it started (the cache's clock)
-	err     error           // the lookup's error, set before done is closed
+	parent context.Context // the resolver's context before its deadline
+	called chan struct{}   // closed when the resolver is called; ctx is set by then
+	ctx    context.Context // the resolver's, with its deadline, LookupTimeout after the call
+	done   chan struct{}   // closed once the answer is in the cache
+	at     int64           // when the lookup started (the cache's clock)
+	// returned is set when the resolver has returned: the rest of the
+	// lookup (finding the plan's limiter, caching the answer) is the
+	// limiter's own, and a waiter that meets the deadline then waits
+	// for it.
+	returned atomic.Bool
+	err      error // the lookup's error, set before done is closed
 }
 
 // planMaxStripes bounds the stripes of a PlanLimiter.
@@ -100,7 +135,7 @@ func (p *PlanLimiter) ready(ctx context.Context, key string) (*planStripe, *plan
 		st.mu.Lock()
 		now := p.nanos()
 		rec, _ := st.known.Get(key)
-		if rec != nil && rec.hasPlan && now < rec.stale {
+		if p.usable(rec, now) {
 			if now < rec.expires || waited || now < rec.retry || st.flights[key] != nil {
 				return st, rec, nil
 			}
@@ -164,11 +199,10 @@ func (p *PlanLimiter) start(ctx context.Context, st *planStripe, key string, kno
 	// The lookup outlives the decision that starts it (others may wait
 	// for it, and its answer is cached): it keeps ctx's values, not its
 	// end.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.LookupTimeout)
-	f := &planFlight{ctx: lctx, done: make(chan struct{}), started: p.nanos()}
+	f := &planFlight{parent: context.WithoutCancel(ctx), called: make(chan struct{}), done: make(chan struct{}), at: p.nanos()}
 	key = strings.Clone(key)
 	st.flights[key] = f
-	go p.lookup(st, key, f, pool, cancel)
+	go p.lookup(st, key, f, pool)
 	return f, nil
 }
 
@@ -176,9 +210,15 @@ func (p *PlanLimiter) start(ctx context.Context, st *planStripe, key string, kno
 // back once the resolver has returned, finds the plan's limiter, and
 // puts the answer in the cache (see install): also an answer that comes
 // after everyone waiting for it gave up, which is as good as any.
-func (p *PlanLimiter) lookup(st *planStripe, key string, f *planFlight, pool chan struct{}, cancel context.CancelFunc) {
+func (p *PlanLimiter) lookup(st *planStripe, key string, f *planFlight, pool chan struct{}) {
+	// The deadline counts from the call, so that a goroutine that waits
+	// for a core does not spend the resolver's time.
+	ctx, cancel := context.WithTimeout(f.parent, p.cfg.LookupTimeout)
 	defer cancel()
-	plan, err := p.ask(f.ctx, key)
+	f.ctx = ctx
+	close(f.called)
+	plan, err := p.ask(ctx, key)
+	f.returned.Store(true)
 	<-pool
 	var slot *planSlot
 	if err == nil {
@@ -186,7 +226,7 @@ func (p *PlanLimiter) lookup(st *planStripe, key string, f *planFlight, pool cha
 	}
 	st.mu.Lock()
 	delete(st.flights, key)
-	p.install(st, key, f.started, plan, slot, err)
+	p.install(st, key, f.at, plan, slot, err)
 	st.mu.Unlock()
 	f.err = err
 	close(f.done)
@@ -228,18 +268,18 @@ func (p *PlanLimiter) install(st *planStripe, key string, at int64, plan Plan, s
 			rec = &planRecord{}
 			st.known.Add(key, rec)
 		}
-		rec.plan, rec.slot, rec.hasPlan, rec.retry = plan, slot, true, 0
-		rec.id, rec.own = key, plan.Key == "" || plan.Key == key
-		if !rec.own {
-			rec.id = strings.Clone(plan.Key)
+		rec.slot, rec.name, rec.hasPlan, rec.retry = slot, plan.Name, true, 0
+		rec.alias, rec.keyed = nil, plan.Key != ""
+		if plan.Key != "" && plan.Key != key {
+			id := strings.Clone(plan.Key)
+			rec.alias = &id
 		}
 		rec.expires = addSat(at, p.ttl)
-		rec.stale = addSat(rec.expires, p.stale)
 		st.unknown.Remove(key)
 	case errors.Is(err, ErrNoPlan):
 		st.unknown.Add(key, addSat(at, p.ttl))
 		if rec != nil {
-			rec.plan, rec.slot, rec.hasPlan = Plan{}, nil, false
+			rec.slot, rec.name, rec.alias, rec.hasPlan = nil, "", nil, false
 		}
 	case rec != nil:
 		rec.retry = addSat(p.nanos(), p.backoff)
@@ -254,23 +294,38 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// wait waits for f to answer, until the lookup's deadline or ctx's end,
-// whichever comes first, and returns the lookup's error or the reason
-// it stopped waiting.
+// wait waits for f to answer, until the resolver's deadline or ctx's
+// end, whichever comes first, and returns the lookup's error or the
+// reason it stopped waiting.
 func (f *planFlight) wait(ctx context.Context, key string) error {
+	select {
+	case <-f.called:
+	case <-ctx.Done():
+		return planGaveUp(ctx)
+	}
 	select {
 	case <-f.done:
 		return f.err
 	case <-f.ctx.Done():
-		select {
-		case <-f.done: // answered just in time
-			return f.err
-		default:
+		if !f.returned.Load() {
+			return fmt.Errorf("%w: key %.32q: the resolver did not answer within PlanConfig.LookupTimeout: %w", ErrPlanLookup, key, context.DeadlineExceeded)
 		}
-		return fmt.Errorf("%w: key %.32q: the resolver did not answer within PlanConfig.LookupTimeout: %w", ErrPlanLookup, key, context.DeadlineExceeded)
 	case <-ctx.Done():
-		return fmt.Errorf("%w: the caller gave up waiting for the lookup: %w", ErrPlanLookup, ctx.Err())
+		return planGaveUp(ctx)
 	}
+	// The resolver answered; what is left is short and the limiter's own.
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return planGaveUp(ctx)
+	}
+}
+
+// planGaveUp is the error of a decision whose caller gave up waiting for
+// its key's lookup.
+func planGaveUp(ctx context.Context) error {
+	return fmt.Errorf("%w: the caller gave up waiting for the lookup: %w", ErrPlanLookup, ctx.Err())
 }
 
 // rateOf returns the rate of key's plan if the cache holds it, for the
@@ -283,7 +338,7 @@ func (p *PlanLimiter) rateOf(key string) (Rate, bool) {
 	ok = ok && rec.hasPlan
 	var r Rate
 	if ok {
-		r = rec.plan.Rate
+		r = rec.slot.id.rate
 	}
 	st.mu.Unlock()
 	return r, ok

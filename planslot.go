@@ -188,15 +188,14 @@ func (p *PlanLimiter) drop(s *planSlot) {
 }
 
 // reslot gives key's record, in st, a limiter of its plan in place of
-// one that was dropped (or never found), if it still needs one.
+// one that was dropped, if it still needs one.
 func (p *PlanLimiter) reslot(st *planStripe, key string, plan Plan) error {
 	s, err := p.slot(plan)
 	if err != nil {
 		return err
 	}
 	st.mu.Lock()
-	if rec, ok := st.known.Peek(key); ok && rec.hasPlan && (rec.slot == nil || rec.slot.dropped) &&
-		rec.plan.Rate == plan.Rate && rec.plan.Burst == plan.Burst {
+	if rec, ok := st.known.Peek(key); ok && rec.hasPlan && rec.slot.dropped && rec.slot.id == s.id {
 		rec.slot = s
 	}
 	st.mu.Unlock()
