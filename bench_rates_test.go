@@ -138,3 +138,28 @@ func BenchmarkPlanCacheBytes(b *testing.B) {
 	}
 	b.ReportMetric(perKey, "B/key")
 }
+
+// BenchmarkPlanLookup: the first decision of each key, which looks its
+// plan up (a resolver that answers at once, on the goroutine a lookup
+// runs on) and caches it.
+//
+//	go test -run '^$' -bench PlanLookup -benchtime 200000x .
+func BenchmarkPlanLookup(b *testing.B) {
+	pl, err := NewPlanLimiter(PlanConfig{
+		Resolve:  func(context.Context, string) (Plan, error) { return Plan{Name: "a", Rate: PerMinute(100)}, nil },
+		New:      TokenBucketPlans(),
+		CacheTTL: time.Hour, CacheSize: max(b.N, 1), LookupTimeout: time.Minute,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := makeKeys(b.N)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d, err := pl.Allow(ctx, keys[i]); err != nil || !d.Allowed {
+			b.Fatal(d, err)
+		}
+	}
+}
