@@ -62,7 +62,7 @@ func TestPlanKeyCountsEverySpellingAsOne(t *testing.T) {
 			for _, concurrent := range []bool{false, true} {
 				clock := floodgatetest.NewClock(time.Unix(1_800_000_000, 0))
 				plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: foldingResolver(hourly, true),
-					New: planKinds[kind](floodgate.WithClock(clock.Now)), Clock: clock.Now})
+					New: planKinds[kind](floodgate.WithClock(clock.Now)), LookupTimeout: patientLookups, Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +102,7 @@ func TestPlanKeyCountsEverySpellingAsOne(t *testing.T) {
 func TestPlanKeyUnknownSpellingsStayUnknown(t *testing.T) {
 	plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
 		Resolve: foldingResolver(floodgate.Plan{Name: "hourly", Rate: floodgate.PerHour(5)}, true),
-		New:     floodgate.TokenBucketPlans()})
+		New:     floodgate.TokenBucketPlans(), LookupTimeout: patientLookups})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestPlanMaxPlansFreesDrainedPlans(t *testing.T) {
 				book.set(fmt.Sprintf("customer-%d", i), customPlan(i))
 			}
 			plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: book.resolve,
-				New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Hour, MaxPlans: 4, Clock: clock.Now})
+				New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Hour, MaxPlans: 4, LookupTimeout: patientLookups, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestPlanRecordEvictedKeyKeepsItsState(t *testing.T) {
 			clock := floodgatetest.NewClock(time.Unix(1_800_000_000, 0))
 			book := newPlanBook(map[string]floodgate.Plan{"ann": proPlan})
 			plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: book.resolve,
-				New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheSize: 8, CacheTTL: time.Hour, Clock: clock.Now})
+				New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheSize: 8, CacheTTL: time.Hour, LookupTimeout: patientLookups, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,7 +19,7 @@ import (
 func racePlans(t *testing.T, book *planBook, clock *floodgatetest.Clock, kind string, how floodgate.Inherit) *floodgate.PlanLimiter {
 	t.Helper()
 	plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: book.resolve,
-		New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, Inherit: how, Clock: clock.Now})
+		New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, LookupTimeout: patientLookups, Inherit: how, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestPlanFlipAcrossSpellings(t *testing.T) {
 					return p, nil
 				}
 				plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: resolve,
-					New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, Clock: clock.Now})
+					New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, LookupTimeout: patientLookups, Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
