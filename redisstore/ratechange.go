@@ -312,8 +312,9 @@ var errRateChurn = errors.New("the rate kept changing during the decision")
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
 
 // conversion is what a decision sends after it converted a state: the
-// state it saw (expect) and the converted one (with, "" for a fresh
-// state), both "" otherwise.
+// state it saw (expect) and the converted one (with), its numbers ("" for
+// a fresh state) followed by the suffix of the view it was converted for;
+// both "" otherwise.
 type conversion struct {
 	expect, with string
 }
@@ -321,20 +322,32 @@ type conversion struct {
 // evalRated runs a decision script that may meet a change of rate:
 // build returns the script and its arguments under a view and a
 // conversion, convert converts a state the script replied with (its
-// numbers, version and rate), and read turns the script's reply of want
-// integers into the Decision. A reply that the state is newer than the
-// view makes it read the record again; one that it is older, convert it
-// and send it with the next try.
+// numbers, version and rate) to the view's rate and returns its numbers,
+// and read turns the script's reply of want integers into the Decision.
+// A reply that the state is newer than the view makes it read the record
+// again; one that it is older, convert it and send it with the next try.
+// If that try is under a newer view (another decision read the record
+// meanwhile), the state is converted again, for that view: the script
+// takes a conversion only under the view it names (prelude_rate.lua).
 func (l *base) evalRated(ctx context.Context, keys []string, n int,
 	build func(v *rateView, conv conversion) (*script, []string),
 	convert func(v *rateView, st []int64) string, want int,
 	read func(v *rateView, r []int64, n int) (floodgate.Decision, error),
 ) (floodgate.Decision, error) {
-	var conv conversion
+	var (
+		conv    conversion
+		seen    []int64   // the state conv converts, as the script replied it
+		convFor *rateView // the view conv was computed for
+	)
 	for range maxRateTries {
 		v := l.rates.view.Load()
 		if n > int(v.rec.rate.burst) { // a change read since AllowN checked the cost
 			return floodgate.Decision{Limit: int(v.rec.rate.burst)}, checkCost(n, int(v.rec.rate.burst))
+		}
+		if seen != nil && convFor != v {
+			// Another decision read a newer record since: convert again,
+			// for this view, rather than have the script refuse it.
+			conv.with, convFor = convert(v, seen)+v.suffix, v
 		}
 		s, args := build(v, conv)
 		r, unrepl, err := l.reply(ctx, s, keys, args, -1)
@@ -346,9 +359,12 @@ func (l *base) evalRated(ctx context.Context, keys []string, n int,
 			if err := l.readRate(ctx, true); err != nil {
 				return floodgate.Decision{Limit: l.limit()}, err
 			}
-			conv = conversion{}
+			conv, seen = conversion{}, nil
 		case len(r) >= 7 && r[0] == replyConvert:
-			conv = conversion{expect: stateString(r[1:]), with: convert(v, r[1:])}
+			// The conversion names the view it was computed for: the
+			// script refuses it under any other (prelude_rate.lua).
+			seen, convFor = r[1:], v
+			conv = conversion{expect: stateString(seen), with: convert(v, seen) + v.suffix}
 		case len(r) != want:
 			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, want)
 		default:

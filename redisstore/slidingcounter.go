@@ -240,7 +240,7 @@ func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
 		est := estimate.Counter{Limit: uint32(from.limit), Period: from.period}
 		used := cur + uint64(est.Share(uint32(prev), from.period-(tc-w*from.period)))
 		if u := how.Units(used, uint64(from.limit), uint64(to.limit)); u > 0 {
-			return fmt.Sprintf("%d 0 %d", tc/to.period, u) + v.suffix
+			return fmt.Sprintf("%d 0 %d", tc/to.period, u)
 		}
 		return ""
 	}
@@ -258,5 +258,5 @@ func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
 	if prev+cur == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d %d", w, prev, cur) + v.suffix
+	return fmt.Sprintf("%d %d %d", w, prev, cur)
 }

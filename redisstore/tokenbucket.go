@@ -361,8 +361,8 @@ func checkCost(n, max int) error {
 
 // convertGreedy converts a greedy bucket's state, replied as
 // {tat, frac, [lease mark,] v, L, P, B}, to v's rate as of its change (see
-// inherit.Greedy), and returns the converted state, "" for a full
-// bucket.
+// inherit.Greedy), and returns the converted state's numbers, "" for a
+// full bucket.
 func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
 	tat, frac := st[0], st[1]
 	if tat < v.rec.tc {
@@ -373,7 +373,7 @@ func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
 	if q == 0 && r == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d", v.rec.tc+int64(q), r) + v.suffix
+	return fmt.Sprintf("%d %d", v.rec.tc+int64(q), r)
 }
 
 // convertInterval converts an intervally refilled bucket's state,
@@ -387,7 +387,7 @@ func (b *TokenBucket) convertInterval(v *rateView, st []int64) string {
 	if u == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d", start, u) + v.suffix
+	return fmt.Sprintf("%d %d", start, u)
 }
 
 func (p rateParams) bucket() inherit.Bucket {

@@ -8,14 +8,22 @@
 -- limiter's extras after them (see lease_prelude_*.lua).
 
 -- rate_get reads the state KEYS[1], of at least k numbers, for a caller
--- that decides under version ver. It returns the numbers of the state to
--- decide on (nil: none) and whether the caller's conversion replaced it;
--- or, as its only result, a reply for the caller: {-1} when the state was
--- written under a newer version (the caller reads the record again),
--- {-2, numbers..., v, L, P, B} when under an older one (the caller
--- converts it, and sends the state it saw as expect and the converted one
--- as with, '' for a state equal to a fresh one).
-local function rate_get(k, ver, expect, with)
+-- that decides under version ver, whose states end with suffix. It
+-- returns the numbers of the state to decide on (nil: none) and whether
+-- the caller's conversion replaced it; or, as its only result, a reply
+-- for the caller: {-1} when the state was written under a newer version
+-- (the caller reads the record again), {-2, numbers..., v, L, P, B} when
+-- under an older one (the caller converts it, and sends the state it saw
+-- as expect and the converted one as with).
+--
+-- A conversion is taken only for the state it was computed from (expect)
+-- and only under the view it was computed for: with ends with the suffix
+-- of that view (the whole of with for a state equal to a fresh one), which
+-- must be the caller's. A conversion computed under one view and sent
+-- under another (its instance read a newer record meanwhile) is refused,
+-- and the caller gets the state to convert again: the rate a decision
+-- reads is the one its write is checked against.
+local function rate_get(k, ver, expect, with, suffix)
   local s = redis.call('GET', KEYS[1])
   if not s then
     return nil, false
@@ -34,10 +42,13 @@ local function rate_get(k, ver, expect, with)
     return body, false
   end
   if expect ~= '' and s == expect then
-    if with == '' then
-      return nil, true
+    local wbody, wrate = string.match(with, '^([^|]*)(.*)$')
+    if wrate == suffix and suffix ~= '' then
+      if wbody == '' then
+        return nil, true
+      end
+      return wbody, true
     end
-    return string.match(with, '^([^|]*)'), true
   end
   if sv > ver then
     return {-1}

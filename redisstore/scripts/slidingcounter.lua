@@ -25,7 +25,7 @@
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10])
+local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8])
 if type(s) == 'table' then
   return s
 end

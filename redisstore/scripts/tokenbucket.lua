@@ -11,7 +11,9 @@
 -- ARGV[9]  the version of the rate the caller decides under, and
 -- ARGV[10] what follows the numbers of a state written under it
 -- ARGV[11] the state the caller converted, or "", and
--- ARGV[12] the converted state ("": a full bucket) (prelude_rate.lua)
+-- ARGV[12] the converted state followed by the suffix of the view it was
+--          converted for (the suffix alone: a full bucket), taken only
+--          if that is ARGV[10] (prelude_rate.lua)
 --
 -- Every number stays an integer below 2^53 (checked by the caller's bounds),
 -- so Lua's doubles hold it exactly; the caller does every multiplication
@@ -29,7 +31,7 @@ local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 
 local tat, frac = now, 0
-local s, converted = rate_get(2, ARGV[9], ARGV[11], ARGV[12])
+local s, converted = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10])
 if type(s) == 'table' then
   return s
 end
