@@ -163,12 +163,16 @@
 // README: 3 commands per denied request without the cache, about 0.01
 // with it). The answer is Redis's: until RetryAfter the request cannot fit
 // whatever other instances do, since others can only consume more, and
-// time only moves the state towards "fits". Only a Reset or a refund
-// breaks that. This process clears its own entry on both; another
-// instance's Reset or refund reaches it within DenyCacheMaxAge, which is
-// how long a client can be denied by a stale entry. The cached RetryAfter,
-// Remaining and ResetAfter are those of the denial, aged; when other
-// instances consume meanwhile, the true RetryAfter may be later.
+// time only moves the state towards "fits". Only a Reset, a refund or a
+// change of rate breaks that. This process clears its own entry on a
+// Reset or refund; another instance's reaches it within DenyCacheMaxAge,
+// which is how long a client can be denied by a stale entry. A change of
+// rate reaches it by the time SetRate returns: an entry answers only
+// under the rate version it was denied under, read within the refresh
+// interval. Since a cached answer cannot know what other instances did,
+// its RetryAfter is what is left of the entry's age (at most
+// DenyCacheMaxAge), never the denial's full wait; Remaining and
+// ResetAfter are those of the denial, aged.
 // WithCountDenied cannot be combined with it: denials answered in process
 // would not be recorded.
 //

@@ -164,6 +164,18 @@ func (l *base) refreshRate(ctx context.Context) error {
 	return l.readRate(ctx, false)
 }
 
+// rateRead returns the version of the rate the limiter decides under,
+// and whether it read the record within the refresh interval (a limiter
+// without a rate: 0, true). Without a round trip: the deny cache answers
+// only while it is fresh.
+func (l *base) rateRead() (int64, bool) {
+	if l.rates.compile == nil {
+		return 0, true
+	}
+	fresh := int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh)
+	return l.rates.view.Load().rec.v, fresh
+}
+
 // readRate reads the record, unless (force false) another caller read it
 // while this one waited, and adopts it if it is newer. A record older
 // than the one known, or missing, is put back (see rate_write.lua).
