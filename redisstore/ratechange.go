@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,17 +20,21 @@ import (
 // record per limiter (its prefix and algorithm), p:rate:tb, p:rate:tbi,
 // p:rate:log or p:rate:sc:
 //
-//	v L P B how tc iL iP iB
+//	v L P B how tc iL iP iB id
 //
 // v is the version, 1 at the first change and one more at each; L, P (in
 // microseconds) and B the rate and burst; how the strategy of the change
 // and tc its time (on the limiter's clock, like every time here); iL, iP
-// and iB the rate the states written before the first change are in.
+// and iB the rate the states written before the first change are in; id
+// the number the SetRate call that made the version drew, so that the
+// call, sent again after its reply was lost, finds its own write instead
+// of making a second version.
 //
 // How a change reaches every instance. SetRate writes the record (one
 // atomic script: two instances changing at once get two versions, the
-// later one wins), then waits one refresh interval (WithRateRefresh)
-// before it returns. Every instance reads the record again before its
+// later one wins), under the caller's context rather than the decision
+// timeout, then waits one refresh interval (WithRateRefresh) before it
+// returns. Every instance reads the record again before its
 // first decision once that interval has passed since it last read it, so
 // by the time SetRate returns, every instance has read the new record, or
 // reads it before its next decision. The read is one round trip per
@@ -91,6 +96,7 @@ type rateRecord struct {
 	how     floodgate.Inherit
 	tc      int64
 	initial rateParams
+	id      int64 // the change that made it; 0 in records written before changes had one
 }
 
 // rateView is a record and the limiter's parameters compiled from it,
@@ -108,7 +114,10 @@ type rates struct {
 	record  string // the record's key
 	compile func(rateParams) (any, error)
 	refresh time.Duration
-	mu      sync.Mutex // one record read or write at a time
+	mu      sync.Mutex // one record read at a time; guards unconfirmed
+	// unconfirmed is the change whose last write got no reply (see
+	// setRate); the next SetRate of the same change sends it again.
+	unconfirmed *pendingChange
 	// checked is the local monotonic time, since base.epoch, at which the
 	// last record read began; a read that began earlier is stale.
 	checked atomic.Int64
@@ -238,10 +247,52 @@ func (l *base) writeRate(ctx context.Context, args []string) (rateRecord, error)
 	return rec, err
 }
 
+// ErrRateUnconfirmed is wrapped, with ErrRedis, by the error of a
+// SetRate on Redis whose write got no reply before its context was done
+// or the connection failed: the change may or may not be in Redis. Call
+// SetRate again with the same RateChange to settle it: each change
+// carries a number of its own, and a change sent again finds its own
+// write if it was made, so it is made once, never twice (a StartFresh
+// applied twice would forgive twice).
+var ErrRateUnconfirmed = errors.New("redisstore: the change of rate may or may not have been made")
+
+// pendingChange is a change of rate whose write got no reply.
+type pendingChange struct {
+	rate rateParams
+	how  floodgate.Inherit
+	id   int64
+}
+
+// changeID returns the number of a change of p under how: the one drawn
+// for it last time if its write got no reply (see ErrRateUnconfirmed), a
+// new one otherwise, below 2^53 so that the scripts hold it exactly.
+func (r *rates) changeID(p rateParams, how floodgate.Inherit) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if u := r.unconfirmed; u != nil && u.rate == p && u.how == how {
+		return u.id
+	}
+	return 1 + rand.Int64N(1<<53-1)
+}
+
+// settle records the outcome of the write of change id: confirmed (a
+// reply came) or not.
+func (r *rates) settle(p rateParams, how floodgate.Inherit, id int64, confirmed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !confirmed:
+		r.unconfirmed = &pendingChange{rate: p, how: how, id: id}
+	case r.unconfirmed != nil && r.unconfirmed.id == id:
+		r.unconfirmed = nil
+	}
+}
+
 // setRate makes p, under strategy how, the rate of every instance: it
 // writes the record as a new version and adopts it, then waits a refresh
 // interval for every other instance to read it (see above). p must have
-// been checked.
+// been checked. The write runs under ctx alone, not the decision timeout,
+// and holds no lock meanwhile: decisions that read the record go on.
 func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit) error {
 	if _, err := l.rates.compile(p); err != nil {
 		return err
@@ -250,23 +301,28 @@ func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit)
 	if err != nil {
 		return err
 	}
-	l.rates.mu.Lock()
-	known := l.rates.view.Load().rec
+	id := l.rates.changeID(p, how)
+	initial := l.rates.view.Load().rec.initial
 	args := []string{now, "bump", itoa(p.limit), itoa(p.period), itoa(p.burst), strconv.Itoa(int(how)),
-		itoa(known.initial.limit), itoa(known.initial.period), itoa(known.initial.burst)}
-	cctx, cancel := l.bound(ctx)
-	rec, err := l.writeRate(cctx, args)
-	if cancel != nil {
-		cancel()
-	}
-	if rec.v > known.v {
-		if aerr := l.adopt(rec); aerr != nil && err == nil {
-			err = aerr
+		itoa(initial.limit), itoa(initial.period), itoa(initial.burst), itoa(id)}
+	rec, err := l.writeRate(ctx, args)
+	// A reply, even one the replicas did not acknowledge, says where the
+	// record stands; none leaves the change unconfirmed.
+	l.rates.settle(p, how, id, rec.v > 0)
+	if rec.v > 0 {
+		l.rates.mu.Lock()
+		if rec.v > l.rates.view.Load().rec.v {
+			if aerr := l.adopt(rec); aerr != nil && err == nil {
+				err = aerr
+			}
 		}
+		l.rates.mu.Unlock()
 	}
-	l.rates.mu.Unlock()
 	if err != nil {
 		l.counts.countError(err)
+		if rec.v == 0 {
+			return fmt.Errorf("%w: %w: %w", ErrRedis, ErrRateUnconfirmed, err)
+		}
 		return fmt.Errorf("%w: %w", ErrRedis, err)
 	}
 	t := time.NewTimer(l.rates.refresh)
@@ -283,7 +339,8 @@ func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit)
 // fields returns the record as rate_write.lua's heal arguments.
 func (rec rateRecord) fields() []string {
 	return []string{itoa(rec.v), itoa(rec.rate.limit), itoa(rec.rate.period), itoa(rec.rate.burst),
-		strconv.Itoa(int(rec.how)), itoa(rec.tc), itoa(rec.initial.limit), itoa(rec.initial.period), itoa(rec.initial.burst)}
+		strconv.Itoa(int(rec.how)), itoa(rec.tc), itoa(rec.initial.limit), itoa(rec.initial.period), itoa(rec.initial.burst),
+		itoa(rec.id)}
 }
 
 // parseRecord reads a record from a script's reply: {0} for none.
@@ -291,11 +348,11 @@ func parseRecord(r []int64) (rateRecord, error) {
 	if len(r) == 1 && r[0] == 0 {
 		return rateRecord{}, nil
 	}
-	if len(r) != 9 || r[0] <= 0 || r[4] < int64(floodgate.KeepUsed) || r[4] > int64(floodgate.StartFresh) {
+	if len(r) != 10 || r[0] <= 0 || r[4] < int64(floodgate.KeepUsed) || r[4] > int64(floodgate.StartFresh) {
 		return rateRecord{}, fmt.Errorf("malformed rate record %v", r)
 	}
 	return rateRecord{v: r[0], rate: rateParams{r[1], r[2], r[3]}, how: floodgate.Inherit(r[4]), tc: r[5],
-		initial: rateParams{r[6], r[7], r[8]}}, nil
+		initial: rateParams{r[6], r[7], r[8]}, id: r[9]}, nil
 }
 
 // stateRate returns the rate of a state a conversion reply carried (see

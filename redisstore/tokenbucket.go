@@ -172,11 +172,26 @@ func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.
 // interval (WithRateRefresh, DefaultRateRefresh) so that every instance
 // has read it before it returns. Each key is converted at its first
 // decision after the change, as of the change's time, from the rate it
-// was last decided under. A context done during the wait returns an error
-// although the change is made: the other instances then learn it within
-// the interval. Invalid changes are refused before anything is written,
-// with the constructor's errors. The fallback (WithFallback) keeps its
-// own rate.
+// was last decided under.
+//
+// The write has the caller's deadline (ctx), not the decision timeout
+// (WithTimeout), and its outcome is always told apart:
+//   - nil: the change is made, and every instance decides under it.
+//   - the constructor's errors: an invalid change, refused before
+//     anything is written.
+//   - an error wrapping ErrRedis and ErrRateUnconfirmed: no reply came
+//     (the connection failed, or ctx was done first); the change may or
+//     may not be made. Call SetRate again with the same RateChange to
+//     settle it: the change carries a number of its own and is made once,
+//     never twice.
+//   - an error wrapping ErrRedis alone: Redis answered and the change is
+//     made, on the master at least (ErrNotReplicated), or the record it
+//     replied with cannot be taken.
+//   - an error wrapping ctx's error alone: the change is made, but ctx
+//     was done during the wait; the other instances learn it within the
+//     interval.
+//
+// The fallback (WithFallback) keeps its own rate.
 func (b *TokenBucket) SetRate(ctx context.Context, c floodgate.RateChange) error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
