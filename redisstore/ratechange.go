@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // A change of rate on Redis. Every instance must decide under the same
@@ -104,9 +105,25 @@ type rateRecord struct {
 type rateView struct {
 	rec rateRecord
 	// suffix follows the numbers of every state written under rec (see
-	// prelude_rate.lua); ver is rec.v as a script argument.
-	suffix, ver string
-	alg         any // the limiter's parameters: *tbParams, *slParams, *scParams
+	// prelude_rate.lua), and planSuffix those a plan's decision writes
+	// (AllowPlanN), which carry the rate on version 0 too; ver is rec.v as
+	// a script argument.
+	suffix, planSuffix, ver string
+	alg                     any // the limiter's parameters: *tbParams, *slParams, *scParams
+}
+
+// suffixFor returns the suffix of the states a decision of mode m writes.
+func (v *rateView) suffixFor(m planMode) string {
+	if m == plainMode {
+		return v.suffix
+	}
+	return v.planSuffix
+}
+
+// changeAt returns the conversion of a state of an older version to v:
+// as of v's change, as its strategy says.
+func (v *rateView) changeAt() convertAt {
+	return convertAt{tc: v.rec.tc, how: inherit.Strategy(v.rec.how)}
 }
 
 // rates is the part of base that follows the rate record.
@@ -149,8 +166,9 @@ func (l *base) adopt(rec rateRecord) error {
 		return fmt.Errorf("%w: the rate record %s holds a rate this limiter cannot take: %w", ErrRedis, l.rates.record, err)
 	}
 	v := &rateView{rec: rec, ver: strconv.FormatInt(rec.v, 10), alg: alg}
+	v.planSuffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
 	if rec.v > 0 {
-		v.suffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
+		v.suffix = v.planSuffix
 	}
 	l.rates.view.Store(v)
 	if l.deny != nil {
@@ -356,10 +374,11 @@ func parseRecord(r []int64) (rateRecord, error) {
 }
 
 // stateRate returns the rate of a state a conversion reply carried (see
-// splitState): its own, or the initial one for version 0.
+// splitState): its own, or the initial one for a state of version 0 that
+// carries none.
 func (rec rateRecord) stateRate(st []int64) rateParams {
 	_, v, p := splitState(st)
-	if v == 0 {
+	if v == 0 && p[0] == 0 {
 		return rec.initial
 	}
 	return rateParams{p[0], p[1], p[2]}
@@ -369,7 +388,51 @@ func (rec rateRecord) stateRate(st []int64) rateParams {
 const (
 	replyStale   = -1
 	replyConvert = -2
+	replyPlan    = -3
 )
+
+// planMode is how a decision treats a key's state written under another
+// rate of its own version, which only a plan's decision meets: a
+// PlanLimiter's key whose plan changed (AllowPlanN).
+type planMode uint8
+
+const (
+	// plainMode (AllowN) stamps no rate on states of version 0, and takes
+	// a state of its version as it stands.
+	plainMode planMode = iota
+	// planKeep and planScale (AllowPlanN) stamp their rate on every state
+	// and convert one of another rate, as of now, under KeepUsed or
+	// ScaleUsed (PlanConfig.Inherit).
+	planKeep
+	planScale
+)
+
+// planModeOf returns the mode of a plan's decision under strategy how.
+func planModeOf(how floodgate.Inherit) (planMode, error) {
+	switch how {
+	case floodgate.KeepUsed:
+		return planKeep, nil
+	case floodgate.ScaleUsed:
+		return planScale, nil
+	}
+	return plainMode, fmt.Errorf("%w: a plan change takes KeepUsed or ScaleUsed, not %v", floodgate.ErrInvalidOption, how)
+}
+
+// strategy returns the strategy m converts a plan change with; a plain
+// decision that meets one (a state another limiter of the prefix wrote
+// under its own rate) keeps what the key used.
+func (m planMode) strategy() inherit.Strategy {
+	if m == planScale {
+		return inherit.ScaleUsed
+	}
+	return inherit.KeepUsed
+}
+
+// convertAt is the time as of which a state is converted, and how.
+type convertAt struct {
+	tc  int64 // microseconds on the limiter's clock
+	how inherit.Strategy
+}
 
 // maxRateTries bounds the round trips of one decision that meets changes
 // of rate: a conversion, a record read, and the decision.
@@ -380,46 +443,61 @@ var errRateChurn = errors.New("the rate kept changing during the decision")
 
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
 
-// conversion is what a decision sends after it converted a state: the
-// state it saw (expect) and the converted one (with), its numbers ("" for
-// a fresh state) followed by the suffix of the view it was converted for;
-// both "" otherwise.
+// conversion is what a decision sends: the suffix of the states it
+// writes, and after it converted a state, the state it saw (expect) and
+// the converted one (with), its numbers ("" for a fresh state) followed by
+// the suffix of the view it was converted for; both "" otherwise.
 type conversion struct {
-	expect, with string
+	suffix, expect, with string
 }
 
-// evalRated runs a decision script that may meet a change of rate:
+// ratedScript is an algorithm's decision script as evalRated runs it:
 // build returns the script and its arguments under a view and a
 // conversion, convert converts a state the script replied with (its
-// numbers, version and rate) to the view's rate and returns its numbers,
-// and read turns the script's reply of want integers into the Decision.
-// A reply that the state is newer than the view makes it read the record
-// again; one that it is older, convert it and send it with the next try.
-// If that try is under a newer view (another decision read the record
-// meanwhile), the state is converted again, for that view: the script
-// takes a conversion only under the view it names (prelude_rate.lua).
-func (l *base) evalRated(ctx context.Context, keys []string, n int,
-	build func(v *rateView, conv conversion) (*script, []string),
-	convert func(v *rateView, st []int64) string, want int,
-	read func(v *rateView, r []int64, n int) (floodgate.Decision, error),
-) (floodgate.Decision, error) {
+// numbers, version and rate) to the view's rate as at says and returns
+// its numbers, and read turns the script's reply of want integers into
+// the Decision.
+type ratedScript struct {
+	keys    []string
+	build   func(v *rateView, conv conversion) (*script, []string)
+	convert func(v *rateView, st []int64, at convertAt) string
+	want    int
+	read    func(v *rateView, r []int64, n int) (floodgate.Decision, error)
+}
+
+// evalRated runs the decision script rs, of mode m, that may meet a
+// change of rate or of plan. A reply that the state is newer than the
+// view makes it read the record again; one that it is older, or of
+// another plan, convert it and send it with the next try. If that try is
+// under a newer view (another decision read the record meanwhile), a
+// state of an older version is converted again for that view, and one of
+// another plan is asked for again (under the newer view it may be of an
+// older version): the script takes a conversion only under the view it
+// names (prelude_rate.lua).
+func (l *base) evalRated(ctx context.Context, n int, m planMode, rs ratedScript) (floodgate.Decision, error) {
 	var (
 		conv    conversion
 		seen    []int64   // the state conv converts, as the script replied it
 		convFor *rateView // the view conv was computed for
+		plan    bool      // seen is of another plan, not of an older version
 	)
 	for range maxRateTries {
 		v := l.rates.view.Load()
 		if n > int(v.rec.rate.burst) { // a change read since AllowN checked the cost
 			return floodgate.Decision{Limit: int(v.rec.rate.burst)}, checkCost(n, int(v.rec.rate.burst))
 		}
-		if seen != nil && convFor != v {
+		conv.suffix = v.suffixFor(m)
+		switch {
+		case seen == nil || convFor == v:
+		case plan:
+			conv.expect, conv.with, seen = "", "", nil
+		default:
 			// Another decision read a newer record since: convert again,
 			// for this view, rather than have the script refuse it.
-			conv.with, convFor = convert(v, seen)+v.suffix, v
+			conv.with, convFor = rs.convert(v, seen, v.changeAt())+conv.suffix, v
 		}
-		s, args := build(v, conv)
-		r, unrepl, err := l.reply(ctx, s, keys, args, -1)
+		s, args := rs.build(v, conv)
+		r, unrepl, err := l.reply(ctx, s, rs.keys, args, -1)
 		if err != nil {
 			return floodgate.Decision{Limit: l.limit()}, err
 		}
@@ -428,16 +506,21 @@ func (l *base) evalRated(ctx context.Context, keys []string, n int,
 			if err := l.readRate(ctx, true); err != nil {
 				return floodgate.Decision{Limit: l.limit()}, err
 			}
-			conv, seen = conversion{}, nil
+			conv.expect, conv.with, seen = "", "", nil
 		case len(r) >= 7 && r[0] == replyConvert:
 			// The conversion names the view it was computed for: the
 			// script refuses it under any other (prelude_rate.lua).
-			seen, convFor = r[1:], v
-			conv = conversion{expect: stateString(seen), with: convert(v, seen) + v.suffix}
-		case len(r) != want:
-			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, want)
+			seen, convFor, plan = r[1:], v, false
+			conv.expect, conv.with = stateString(seen), rs.convert(v, seen, v.changeAt())+conv.suffix
+		case len(r) >= 8 && r[0] == replyPlan:
+			// As of the script's now (r[1]): the plan changes when its key
+			// is first decided under the new one.
+			seen, convFor, plan = r[2:], v, true
+			conv.expect, conv.with = stateString(seen), rs.convert(v, seen, convertAt{tc: r[1], how: m.strategy()})+conv.suffix
+		case len(r) != rs.want:
+			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, rs.want)
 		default:
-			d, err := read(v, r, n)
+			d, err := rs.read(v, r, n)
 			if err != nil {
 				return d, err
 			}
@@ -477,7 +560,7 @@ func (l *base) refundRated(ctx context.Context, keys []string, now string,
 
 // stateString returns the state a conversion reply carried (its numbers,
 // then version, rate and burst) as the script stored it: the numbers
-// alone for version 0.
+// alone for a state of version 0 that carries no rate.
 func stateString(st []int64) string {
 	body, v, rate := splitState(st)
 	var b strings.Builder
@@ -490,7 +573,7 @@ func stateString(st []int64) string {
 		}
 	}
 	join(body)
-	if v > 0 {
+	if v > 0 || rate[0] > 0 {
 		b.WriteByte('|')
 		join(append([]int64{v}, rate...))
 	}

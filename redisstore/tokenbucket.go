@@ -267,11 +267,49 @@ func (b *TokenBucket) key(key string) string {
 	return clientTag(b.prefix, key) + "tb"
 }
 
-func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	if b.interval {
-		return b.evalInterval(ctx, key, n, now)
+// AllowPlanN is AllowN for a floodgate.PlanLimiter, which calls it on the
+// bucket of key's plan, every plan's bucket on one prefix (see
+// floodgate.PlanLimiter): the bucket it writes carries this bucket's rate
+// and burst, and a bucket last written under another plan's is first
+// converted, as of now, as how says, KeepUsed or ScaleUsed
+// (PlanConfig.Inherit), with the arithmetic of SetRate: under KeepUsed an
+// upgrade gives the difference at once, as in memory. With WithLease it
+// is AllowN: the leased bucket is read under the new plan as it stands.
+func (b *TokenBucket) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
+	m, err := planModeOf(how)
+	p := b.params()
+	if err == nil {
+		err = checkCost(n, p.burst)
 	}
-	return b.evalRated(ctx, []string{b.key(key)}, n, func(v *rateView, conv conversion) (*script, []string) {
+	switch {
+	case err != nil:
+		return floodgate.Decision{Limit: p.burst}, err
+	case b.lease != nil:
+		return b.allowLeased(ctx, key, n)
+	case m == planScale:
+		return b.decide(ctx, key, n, b.evalPlanScale)
+	}
+	return b.decide(ctx, key, n, b.evalPlanKeep)
+}
+
+func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return b.evalMode(ctx, key, n, now, plainMode)
+}
+
+func (b *TokenBucket) evalPlanKeep(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return b.evalMode(ctx, key, n, now, planKeep)
+}
+
+func (b *TokenBucket) evalPlanScale(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return b.evalMode(ctx, key, n, now, planScale)
+}
+
+// evalMode decides key's bucket in mode m (see planMode).
+func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
+	if b.interval {
+		return b.evalInterval(ctx, key, n, now, m)
+	}
+	return b.evalRated(ctx, n, m, ratedScript{keys: []string{b.key(key)}, build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		// n·Period/Limit: n <= burst, so the quotient is at most tau and
 		// the division cannot overflow (checked in compileTB).
@@ -279,8 +317,8 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 		incQ, incR := bits.Div64(hi, lo, p.limit)
 		return tokenBucketScript, []string{now, strconv.Itoa(n),
 			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, v.suffix, conv.expect, conv.with}
-	}, b.convertGreedy, 5, b.greedyDecision)
+			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, conv.suffix, conv.expect, conv.with}
+	}, convert: b.convertGreedy, want: 5, read: b.greedyDecision})
 }
 
 // greedyDecision reads a greedy bucket's reply.
@@ -304,14 +342,14 @@ func (b *TokenBucket) greedyDecision(v *rateView, r []int64, _ int) (floodgate.D
 // rolls the period over and counts; Remaining, RetryAfter and ResetAfter
 // are derived here as floodgate.TokenBucket derives them in memory: the
 // request fits once enough whole periods have each given Limit back.
-func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	return b.evalRated(ctx, []string{b.key(key)}, n, func(v *rateView, conv conversion) (*script, []string) {
+func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
+	return b.evalRated(ctx, n, m, ratedScript{keys: []string{b.key(key)}, build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
-			v.ver, v.suffix, conv.expect, conv.with}
-	}, b.convertInterval, 4, func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
+			v.ver, conv.suffix, conv.expect, conv.with}
+	}, convert: b.convertInterval, want: 4, read: func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 		return v.alg.(*tbParams).intervalDecision(r[1:], n, r[0] == 1)
-	})
+	}})
 }
 
 // intervalDecision derives the Decision of an intervally refilled bucket
@@ -375,30 +413,30 @@ func checkCost(n, max int) error {
 }
 
 // convertGreedy converts a greedy bucket's state, replied as
-// {tat, frac, [lease mark,] v, L, P, B}, to v's rate as of its change (see
+// {tat, frac, [lease mark,] v, L, P, B}, to v's rate as at says (see
 // inherit.Greedy), and returns the converted state's numbers, "" for a
 // full bucket.
-func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
+func (b *TokenBucket) convertGreedy(v *rateView, st []int64, at convertAt) string {
 	tat, frac := st[0], st[1]
-	if tat < v.rec.tc {
+	if tat < at.tc {
 		return ""
 	}
 	from := v.rec.stateRate(st)
-	q, r := inherit.Greedy(uint64(tat-v.rec.tc), uint64(frac), from.bucket(), v.rec.rate.bucket(), inherit.Strategy(v.rec.how), maxHorizon)
+	q, r := inherit.Greedy(uint64(tat-at.tc), uint64(frac), from.bucket(), v.rec.rate.bucket(), at.how, maxHorizon)
 	if q == 0 && r == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d", v.rec.tc+int64(q), r)
+	return fmt.Sprintf("%d %d", at.tc+int64(q), r)
 }
 
 // convertInterval converts an intervally refilled bucket's state,
 // replied as {start, used, v, L, P, B}: it keeps the start of its
-// current period as of the change, with its tokens used converted (see
+// current period as of at.tc, with its tokens used converted (see
 // inherit.IntervalUsed).
-func (b *TokenBucket) convertInterval(v *rateView, st []int64) string {
+func (b *TokenBucket) convertInterval(v *rateView, st []int64, at convertAt) string {
 	from := v.rec.stateRate(st).interval()
-	start, used := from.Roll(st[0], st[1], v.rec.tc)
-	u := inherit.IntervalUsed(uint64(used), from, v.rec.rate.interval(), inherit.Strategy(v.rec.how), maxHorizon)
+	start, used := from.Roll(st[0], st[1], at.tc)
+	u := inherit.IntervalUsed(uint64(used), from, v.rec.rate.interval(), at.how, maxHorizon)
 	if u == 0 {
 		return ""
 	}

@@ -4,17 +4,22 @@
 --
 -- A state written under a changed rate ends with its version and rate:
 -- "<numbers>|v L P B". One without them was written before the first
--- change (version 0). The numbers are the algorithm's, and a leasing
--- limiter's extras after them (see lease_prelude_*.lua).
+-- change (version 0), except by a plan's decision (see plan.go), which
+-- stamps its rate on version 0 too: "<numbers>|0 L P B". The numbers are
+-- the algorithm's, and a leasing limiter's extras after them (see
+-- lease_prelude_*.lua).
 
 -- rate_get reads the state KEYS[1], of at least k numbers, for a caller
--- that decides under version ver, whose states end with suffix. It
--- returns the numbers of the state to decide on (nil: none) and whether
--- the caller's conversion replaced it; or, as its only result, a reply
--- for the caller: {-1} when the state was written under a newer version
--- (the caller reads the record again), {-2, numbers..., v, L, P, B} when
--- under an older one (the caller converts it, and sends the state it saw
--- as expect and the converted one as with).
+-- that decides under version ver, whose states end with suffix, at now.
+-- It returns the numbers of the state to decide on (nil: none) and
+-- whether the caller's conversion replaced it; or, as its only result, a
+-- reply for the caller: {-1} when the state was written under a newer
+-- version (the caller reads the record again); {-2, numbers..., v, L, P,
+-- B} when under an older one (the caller converts it as of the change,
+-- and sends the state it saw as expect and the converted one as with);
+-- {-3, now, numbers..., v, L, P, B} when under this version but another
+-- rate, which only a key whose plan changed meets (the caller converts it
+-- as of now, as its plan says).
 --
 -- A conversion is taken only for the state it was computed from (expect)
 -- and only under the view it was computed for: with ends with the suffix
@@ -23,7 +28,10 @@
 -- under another (its instance read a newer record meanwhile) is refused,
 -- and the caller gets the state to convert again: the rate a decision
 -- reads is the one its write is checked against.
-local function rate_get(k, ver, expect, with, suffix)
+--
+-- suffix and now are nil for the callers that never convert (a refund, a
+-- charge, a lease): they take a state of their version as it is.
+local function rate_get(k, ver, expect, with, suffix, now)
   local s = redis.call('GET', KEYS[1])
   if not s then
     return nil, false
@@ -38,8 +46,16 @@ local function rate_get(k, ver, expect, with, suffix)
     sv = tonumber(sv)
   end
   ver = tonumber(ver)
+  local code = -2
   if sv == ver then
-    return body, false
+    -- Another rate under the same version: a plan's decision on a key
+    -- last decided under another plan. A state without a rate, or a
+    -- caller that stamps none (version 0 outside a plan), takes it as it
+    -- is.
+    if not now or rate == '' or suffix == '' or suffix == '|' .. rate then
+      return body, false
+    end
+    code = -3
   end
   if expect ~= '' and s == expect then
     local wbody, wrate = string.match(with, '^([^|]*)(.*)$')
@@ -53,11 +69,15 @@ local function rate_get(k, ver, expect, with, suffix)
   if sv > ver then
     return {-1}
   end
-  local reply = {-2}
+  local reply = {code}
+  if code == -3 then
+    reply[2] = now
+  end
+  local head = #reply
   for x in string.gmatch(body, '%d+') do
     reply[#reply + 1] = tonumber(x)
   end
-  if #reply < k + 1 then
+  if #reply < head + k then
     error('floodgate: malformed state in ' .. KEYS[1])
   end
   reply[#reply + 1] = sv

@@ -25,11 +25,12 @@
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8])
+local clock = clock_us(ARGV[1])
+local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8], clock)
 if type(s) == 'table' then
   return s
 end
-local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
+local w, now, start, prev, cur = counter_windows(s, clock - tonumber(ARGV[5]), period)
 local elapsed = now - start
 
 local B = 16777216 -- 2^24

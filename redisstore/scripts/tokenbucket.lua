@@ -31,7 +31,7 @@ local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 
 local tat, frac = now, 0
-local s, converted = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10])
+local s, converted = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10], now)
 if type(s) == 'table' then
   return s
 end

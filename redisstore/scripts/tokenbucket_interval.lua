@@ -24,7 +24,7 @@ local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local s, converted = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8])
+local s, converted = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8], now)
 if type(s) == 'table' then
   return s
 end
