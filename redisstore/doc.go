@@ -186,8 +186,14 @@
 // so every instance decides under the new rate once it returns. Each
 // state carries the version and rate it was written under, and is
 // converted at its first decision after a change, as of the change's
-// time; a state newer than an instance knows makes it read the record at
-// once. See ratechange.go and the README for the details.
+// time, by a script that takes a conversion only under the rate it was
+// computed for; a state newer than an instance knows makes it read the
+// record at once. SetRate's write has the caller's deadline, and a lost
+// reply is ErrRateUnconfirmed, settled by calling it again with the same
+// change. A floodgate.PlanLimiter over these limiters converts a key's
+// state in place when its plan changes (AllowPlanN), as
+// PlanConfig.Inherit says. See ratechange.go and the README for the
+// details.
 //
 // # Leased quota
 //
