@@ -2,7 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,5 +183,156 @@ func TestPlanFlipsOnRedisUnderLoad(t *testing.T) {
 			}
 			t.Logf("%d allowed", allowed.Load())
 		})
+	}
+}
+
+// TestPlanChangesMatchMemoryRandom drives random traffic on a few keys
+// through a Redis PlanLimiter and an in-memory one on one fake timeline,
+// switching the keys between three plans of one period (a token bucket's
+// bursts other than its limits), under KeepUsed and ScaleUsed: every
+// decision must agree. The conversions run in the scripts, with limb
+// arithmetic where the products pass 2^53; this holds them to the
+// in-memory arithmetic on fractions, refills and debts.
+func TestPlanChangesMatchMemoryRandom(t *testing.T) {
+	addr := redistest.Shared(t)
+	s := goRedis(t, addr).s
+	plans := []floodgate.Plan{
+		{Name: "a", Rate: floodgate.Rate{Limit: 3, Period: time.Hour}},
+		{Name: "b", Rate: floodgate.Rate{Limit: 10, Period: time.Hour}, Burst: 14},
+		{Name: "c", Rate: floodgate.Rate{Limit: 7, Period: time.Hour}, Burst: 2},
+	}
+	for _, alg := range planAlgos {
+		for _, how := range []floodgate.Inherit{floodgate.KeepUsed, floodgate.ScaleUsed} {
+			t.Run(fmt.Sprintf("%s/%v", alg.name, how), func(t *testing.T) {
+				rng := rand.New(rand.NewSource(29))
+				limClock := &fakeClock{t0}
+				cacheClock := &fakeClock{t0}
+				var mu sync.Mutex
+				current := map[string]floodgate.Plan{}
+				resolve := func(_ context.Context, key string) (floodgate.Plan, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					return current[key], nil
+				}
+				window := alg.name == "SlidingLog" || alg.name == "SlidingCounter"
+				planOf := func(i int) floodgate.Plan {
+					p := plans[i]
+					if window {
+						p.Burst = 0
+					}
+					return p
+				}
+				for _, k := range []string{"x", "y"} {
+					current[k] = planOf(0)
+				}
+				p := prefix(t)
+				onRedis, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
+					Resolve: resolve,
+					New: func(plan floodgate.Plan) (floodgate.Limiter, error) {
+						opts := []redisstore.Option{redisstore.WithPrefix(p), redisstore.WithClock(limClock.Now), patient}
+						if plan.Burst > 0 {
+							opts = append(opts, redisstore.WithBurst(plan.Burst))
+						}
+						return alg.redis(s, plan, opts...)
+					},
+					CacheTTL: time.Minute, Clock: cacheClock.Now, Inherit: how,
+				})
+				mustNot(t, err)
+				inMemory, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
+					Resolve: resolve, New: alg.memory(floodgate.WithClock(limClock.Now)),
+					CacheTTL: time.Minute, Clock: cacheClock.Now, Inherit: how,
+				})
+				mustNot(t, err)
+				ctx := context.Background()
+				// Every plan's limiter built at t0: with WithClock a Redis
+				// counter's windows start at its limiter's creation, and
+				// one built later would cut time elsewhere.
+				for i := range plans {
+					key := fmt.Sprint("warm-", i)
+					current[key] = planOf(i)
+					for _, l := range []*floodgate.PlanLimiter{onRedis, inMemory} {
+						if _, err := l.AllowN(ctx, key, 0); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for i := range 400 {
+					key := []string{"x", "y"}[rng.Intn(2)]
+					switch r := rng.Intn(10); {
+					case r == 0:
+						mu.Lock()
+						current[key] = planOf(rng.Intn(len(plans)))
+						mu.Unlock()
+						cacheClock.t = cacheClock.t.Add(time.Minute)
+					case r < 3:
+						limClock.t = limClock.t.Add(time.Duration(rng.Int63n(int64(12*time.Minute)/1000)) * time.Microsecond)
+					}
+					n := 1 + rng.Intn(2)
+					got, err1 := onRedis.AllowN(ctx, key, n)
+					want, err2 := inMemory.AllowN(ctx, key, n)
+					if (err1 == nil) != (err2 == nil) || got.Allowed != want.Allowed || got.Limit != want.Limit || got.Remaining != want.Remaining {
+						t.Fatalf("step %d, %s n=%d on %s: Redis %+v (%v), memory %+v (%v)", i, key, n, current[key].Name, got, err1, want, err2)
+					}
+				}
+			})
+		}
+	}
+}
+
+// planDecider is a Redis limiter as a PlanLimiter calls it.
+type planDecider interface {
+	AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error)
+}
+
+// TestAllowPlanNAcrossPeriods: AllowPlanN called on limiters of one
+// prefix but different periods (which a PlanLimiter refuses, and a
+// caller of its own may do) converts in Go, as SetRate does, rather than
+// in the script: a key that spent 2 of 3 an hour has 8 of 10 a day left
+// under KeepUsed, and 10 of 10 a day are then spent. A cost of another
+// strategy is refused.
+func TestAllowPlanNAcrossPeriods(t *testing.T) {
+	addr := redistest.Shared(t)
+	hourly, daily := floodgate.Plan{Rate: floodgate.PerHour(3)}, floodgate.Plan{Rate: floodgate.Rate{Limit: 10, Period: 24 * time.Hour}}
+	for _, cl := range clients(t, addr) {
+		for _, alg := range planAlgos {
+			t.Run(cl.name+"/"+alg.name, func(t *testing.T) {
+				clock := &fakeClock{t0}
+				opts := []redisstore.Option{redisstore.WithPrefix(prefix(t)), redisstore.WithClock(clock.Now), patient}
+				var inGo atomic.Int64 // replies asking the client to convert (prelude_rate.lua)
+				counted := hookScripter{cl.s, func(r []int64) {
+					if len(r) > 1 && r[0] == -3 {
+						inGo.Add(1)
+					}
+				}}
+				a, err := alg.redis(counted, hourly, opts...)
+				mustNot(t, err)
+				b, err := alg.redis(counted, daily, opts...)
+				mustNot(t, err)
+				ctx := context.Background()
+				if _, err := a.(planDecider).AllowPlanN(ctx, "k", 1, floodgate.AddDifference); !errors.Is(err, floodgate.ErrInvalidOption) {
+					t.Fatalf("AllowPlanN under AddDifference: %v, want ErrInvalidOption", err)
+				}
+				for range 2 {
+					if d, err := a.(planDecider).AllowPlanN(ctx, "k", 1, floodgate.KeepUsed); err != nil || !d.Allowed {
+						t.Fatalf("hourly: %+v, %v", d, err)
+					}
+				}
+				allowed := 0
+				for range 12 {
+					d, err := b.(planDecider).AllowPlanN(ctx, "k", 1, floodgate.KeepUsed)
+					mustNot(t, err)
+					if d.Allowed {
+						allowed++
+					}
+				}
+				if allowed != 8 {
+					t.Fatalf("daily after 2 of 3 hourly: %d allowed, want 8 (KeepUsed)", allowed)
+				}
+				// The log converts in its script whatever the periods.
+				if want := alg.name != "SlidingLog"; (inGo.Load() > 0) != want {
+					t.Fatalf("%d conversions asked of the client, want some: %v", inGo.Load(), want)
+				}
+			})
+		}
 	}
 }

@@ -402,7 +402,8 @@ const (
 	plainMode planMode = iota
 	// planKeep and planScale (AllowPlanN) stamp their rate on every state
 	// and convert one of another rate, as of now, under KeepUsed or
-	// ScaleUsed (PlanConfig.Inherit).
+	// ScaleUsed (PlanConfig.Inherit): in the script when the rates share
+	// their period (as a PlanLimiter's plans do), in Go otherwise.
 	planKeep
 	planScale
 )
@@ -426,6 +427,18 @@ func (m planMode) strategy() inherit.Strategy {
 		return inherit.ScaleUsed
 	}
 	return inherit.KeepUsed
+}
+
+// arg returns the plan strategy argument of the decision scripts: ""
+// for a plain decision, else the strategy's number.
+func (m planMode) arg() string {
+	switch m {
+	case planKeep:
+		return "0"
+	case planScale:
+		return "1"
+	}
+	return ""
 }
 
 // convertAt is the time as of which a state is converted, and how.

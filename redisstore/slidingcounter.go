@@ -208,7 +208,7 @@ func (sc *SlidingCounter) evalMode(ctx context.Context, key string, n int, now s
 	return sc.evalRated(ctx, n, m, ratedScript{keys: sc.keys(key), build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*scParams)
 		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
-			v.ver, conv.suffix, conv.expect, conv.with}
+			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
 	}, convert: sc.convert, want: 4, read: sc.decision})
 }
 

@@ -224,15 +224,14 @@ func (l *SlidingLog) evalPlanScale(ctx context.Context, key string, n int, now s
 func (l *SlidingLog) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
 	return l.evalRated(ctx, n, m, ratedScript{keys: l.keys(key), build: func(v *rateView, _ conversion) (*script, []string) {
 		p := v.alg.(*slParams)
-		args := make([]string, 0, 13)
+		args := make([]string, 0, 13) // 12, and the plan's strategy
 		args = append(args, now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL)
 		args = append(args, logRateArgs(v)...)
-		if m == plainMode {
-			return slidingLogScript, append(args, "")
+		if m != plainMode {
+			// The plan's rate named on version 0 too.
+			args[7] = fmt.Sprintf("v %d %d %d", v.rec.v, v.rec.rate.limit, v.rec.rate.period)
 		}
-		// The plan's rate named on version 0 too, and its strategy.
-		args[7] = fmt.Sprintf("v %d %d %d", v.rec.v, v.rec.rate.limit, v.rec.rate.period)
-		return slidingLogScript, append(args, strconv.Itoa(int(m.strategy())))
+		return slidingLogScript, append(args, m.arg())
 	}, want: 4, read: l.decision})
 }
 

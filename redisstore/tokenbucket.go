@@ -317,7 +317,8 @@ func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now strin
 		incQ, incR := bits.Div64(hi, lo, p.limit)
 		return tokenBucketScript, []string{now, strconv.Itoa(n),
 			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, conv.suffix, conv.expect, conv.with}
+			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, conv.suffix, conv.expect, conv.with,
+			p.periodArg, p.burstArg, m.arg()}
 	}, convert: b.convertGreedy, want: 5, read: b.greedyDecision})
 }
 
@@ -346,7 +347,7 @@ func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now s
 	return b.evalRated(ctx, n, m, ratedScript{keys: []string{b.key(key)}, build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
-			v.ver, conv.suffix, conv.expect, conv.with}
+			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
 	}, convert: b.convertInterval, want: 4, read: func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 		return v.alg.(*tbParams).intervalDecision(r[1:], n, r[0] == 1)
 	}})
