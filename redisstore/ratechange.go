@@ -21,7 +21,7 @@ import (
 // record per limiter (its prefix and algorithm), p:rate:tb, p:rate:tbi,
 // p:rate:log or p:rate:sc:
 //
-//	v L P B how tc iL iP iB id
+//	v L P B how tc iL iP iB #id
 //
 // v is the version, 1 at the first change and one more at each; L, P (in
 // microseconds) and B the rate and burst; how the strategy of the change
@@ -29,7 +29,8 @@ import (
 // and iB the rate the states written before the first change are in; id
 // the number the SetRate call that made the version drew, so that the
 // call, sent again after its reply was lost, finds its own write instead
-// of making a second version.
+// of making a second version. id is written in base 26 in the letters
+// a-z: a release that reads the nine numbers alone reads the record too.
 //
 // How a change reaches every instance. SetRate writes the record (one
 // atomic script: two instances changing at once get two versions, the
@@ -470,15 +471,18 @@ type conversion struct {
 // numbers, version and rate) to the view's rate as at says and returns
 // its numbers, and read turns the script's reply of want integers into
 // the Decision.
+//
+// The keys travel apart: escape analysis follows a struct as a whole, and
+// the keys, handed to the Scripter, escape, which would move the
+// functions to the heap with them (three allocations a decision).
 type ratedScript struct {
-	keys    []string
 	build   func(v *rateView, conv conversion) (*script, []string)
 	convert func(v *rateView, st []int64, at convertAt) string
 	want    int
 	read    func(v *rateView, r []int64, n int) (floodgate.Decision, error)
 }
 
-// evalRated runs the decision script rs, of mode m, that may meet a
+// evalRated runs the decision script rs on keys, of mode m, that may meet a
 // change of rate or of plan. A reply that the state is newer than the
 // view makes it read the record again; one that it is older, or of
 // another plan, convert it and send it with the next try. If that try is
@@ -487,7 +491,7 @@ type ratedScript struct {
 // another plan is asked for again (under the newer view it may be of an
 // older version): the script takes a conversion only under the view it
 // names (prelude_rate.lua).
-func (l *base) evalRated(ctx context.Context, n int, m planMode, rs ratedScript) (floodgate.Decision, error) {
+func (l *base) evalRated(ctx context.Context, keys []string, n int, m planMode, rs ratedScript) (floodgate.Decision, error) {
 	var (
 		conv    conversion
 		seen    []int64   // the state conv converts, as the script replied it
@@ -510,7 +514,7 @@ func (l *base) evalRated(ctx context.Context, n int, m planMode, rs ratedScript)
 			conv.with, convFor = rs.convert(v, seen, v.changeAt())+conv.suffix, v
 		}
 		s, args := rs.build(v, conv)
-		r, unrepl, err := l.reply(ctx, s, rs.keys, args, -1)
+		r, unrepl, err := l.reply(ctx, s, keys, args, -1)
 		if err != nil {
 			return floodgate.Decision{Limit: l.limit()}, err
 		}

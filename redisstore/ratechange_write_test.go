@@ -3,6 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,5 +171,31 @@ func TestSetRateUnconfirmedIsSettledOnce(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRateRecordReadableAcrossReleases: a record of nine numbers, as an
+// earlier release writes it, is read and changed; the record written
+// then still holds nine numbers (the call's number is in letters), so an
+// earlier release, which counts the digits, reads it too.
+func TestRateRecordReadableAcrossReleases(t *testing.T) {
+	addr := redistest.Shared(t)
+	p := prefix(t)
+	clock := &fakeClock{t0}
+	old := fmt.Sprintf("1 20 3600000000 20 0 %d 10 3600000000 10", t0.UnixMicro())
+	if _, err := redistest.Do(addr, "SET", p+":rate:tb", strconv.Quote(old)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := redisstore.NewTokenBucket(goRedis(t, addr).s, floodgate.PerHour(10), redisstore.WithPrefix(p),
+		redisstore.WithClock(clock.Now), redisstore.WithRateRefresh(time.Millisecond), patient)
+	mustNot(t, err)
+	if d := mustAllowed(t, l, "k", 1, true); d.Limit != 20 {
+		t.Fatalf("under an earlier release's record: %+v, want Limit 20", d)
+	}
+	mustNot(t, l.SetRate(context.Background(), floodgate.RateChange{Rate: floodgate.PerHour(30)}))
+	rec := getKey(t, addr, p+":rate:tb")
+	digits := regexp.MustCompile(`\d+`).FindAllString(rec, -1)
+	if len(digits) != 9 || digits[0] != "2" || digits[1] != "30" || !strings.Contains(rec, " #") {
+		t.Fatalf("record %q: want version 2 of 30 an hour, nine numbers and the call's number in letters", rec)
 	}
 }

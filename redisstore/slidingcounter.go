@@ -205,7 +205,7 @@ func (sc *SlidingCounter) evalPlanScale(ctx context.Context, key string, n int, 
 
 // evalMode decides key's counts in mode m (see planMode).
 func (sc *SlidingCounter) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
-	return sc.evalRated(ctx, n, m, ratedScript{keys: sc.keys(key), build: func(v *rateView, conv conversion) (*script, []string) {
+	return sc.evalRated(ctx, sc.keys(key), n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*scParams)
 		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
 			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}

@@ -222,7 +222,7 @@ func (l *SlidingLog) evalPlanScale(ctx context.Context, key string, n int, now s
 // evalMode decides key's log in mode m (see planMode): the script
 // converts the log itself.
 func (l *SlidingLog) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
-	return l.evalRated(ctx, n, m, ratedScript{keys: l.keys(key), build: func(v *rateView, _ conversion) (*script, []string) {
+	return l.evalRated(ctx, l.keys(key), n, m, ratedScript{build: func(v *rateView, _ conversion) (*script, []string) {
 		p := v.alg.(*slParams)
 		args := make([]string, 0, 13) // 12, and the plan's strategy
 		args = append(args, now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL)

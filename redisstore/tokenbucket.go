@@ -309,7 +309,7 @@ func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now strin
 	if b.interval {
 		return b.evalInterval(ctx, key, n, now, m)
 	}
-	return b.evalRated(ctx, n, m, ratedScript{keys: []string{b.key(key)}, build: func(v *rateView, conv conversion) (*script, []string) {
+	return b.evalRated(ctx, []string{b.key(key)}, n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		// n·Period/Limit: n <= burst, so the quotient is at most tau and
 		// the division cannot overflow (checked in compileTB).
@@ -344,7 +344,7 @@ func (b *TokenBucket) greedyDecision(v *rateView, r []int64, _ int) (floodgate.D
 // are derived here as floodgate.TokenBucket derives them in memory: the
 // request fits once enough whole periods have each given Limit back.
 func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
-	return b.evalRated(ctx, n, m, ratedScript{keys: []string{b.key(key)}, build: func(v *rateView, conv conversion) (*script, []string) {
+	return b.evalRated(ctx, []string{b.key(key)}, n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
 			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
