@@ -159,14 +159,13 @@ type PlanConfig struct {
 // to a new one for the plan.
 //
 // On Redis, every plan's limiter on one prefix, the state stays in its
-// key and the next decision reads it under the new plan's rate as it
-// stands: a window (sliding log or counter) and an intervally refilled
-// bucket keep the units they counted (KeepUsed), a greedy token bucket
-// keeps the time its debt takes to refill (with bursts equal to the
-// limits, ScaleUsed: the share of the quota used); Inherit is not
-// consulted. Switching back and forth never shortens a key's wait. That is sound only for plans of one Period (a counter's
-// windows, a bucket's refill time are the period's): a plan of another
-// Period than the first plan built fails its lookup with ErrPlanLookup.
+// key, which carries the rate it was written under, and the key's first
+// decision under the new plan converts it in place, as Inherit says, with
+// the arithmetic of SetRate (redisstore's AllowPlanN): as in memory, under
+// KeepUsed an upgrade gives the difference at once. That is sound only
+// for plans of one Period (a counter's windows are the period's): a plan
+// of another Period than the first plan built fails its lookup with
+// ErrPlanLookup.
 // Do not call SetRate on a plan's limiter: every plan's limiter on the
 // prefix shares one rate record.
 //
@@ -289,7 +288,7 @@ func (p *PlanLimiter) AllowN(ctx context.Context, key string, n int) (Decision, 
 			// On Redis the state stays in its key, converted by the
 			// script: no lock is held across the round trip.
 			st.mu.Unlock()
-			return slot.lim.AllowN(ctx, id, n)
+			return p.allowInPlace(ctx, slot, id, n)
 		}
 		if d, ok, err := p.decide(ctx, st, rec, id, n); ok {
 			return d, err
