@@ -56,9 +56,9 @@ var grpcModes = []struct {
 	{"grpclimit-headers-none", []grpclimit.Option{grpclimit.WithHeaders(floodgate.HeadersNone)}},
 }
 
-// grpcQuotaOnAllowed sends the quota on allowed calls. Before issue 31
-// the default did.
-var grpcQuotaOnAllowed []grpclimit.Option
+// grpcQuotaOnAllowed sends the quota on allowed calls. (Before issue 31
+// the default did, and this was nil.)
+var grpcQuotaOnAllowed = []grpclimit.Option{grpclimit.WithQuotaOnAllowed()}
 
 // BenchmarkTransport measures what floodgate adds to an allowed call on
 // each transport, against the same call without it, in the same run,

@@ -44,7 +44,8 @@ func NewRoutes(routes []Route, opts ...Option) (*Interceptors, error) {
 	if err := c.selectorOnly(); err != nil {
 		return nil, err
 	}
-	i := &Interceptors{routes: make(map[string]*limit, len(routes)), skip: c.skip, limitHealth: c.limitHealth, counts: c.counts, cost: c.cost}
+	i := c.interceptors()
+	i.routes = make(map[string]*limit, len(routes))
 	for _, r := range routes {
 		if err := validRouteMethod(r.Method); err != nil {
 			return nil, err
