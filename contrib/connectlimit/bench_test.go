@@ -44,9 +44,9 @@ var benchModes = []struct {
 	{"headers-none", []connectlimit.Option{connectlimit.WithHeaders(floodgate.HeadersNone)}},
 }
 
-// quotaOnAllowed sends the quota on allowed calls. Before issue 31 the
-// default did.
-var quotaOnAllowed []connectlimit.Option
+// quotaOnAllowed sends the quota on allowed calls. (Before issue 31 the
+// default did, and this was nil.)
+var quotaOnAllowed = []connectlimit.Option{connectlimit.WithQuotaOnAllowed()}
 
 // benchTransports are the wires the end-to-end benchmarks call over, on
 // loopback without TLS: the Connect protocol over HTTP/1.1 and over
