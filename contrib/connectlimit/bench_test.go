@@ -2,10 +2,12 @@ package connectlimit_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,24 +71,36 @@ type handlerCase struct {
 
 // handlerCases are the handlers the benchmarks call: a bare one; one
 // with an interceptor that only calls the handler; the same setting two
-// headers of the quota's length on the response, shared values (what
-// connect-go and net/http charge for carrying two headers); and the
-// limited ones, each quota in each mode.
+// headers of the quota's length on the response, shared values, once
+// the same on every call and once one that changes on every call, taken
+// from values made beforehand (what connect-go and net/http charge for
+// carrying two headers, and for a value HTTP/2's HPACK tables have not
+// seen); and the limited ones, each quota in each mode.
 func handlerCases(b *testing.B) []handlerCase {
 	policy, limit := []string{`"default";q=16777216;w=1`}, []string{`"default";r=16777215;t=1`}
-	twoHeaders := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			resp, err := next(ctx, req)
-			if err == nil {
-				resp.Header()["Ratelimit-Policy"], resp.Header()["Ratelimit"] = policy, limit
+	changing := make([][]string, 1<<16)
+	for i := range changing {
+		changing[i] = []string{fmt.Sprintf(`"default";r=%d;t=%d`, 16777215-i, 1+i/8)}
+	}
+	var turn atomic.Uint32
+	twoHeaders := func(value func() []string) connect.UnaryInterceptorFunc {
+		return func(next connect.UnaryFunc) connect.UnaryFunc {
+			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+				resp, err := next(ctx, req)
+				if err == nil {
+					resp.Header()["Ratelimit-Policy"], resp.Header()["Ratelimit"] = policy, value()
+				}
+				return resp, err
 			}
-			return resp, err
 		}
-	})
+	}
 	cases := []handlerCase{
 		{"bare", nil},
 		{"noop-interceptor", []connect.HandlerOption{connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next }))}},
-		{"two-headers", []connect.HandlerOption{connect.WithInterceptors(twoHeaders)}},
+		{"two-headers", []connect.HandlerOption{connect.WithInterceptors(twoHeaders(func() []string { return limit }))}},
+		{"two-headers-changing", []connect.HandlerOption{connect.WithInterceptors(twoHeaders(func() []string {
+			return changing[turn.Add(1)%uint32(len(changing))]
+		}))}},
 	}
 	for _, q := range benchQuotas {
 		for _, m := range benchModes {

@@ -2,7 +2,9 @@ package grpclimit_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,17 +121,24 @@ type serverCase struct {
 // serverCases are the servers the end-to-end benchmarks call: a bare
 // one; one with an interceptor that only calls the handler (what
 // grpc-go costs for any interceptor); the same sending two metadata
-// keys of the quota's length as the handler returns, once from one map
-// shared by every call and once from a new map a call (what grpc-go
-// charges for carrying two keys, without and with the map a call whose
-// values change must make); and the limited ones, each quota in each
-// mode.
+// keys of the quota's length as the handler returns — from one map
+// shared by every call, from a new map a call, and from a new map a
+// call with a value that changes on every call, taken from values made
+// beforehand (what grpc-go charges for carrying two keys, without and
+// with the map a call whose values change must make, and for a value
+// its HPACK tables have not seen) — and the limited ones, each quota in
+// each mode.
 func serverCases(b *testing.B) []serverCase {
 	noop := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		return h(ctx, req)
 	}
 	policy, limit := []string{`"default";q=16777216;w=1`}, []string{`"default";r=16777215;t=1`}
 	shared := metadata.MD{"ratelimit-policy": policy, "ratelimit": limit}
+	changing := make([][]string, 1<<16)
+	for i := range changing {
+		changing[i] = []string{fmt.Sprintf(`"default";r=%d;t=%d`, 16777215-i, 1+i/8)}
+	}
+	var turn atomic.Uint32
 	sending := func(md func() metadata.MD) grpc.UnaryServerInterceptor {
 		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			resp, err := h(ctx, req)
@@ -143,6 +152,9 @@ func serverCases(b *testing.B) []serverCase {
 		{"two-keys-shared-map", []grpc.ServerOption{grpc.ChainUnaryInterceptor(sending(func() metadata.MD { return shared }))}},
 		{"two-keys-new-map", []grpc.ServerOption{grpc.ChainUnaryInterceptor(sending(func() metadata.MD {
 			return metadata.MD{"ratelimit-policy": policy, "ratelimit": limit}
+		}))}},
+		{"two-keys-new-map-changing", []grpc.ServerOption{grpc.ChainUnaryInterceptor(sending(func() metadata.MD {
+			return metadata.MD{"ratelimit-policy": policy, "ratelimit": changing[turn.Add(1)%uint32(len(changing))]}
 		}))}},
 	}
 	for _, q := range benchQuotas {
