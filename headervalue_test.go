@@ -17,14 +17,16 @@ func TestHeaderValuesNeverChange(t *testing.T) {
 	got := make([][]*headerValue, goroutines)
 	var wg sync.WaitGroup
 	for g := range goroutines {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range each {
 				n := int64(g*each + i)
 				// Lengths vary so that blocks fill by bytes as well as by count.
 				text := strconv.AppendInt([]byte(strings.Repeat("x", i%40)), n, 10)
 				got[g] = append(got[g], newHeaderValue(n, -n, text))
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	seen := make(map[*headerValue]bool)

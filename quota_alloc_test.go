@@ -5,25 +5,12 @@ package floodgate
 import (
 	"context"
 	"net/http"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
-)
 
-// mallocsPerRun returns the heap allocations per call of f over runs
-// calls, unrounded (testing.AllocsPerRun rounds down, which would hide a
-// fraction).
-func mallocsPerRun(runs int, f func()) float64 {
-	f() // warm up
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		f()
-	}
-	runtime.ReadMemStats(&after)
-	return float64(after.Mallocs-before.Mallocs) / float64(runs)
-}
+	"github.com/floodgate-go/floodgate/internal/interleave"
+)
 
 // drainingRate is a quota each call spends for good (issue 31): its
 // remaining count, and so its RateLimit value, changes on every call,
@@ -51,7 +38,7 @@ func TestMiddlewareDrainingQuotaAllocations(t *testing.T) {
 		w := &benchWriter{h: make(http.Header, 8)}
 		var lastIETF, lastLegacy []string
 		changed := 0
-		allocs := mallocsPerRun(3200, func() {
+		allocs := interleave.MallocsPerRun(3200, func() {
 			w.reset()
 			h.ServeHTTP(w, r)
 			// Read by canonical key: Header.Get would allocate.
@@ -77,7 +64,7 @@ func TestGateFormatsOnlyWhatIsAsked(t *testing.T) {
 	g, sel := mustGate(t, mustTokenBucket(t, drainingRate), WithHeaders(HeadersBoth))
 	ctx := context.Background()
 	var out Outcome
-	allocs := mallocsPerRun(1000, func() {
+	allocs := interleave.MallocsPerRun(1000, func() {
 		c := sel.Call(call{client: "203.0.113.7"})
 		c.Method, c.Path = "POST", "/pkg.Service/Method"
 		out = g.Admit(ctx, c)

@@ -7,11 +7,11 @@ import (
 	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/benchmarks/internal/grpclimitv01"
 	"github.com/floodgate-go/floodgate/contrib/grpclimit"
+	"github.com/floodgate-go/floodgate/internal/benchquota"
 	"github.com/floodgate-go/floodgate/internal/interleave"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,26 +24,12 @@ import (
 // BenchmarkTransport spread their calls over, each a populated key.
 const transportClients = 10_000
 
-// transportQuotas are the two quotas every transport case runs (issue
-// 31):
-//
-//   - steady: 2^24 a second, refilled faster than any benchmark takes
-//     it, so that every call sees the same remaining count and reset —
-//     the one case where a cache of formatted values always hits;
-//   - draining: 2^24 per 30 days per client, which the calls spend (the
-//     bucket gives back about 6 units a second), so that the remaining
-//     count changes on every call, as it does for a real client of a
-//     real quota. In the direct cases each client has spent a different
-//     amount, so consecutive calls (of different clients) differ too.
-//
-// The docs quote the draining figures: they are what a service pays.
-var transportQuotas = []struct {
-	name string
-	rate floodgate.Rate
-}{
-	{"steady", floodgate.PerSecond(1 << 24)},
-	{"draining", floodgate.Rate{Limit: 1 << 24, Period: 30 * 24 * time.Hour}},
-}
+// transportQuotas are the steady and the draining quota (package
+// benchquota): the docs quote the draining figures. In the direct cases
+// each client has spent a different amount (spendApart), so that under
+// the draining quota consecutive calls, of different clients, differ
+// too.
+var transportQuotas = benchquota.Quotas
 
 // grpcModes are the ways of sending the quota over gRPC the cases
 // compare: the default, the quota on allowed calls too, and none.
@@ -132,13 +118,13 @@ func benchGRPCDirect(b *testing.B) {
 	run("handler", handlerOnly)
 	for _, q := range transportQuotas {
 		for _, m := range grpcModes {
-			l := newLimiter(b, q.rate)
+			l := newLimiter(b, q.Rate)
 			spendApart(b, l)
-			run(q.name+"/"+m.name, mustInterceptor(grpclimit.New(l, m.opts...)).Unary())
+			run(q.Name+"/"+m.name, mustInterceptor(grpclimit.New(l, m.opts...)).Unary())
 		}
-		l := newLimiter(b, q.rate)
+		l := newLimiter(b, q.Rate)
 		spendApart(b, l)
-		run(q.name+"/grpclimit-v0.1", mustV01(grpclimitv01.New(l)).Unary())
+		run(q.Name+"/grpclimit-v0.1", mustV01(grpclimitv01.New(l)).Unary())
 	}
 }
 
@@ -195,13 +181,13 @@ func benchHTTPDirect(b *testing.B) {
 	}
 	run("handler", okHandler)
 	for _, q := range transportQuotas {
-		l := newLimiter(b, q.rate)
+		l := newLimiter(b, q.Rate)
 		spendApart(b, l)
 		mw, err := floodgate.NewMiddleware(l)
 		if err != nil {
 			b.Fatal(err)
 		}
-		run(q.name+"/middleware", mw(okHandler))
+		run(q.Name+"/middleware", mw(okHandler))
 	}
 }
 
@@ -224,12 +210,12 @@ func benchGRPCEndToEnd(b *testing.B) {
 			cases = append(cases, struct {
 				name  string
 				unary grpc.UnaryServerInterceptor
-			}{q.name + "/" + m.name, mustInterceptor(grpclimit.New(newLimiter(b, q.rate), m.opts...)).Unary()})
+			}{q.Name + "/" + m.name, mustInterceptor(grpclimit.New(newLimiter(b, q.Rate), m.opts...)).Unary()})
 		}
 		cases = append(cases, struct {
 			name  string
 			unary grpc.UnaryServerInterceptor
-		}{q.name + "/grpclimit-v0.1", mustV01(grpclimitv01.New(newLimiter(b, q.rate))).Unary()})
+		}{q.Name + "/grpclimit-v0.1", mustV01(grpclimitv01.New(newLimiter(b, q.Rate))).Unary()})
 	}
 	var calls []interleave.Case
 	for _, c := range cases {
@@ -268,14 +254,14 @@ func benchHTTPEndToEnd(b *testing.B) {
 		h    http.Handler
 	}{{"bare", okHandler}}
 	for _, q := range transportQuotas {
-		mw, err := floodgate.NewMiddleware(newLimiter(b, q.rate))
+		mw, err := floodgate.NewMiddleware(newLimiter(b, q.Rate))
 		if err != nil {
 			b.Fatal(err)
 		}
 		handlers = append(handlers, struct {
 			name string
 			h    http.Handler
-		}{q.name + "/middleware", mw(okHandler)})
+		}{q.Name + "/middleware", mw(okHandler)})
 	}
 	var calls []interleave.Case
 	for _, c := range handlers {

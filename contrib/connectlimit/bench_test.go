@@ -9,31 +9,18 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/contrib/connectlimit"
+	"github.com/floodgate-go/floodgate/internal/benchquota"
 	"github.com/floodgate-go/floodgate/internal/interleave"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// benchQuotas are the two quotas every benchmark runs (issue 31):
-//
-//   - steady: 2^24 a second, refilled faster than any benchmark takes
-//     it, so that every call sees the same remaining count and reset —
-//     the one case where a cache of formatted values always hits;
-//   - draining: 2^24 per 30 days per client, which the calls spend: the
-//     bucket gives back about 6 units a second, so the remaining count
-//     changes on every call (and the reset every few calls), as it does
-//     for a real client of a real quota.
-var benchQuotas = []struct {
-	name string
-	rate floodgate.Rate
-}{
-	{"steady", floodgate.PerSecond(1 << 24)},
-	{"draining", floodgate.Rate{Limit: 1 << 24, Period: 30 * 24 * time.Hour}},
-}
+// benchQuotas are the steady and the draining quota (package
+// benchquota): the docs quote the draining figures.
+var benchQuotas = benchquota.Quotas
 
 // benchModes are the ways of sending the quota the benchmarks compare:
 // the default, the quota on allowed calls too, and none at all.
@@ -104,8 +91,8 @@ func handlerCases(b *testing.B) []handlerCase {
 	}
 	for _, q := range benchQuotas {
 		for _, m := range benchModes {
-			lim := must(connectlimit.New(bucket(b, q.rate), m.opts...))
-			cases = append(cases, handlerCase{q.name + "/" + m.name, []connect.HandlerOption{connect.WithInterceptors(lim)}})
+			lim := must(connectlimit.New(bucket(b, q.Rate), m.opts...))
+			cases = append(cases, handlerCase{q.Name + "/" + m.name, []connect.HandlerOption{connect.WithInterceptors(lim)}})
 		}
 	}
 	return cases

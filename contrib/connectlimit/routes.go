@@ -1,10 +1,8 @@
 package connectlimit
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/routetable"
 )
 
 // Route is one rule of a per-procedure table (NewRoutes): the calls of
@@ -36,9 +34,6 @@ type Route struct {
 //		{Procedure: "/", Policies: []connectlimit.Policy{{Name: "default", Limiter: general, Key: clientIP}}},
 //	})
 func NewRoutes(routes []Route, opts ...Option) (*Interceptor, error) {
-	if len(routes) == 0 {
-		return nil, fmt.Errorf("%w: no routes", floodgate.ErrInvalidOption)
-	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
@@ -47,52 +42,18 @@ func NewRoutes(routes []Route, opts ...Option) (*Interceptor, error) {
 		return nil, err
 	}
 	i := c.interceptor()
-	i.routes = make(map[string]*limit, len(routes))
-	for _, r := range routes {
-		if err := validRouteProcedure(r.Procedure); err != nil {
-			return nil, err
-		}
-		if i.routes[r.Procedure] != nil {
-			return nil, fmt.Errorf("%w: route %q given twice", floodgate.ErrInvalidOption, r.Procedure)
-		}
-		if len(r.Policies) == 0 {
-			return nil, fmt.Errorf("%w: route %q has no policy", floodgate.ErrInvalidOption, r.Procedure)
-		}
-		sel, err := floodgate.NewSelectorFor(r.Policies...)
-		if err != nil {
-			return nil, fmt.Errorf("route %q: %w", r.Procedure, err)
-		}
-		if i.routes[r.Procedure], err = newLimit(c, sel); err != nil {
-			return nil, fmt.Errorf("route %q: %w", r.Procedure, err)
-		}
+	i.routes, err = routetable.Build("procedure", len(routes),
+		func(j int) (string, []Policy) { return routes[j].Procedure, routes[j].Policies },
+		func(sel *floodgate.SelectorFor[Call]) (*limit, error) { return newLimit(c, sel) })
+	if err != nil {
+		return nil, err
 	}
 	return i, nil
-}
-
-// validRouteProcedure accepts "/", "/pkg.Service/" and
-// "/pkg.Service/Method".
-func validRouteProcedure(p string) error {
-	if p == "/" {
-		return nil
-	}
-	rest, ok := strings.CutPrefix(p, "/")
-	service, method, two := strings.Cut(rest, "/")
-	if !ok || !two || service == "" || strings.Contains(method, "/") {
-		return fmt.Errorf("%w: route procedure %q: give \"/package.Service/Method\", \"/package.Service/\" or \"/\"", floodgate.ErrInvalidOption, p)
-	}
-	return nil
 }
 
 // route returns the limit of a procedure: its own route, its service's,
 // or the default; nil when none applies.
 func (i *Interceptor) route(procedure string) *limit {
-	if l := i.routes[procedure]; l != nil {
-		return l
-	}
-	if j := strings.LastIndexByte(procedure, '/'); j > 0 {
-		if l := i.routes[procedure[:j+1]]; l != nil {
-			return l
-		}
-	}
-	return i.routes["/"]
+	l, _ := routetable.Lookup(i.routes, procedure)
+	return l
 }

@@ -5,11 +5,11 @@ package grpclimit_test
 import (
 	"context"
 	"net"
-	"runtime"
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/contrib/grpclimit"
+	"github.com/floodgate-go/floodgate/internal/interleave"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -48,23 +48,23 @@ func TestAllowedUnaryAllocations(t *testing.T) {
 			if tt.onAllowed {
 				opts = append(opts, grpclimit.WithQuotaOnAllowed())
 			}
-			unary := must(grpclimit.New(bucket(t, q.rate), opts...)).Unary()
+			unary := must(grpclimit.New(bucket(t, q.Rate), opts...)).Unary()
 			ran, stream.sent = 0, 0
-			allocs := mallocsPerRun(1000, func() {
+			allocs := interleave.MallocsPerRun(1000, func() {
 				if _, err := unary(ctx, nil, info, handler); err != nil {
 					t.Fatal(err)
 				}
 			})
-			if ran != 1001 { // mallocsPerRun runs it once more, to warm up
-				t.Fatalf("%s quota, style %d: the handler ran %d times, want 1001", q.name, tt.style, ran)
+			if ran != 1001 { // MallocsPerRun runs it once more, to warm up
+				t.Fatalf("%s quota, style %d: the handler ran %d times, want 1001", q.Name, tt.style, ran)
 			}
 			if want := 1001 * btoi(tt.onAllowed); stream.sent != want {
-				t.Errorf("%s quota, style %d, quota on allowed %v: %d headers sent, want %d", q.name, tt.style, tt.onAllowed, stream.sent, want)
+				t.Errorf("%s quota, style %d, quota on allowed %v: %d headers sent, want %d", q.Name, tt.style, tt.onAllowed, stream.sent, want)
 			}
 			// A few allocations in a thousand calls are not the call's (the
 			// store's first use of a shard, the runtime): 0.005 of slack.
 			if allocs > tt.max+0.005 {
-				t.Errorf("%s quota, style %d, quota on allowed %v: %.4f allocations per allowed call, want at most %.1f", q.name, tt.style, tt.onAllowed, allocs, tt.max)
+				t.Errorf("%s quota, style %d, quota on allowed %v: %.4f allocations per allowed call, want at most %.1f", q.Name, tt.style, tt.onAllowed, allocs, tt.max)
 			}
 		}
 	}
@@ -90,17 +90,3 @@ func (s *sendingStream) SendHeader(md metadata.MD) error {
 }
 func (*sendingStream) SetHeader(metadata.MD) error  { return nil }
 func (*sendingStream) SetTrailer(metadata.MD) error { return nil }
-
-// mallocsPerRun returns the heap allocations per call of f over runs
-// calls, after one to warm up, unrounded (testing.AllocsPerRun rounds
-// down, which would hide a fraction).
-func mallocsPerRun(runs int, f func()) float64 {
-	f()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		f()
-	}
-	runtime.ReadMemStats(&after)
-	return float64(after.Mallocs-before.Mallocs) / float64(runs)
-}

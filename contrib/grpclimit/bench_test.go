@@ -6,10 +6,10 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/contrib/grpclimit"
+	"github.com/floodgate-go/floodgate/internal/benchquota"
 	"github.com/floodgate-go/floodgate/internal/interleave"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,22 +22,9 @@ import (
 // spread their calls over, each one a populated key of the limiter.
 const benchPeers = 10_000
 
-// benchQuotas are the two quotas every benchmark runs (issue 31):
-//
-//   - steady: 2^24 a second, refilled faster than any benchmark takes
-//     it, so that every call sees the same remaining count and reset —
-//     the one case where a cache of formatted values always hits;
-//   - draining: 2^24 per 30 days per client, which the calls spend: the
-//     bucket gives back about 6 units a second, so the remaining count
-//     changes on every call (and the reset every few calls), as it does
-//     for a real client of a real quota.
-var benchQuotas = []struct {
-	name string
-	rate floodgate.Rate
-}{
-	{"steady", floodgate.PerSecond(1 << 24)},
-	{"draining", floodgate.Rate{Limit: 1 << 24, Period: 30 * 24 * time.Hour}},
-}
+// benchQuotas are the steady and the draining quota (package
+// benchquota): the docs quote the draining figures.
+var benchQuotas = benchquota.Quotas
 
 // benchModes are the ways of sending the quota the benchmarks compare:
 // the default, the quota on allowed calls too, and none at all.
@@ -78,7 +65,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	})
 	for _, q := range benchQuotas {
 		for _, m := range benchModes {
-			lim := bucket(b, q.rate)
+			lim := bucket(b, q.Rate)
 			unary := must(grpclimit.New(lim, m.opts...)).Unary()
 			for i, ctx := range ctxs { // populate the key set
 				if _, err := unary(ctx, nil, info, handler); err != nil {
@@ -91,7 +78,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.Run(q.name+"/"+m.name, func(b *testing.B) {
+			b.Run(q.Name+"/"+m.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for i := range b.N {
 					if _, err := unary(ctxs[i%len(ctxs)], nil, info, handler); err != nil {
@@ -159,8 +146,8 @@ func serverCases(b *testing.B) []serverCase {
 	}
 	for _, q := range benchQuotas {
 		for _, m := range benchModes {
-			ic := must(grpclimit.New(bucket(b, q.rate), m.opts...))
-			cases = append(cases, serverCase{q.name + "/" + m.name, []grpc.ServerOption{grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream())}})
+			ic := must(grpclimit.New(bucket(b, q.Rate), m.opts...))
+			cases = append(cases, serverCase{q.Name + "/" + m.name, []grpc.ServerOption{grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream())}})
 		}
 	}
 	return cases

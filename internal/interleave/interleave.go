@@ -133,3 +133,17 @@ func Bench(b *testing.B, cases []Case, batch int) []Overhead {
 	}
 	return over
 }
+
+// MallocsPerRun returns the heap allocations per call of f over runs
+// calls, after one to warm up, unrounded: testing.AllocsPerRun rounds
+// down, which would hide a fraction (a share of a block of values).
+func MallocsPerRun(runs int, f func()) float64 {
+	f()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(runs)
+}
