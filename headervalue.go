@@ -20,9 +20,13 @@ import (
 // the values it hands out are written before they are handed out, and
 // read by others only after (through the caller, or a table's atomic
 // pointer), while the block's next owner writes other bytes. A value
-// keeps its block, about 2 KB, alive: the tables of recent values keep
-// at most 64 a policy (RateLimit) and 256 (integers) alive, the rest
-// live as long as the responses that hold them.
+// keeps its block, about 2.2 KB, alive. The rest of a block's values
+// live as long as the responses that hold them, but the tables of
+// recent values keep theirs: at worst (every slot's value from another
+// block, each slot still hit) 64 blocks a policy (RateLimit, 140 KB) and
+// 256 for the integers (Retry-After, the legacy counts: 560 KB). A
+// table's values are usually a few blocks' worth: a miss replaces a
+// slot's value with the newest.
 
 // Block sizes: 32 values of 32 bytes, which a default RateLimit value
 // ("default";r=16777216;t=3600) fits.
