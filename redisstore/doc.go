@@ -21,8 +21,9 @@
 // their quota (floodgate.Charger, for floodgate.WithCostAfter), and the
 // TokenBucket books ahead (floodgate.Reserver, for floodgate.WithWait).
 // InFlight (NewInFlight, NewServiceInFlight) is an in-flight limit whose
-// slots are leases, renewed while held and back within a lease when
-// their instance crashes (WithSlotLease).
+// slots are leases, one per call, renewed while a live call holds them
+// and back within a lease when their instance crashes or gave up on the
+// decision that took them (WithSlotLease).
 //
 // # Clients
 //
@@ -58,7 +59,7 @@
 // (sliding log: a sorted set of one entry per decision, named by the
 // running total of the units, and a mark of the units no longer counted)
 // or p:{k}:sc (sliding counter: both fixed windows), p:{k}:if (in-flight
-// limit: each holding instance's slots and lease). Only the client key
+// limit: each call's slots and lease, and the units held). Only the client key
 // stands inside the braces, the Cluster hash tag, so each decision touches
 // one slot and clients spread over every node; '%', '{' and '}' in k are
 // percent-escaped so they cannot move the tag. Give each policy its own
