@@ -148,7 +148,8 @@ type leased struct {
 	// then and now.
 	shrink []string
 	lost   int         // calls lost (slotCall.lost)
-	timer  *time.Timer // the next renewal
+	timer  *time.Timer // the next renewal, or a give-back due at once
+	due    time.Time   // when the next renewal is due
 }
 
 func (e *leased) idle() bool { return len(e.calls) == 0 && e.owed() == 0 }
@@ -300,10 +301,10 @@ func (l *InFlight) slotsKey(key string) string {
 func (l *InFlight) entry(key string) *leased {
 	e := l.held[key]
 	if e == nil {
-		e = &leased{}
+		e = &leased{due: time.Now().Add(l.slotLease / 3)}
 		l.held[key] = e
 		if !l.closed {
-			e.timer = time.AfterFunc(l.slotLease/3, func() { l.renew(key) })
+			e.timer = time.AfterFunc(l.slotLease/3, func() { l.renew(key, false) })
 		}
 	}
 	return e
@@ -502,18 +503,28 @@ func (e *leased) lose(member string, lost *atomic.Uint64) {
 	}
 }
 
-// renew renews key's leases and gives back what is owed there, and
-// schedules the next renewal while the key is held: at once if a
-// decision was given up on meanwhile, else a third of a lease after this
-// one began, however long its round trip took, so that a lease survives
-// two failed renewals.
-func (l *InFlight) renew(key string) {
+// renew gives back what is owed on key and, when the renewal is due (or
+// now, with force), renews the leases of the calls held there; then it
+// schedules the next run while the key is held: at once if a decision
+// was given up on meanwhile, else when the renewal is due — a third of a
+// lease after the last one began, however long its round trip took, so
+// that a lease survives two failed renewals. A give-back alone renews
+// nothing, so that decisions given up on cost a round trip of their own
+// size, not of the calls the key holds.
+func (l *InFlight) renew(key string, force bool) {
 	began := time.Now()
-	err := l.sync(context.Background(), key, true)
+	l.mu.Lock()
+	e := l.held[key]
+	renewing := e != nil && (force || !began.Before(e.due))
+	l.mu.Unlock()
+	err := l.sync(context.Background(), key, renewing)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.held[key]; e != nil && e.timer != nil && !l.closed {
-		next := l.slotLease/3 - time.Since(began)
+		if renewing {
+			e.due = began.Add(l.slotLease / 3)
+		}
+		next := time.Until(e.due)
 		if err == nil && e.owed() > 0 {
 			next = 0
 		}

@@ -54,6 +54,10 @@ type lateScripter struct {
 	// slow picks the calls slowRandom may delay: the decisions, not the
 	// renewals, whose lateness would only test the lease's length.
 	slow func(args []string) bool
+	// sent records the arguments of every call passed on, when set.
+	mu   sync.Mutex
+	sent [][]string
+	log  bool
 }
 
 func newLateScripter(s redisstore.Scripter) *lateScripter {
@@ -86,6 +90,11 @@ func (l *lateScripter) do(ctx context.Context, args []string, run func(context.C
 	}
 	if mode == passOn || !l.mode.CompareAndSwap(mode, passOn) {
 		defer l.calls.Add(1)
+		l.mu.Lock()
+		if l.log {
+			l.sent = append(l.sent, args)
+		}
+		l.mu.Unlock()
 		return run(ctx)
 	}
 	if mode == heldBack {
@@ -425,5 +434,63 @@ func TestInFlightExpiryWorkBounded(t *testing.T) {
 		if d, err := other.AllowN(ctx, "k", 0); err != nil || d.Remaining != want {
 			t.Fatalf("report %d a lease after the crash: %+v %v; want %d free", i, d, err, want)
 		}
+	}
+}
+
+// The give-back of a decision given up on renews nothing: its round trip
+// carries that call's record alone, however many calls the instance
+// holds of the key, so that callers hanging up mid-decision again and
+// again cost a small round trip each, not one the size of the key.
+// Renewals still carry every call.
+func TestInFlightGiveBackRenewsNothing(t *testing.T) {
+	addr := redistest.Shared(t)
+	c := goRedis(t, addr)
+	s := newLateScripter(c.s)
+	l, err := redisstore.NewServiceInFlight(s, 100, patient, redisstore.WithPrefix(prefix(t)),
+		redisstore.WithSlotLease(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for range 50 {
+		if d, err := l.AllowN(ctx, "", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	l.RenewNow("") // the first run of its script: EVALSHA, NOSCRIPT, EVAL
+	s.mu.Lock()
+	s.log = true
+	s.mu.Unlock()
+	for i := range 3 {
+		s.mode.Store(replyLate)
+		before := s.calls.Load()
+		if _, err := l.AllowN(ctx, "", 1); err == nil {
+			t.Fatalf("abandoned decision %d: no error", i)
+		}
+		waitUntil(t, "the give-back", func() bool { return s.calls.Load() > before+1 })
+	}
+	l.RenewNow("")
+	s.mu.Lock()
+	sent := s.sent
+	s.log = false
+	s.mu.Unlock()
+	if len(sent) != 4 {
+		for _, a := range sent {
+			t.Logf("%q", a[:min(len(a), 8)])
+		}
+		t.Fatalf("%d round trips after the decisions given up on, want 3 give-backs and a renewal", len(sent))
+	}
+	for i, args := range sent[:3] {
+		// now, lease, floor, r, g, a, then the records
+		if len(args) != 7 || args[3] != "0" || args[5] != "1" {
+			t.Errorf("give-back %d: %d arguments %q; want one record removed, none renewed", i, len(args), args[:min(len(args), 7)])
+		}
+	}
+	if args := sent[3]; len(args) != 56 || args[3] != "50" {
+		t.Errorf("the renewal: %d arguments, %q calls renewed; want 50", len(args), args[3])
+	}
+	if d, _ := l.AllowN(ctx, "", 0); d.Remaining != 50 {
+		t.Errorf("%d free, want 50: the abandoned decisions' slots are back", d.Remaining)
 	}
 }
