@@ -18,9 +18,10 @@ import (
 // mode: nearly all are answered from the lease in memory, a round trip
 // now and then takes the next one. The rate (16.7 million per second per
 // key) is never reached, so every decision is allowed; serial and from
-// GOMAXPROCS goroutines.
+// GOMAXPROCS goroutines. server-µs/trip is the server's script time per
+// round trip (INFO commandstats), on a server of the benchmark's own.
 func BenchmarkLeaseHotKey(b *testing.B) {
-	addr := redistest.Shared(b)
+	addr := redistest.Start(b).Addr
 	rate := floodgate.Rate{Limit: 1 << 24, Period: time.Second}
 	for _, c := range leaseClients(b, addr) {
 		for _, a := range leaseAlgos {
@@ -31,14 +32,17 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 			}
 			ctx := context.Background()
 			b.Run(c.name+"/"+a.name+"/serial", func(b *testing.B) {
+				resetStats(b, addr)
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
 					if d, err := l.AllowN(ctx, "hot", 1); err != nil || !d.Allowed {
 						b.Fatalf("%+v, %v", d, err)
 					}
 				}
+				reportTrips(b, addr)
 			})
 			b.Run(c.name+"/"+a.name+"/parallel", func(b *testing.B) {
+				resetStats(b, addr)
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
@@ -48,6 +52,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 						}
 					}
 				})
+				reportTrips(b, addr)
 			})
 			s := l.LeaseStats()
 			b.Logf("%s/%s: %+v", c.name, a.name, s)
@@ -97,5 +102,22 @@ func BenchmarkLeaseTableMemory(b *testing.B) {
 		}
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/key")
 		runtime.KeepAlive(l)
+	}
+}
+
+// resetStats resets the server's command statistics.
+func resetStats(b *testing.B, addr string) {
+	b.Helper()
+	if _, err := redistest.Do(addr, "CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// reportTrips reports the server's script time per script call since the
+// last resetStats.
+func reportTrips(b *testing.B, addr string) {
+	b.Helper()
+	if us, calls := scriptMicros(b, addr); calls > 0 {
+		b.ReportMetric(us/calls, "server-µs/trip")
 	}
 }
