@@ -74,7 +74,7 @@ func TestLeaseCrossProcess(t *testing.T) {
 	for _, a := range leaseAlgos {
 		t.Run(a.name, func(t *testing.T) {
 			recs, stats := runChildren(t, srv.Addr, a.name, prefix(t), "bursts", dur)
-			checkProcessRun(t, a, leaseProcRate, recs, stats)
+			checkProcessRun(t, a, leaseProcRate, recs, stats, true)
 		})
 	}
 }
@@ -83,14 +83,15 @@ func TestLeaseCrossProcess(t *testing.T) {
 // 96 % of its quota: leaseProcs processes on one key of 1,000 a second,
 // each sending a request every 240th of a second (leases sized to a
 // second of demand, at most 62 units), for 6 s (FLOODGATE_LEASE_SOAK for
-// longer). Checked as TestLeaseCrossProcess checks (never over; no more
-// under-admission than the units stranded, placed ahead or held), and it
-// logs the requests denied that an exact counter replaying the requests
-// allows: none while the processes keep pace; on this shared machine a
-// stall that bunches a process's requests can still cost some (see the
-// README for the runs, against the old code's 21 in 6 s). The guarantee
-// at a steady demand is TestLeaseCounterWindowsKeepOnlyAllowedUnits's, on
-// a fake clock.
+// longer). Checked never over, as TestLeaseCrossProcess checks; it logs
+// the requests denied that an exact counter replaying the requests
+// allows. That count is not asserted: the replay decides each request at
+// the time it was sent, and when this shared machine stalls a process,
+// its requests reach Redis late, in a fuller window — the plain counter,
+// exact, through the same harness (FLOODGATE_LEASE_PLAIN=1) shows such
+// denials too under -race. The README has the runs, against the old
+// code's 21 in 6 s; the guarantee at a steady demand is
+// TestLeaseCounterWindowsKeepOnlyAllowedUnits's, on a fake clock.
 func TestLeaseCounterNearLimitCrossProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs separate processes for seconds")
@@ -106,7 +107,7 @@ func TestLeaseCounterNearLimitCrossProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	a := leaseAlgos[1]
 	recs, stats := runChildren(t, srv.Addr, a.name, prefix(t), "paced", dur)
-	checkProcessRun(t, a, pacedRate, recs, stats)
+	checkProcessRun(t, a, pacedRate, recs, stats, false)
 	_, exactAllowed := replayExact(t, a, pacedRate, recs)
 	denied, withRoom := 0, 0
 	j := 0
@@ -186,7 +187,11 @@ func TestLeaseProcessChild(t *testing.T) {
 	if os.Getenv("LEASE_LOAD") == "paced" {
 		rate, lease, work = pacedRate, redisstore.Lease{Horizon: time.Second}, paced
 	}
-	l, err := a.redis(c.s, rate, patient, redisstore.WithPrefix(os.Getenv("LEASE_PREFIX")), redisstore.WithLease(lease))
+	opts := []redisstore.Option{patient, redisstore.WithPrefix(os.Getenv("LEASE_PREFIX")), redisstore.WithLease(lease)}
+	if os.Getenv("FLOODGATE_LEASE_PLAIN") == "1" {
+		opts = opts[:2]
+	}
+	l, err := a.redis(c.s, rate, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +336,9 @@ func readChild(path string) ([]procRecord, redisstore.LeaseStats, error) {
 
 // checkProcessRun checks a cross-process run's records (see
 // TestLeaseCrossProcess) and logs its figures.
-func checkProcessRun(t *testing.T, a leaseAlgo, rate floodgate.Rate, recs []procRecord, stats []redisstore.LeaseStats) {
+// With under set it also bounds the under-admission against the exact
+// replay (see TestLeaseCrossProcess).
+func checkProcessRun(t *testing.T, a leaseAlgo, rate floodgate.Rate, recs []procRecord, stats []redisstore.LeaseStats, under bool) {
 	t.Helper()
 	var allowed []procRecord
 	units, asked := 0, 0
@@ -371,8 +378,8 @@ func checkProcessRun(t *testing.T, a leaseAlgo, rate floodgate.Rate, recs []proc
 	// The replay decides at the time each call began, not the time Redis
 	// or the lease decided, so it can be a few units off either way.
 	const slack = 8
-	if under := int64(exact - units); under > lost+held+slack {
-		t.Errorf("under-admission %d units, more than the %d stranded, placed ahead or held (+%d)", under, lost+held, slack)
+	if short := int64(exact - units); under && short > lost+held+slack {
+		t.Errorf("under-admission %d units, more than the %d stranded, placed ahead or held (+%d)", short, lost+held, slack)
 	}
 }
 

@@ -14,10 +14,11 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
 )
 
-// held returns the units l holds in leases now, from its counts.
+// held returns the units l holds in leases now, from its counts: not
+// those waiting to go back (ReturningUnits).
 func held(l leased) int {
 	s := l.LeaseStats()
-	return int(s.LeasedUnits + s.LocalRefunds - s.LocalUnits - s.ReturnedUnits - s.StrandedUnits)
+	return int(s.LeasedUnits+s.LocalRefunds-s.LocalUnits-s.ReturnedUnits-s.StrandedUnits) - s.ReturningUnits
 }
 
 // allowUntilDenied allows single units of key through l until one is

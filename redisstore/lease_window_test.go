@@ -268,3 +268,45 @@ func TestLeaseCounterTimersUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// With Redis down and the fallback answering (the breaker open), a lease
+// that ends gives its tail back once — the fallback answers instead — and
+// then waits: no timer keeps retrying, which it would every millisecond,
+// a decision each, for as long as the outage lasts. The units stay the
+// key's tail, for its next round trip, or lost.
+func TestLeaseCounterTailOutageNoLoop(t *testing.T) {
+	srv := redistest.Start(t)
+	r := floodgate.Rate{Limit: 3200, Period: 400 * time.Millisecond}
+	local, err := floodgate.NewSlidingCounter(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redisstore.NewSlidingCounter(leaseGoRedis(t, srv.Addr).s, r, redisstore.WithPrefix(prefix(t)),
+		redisstore.WithLease(redisstore.Lease{}), redisstore.WithFallback(local), redisstore.WithTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 150 {
+		if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	if held(l) == 0 {
+		t.Fatalf("no lease with units left after the burst: %+v", l.LeaseStats())
+	}
+	srv.Stop()
+	if _, err := l.AllowN(ctx, "other", 1); err != nil { // fails over: the breaker opens
+		t.Fatal(err)
+	}
+	waitUntil(t, "the lease to end", func() bool { return held(l) == 0 })
+	before := l.Stats().FallbackDecisions
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) { // watching for a loop, not waiting for a refill
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := l.Stats().FallbackDecisions - before; n > 2 {
+		t.Fatalf("%d fallback decisions in 300 ms after the lease ended with Redis down: the timer keeps retrying", n)
+	}
+	t.Logf("%+v; %+v", l.LeaseStats(), l.Stats())
+}

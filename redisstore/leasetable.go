@@ -448,8 +448,9 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 // next lease ends — the current one, or the queued one when the current
 // holds nothing — plus a grace of four round trips (at least 1 ms, at
 // most Horizon) in which a decision's round trip would give it back at
-// no cost. Without a lease left it fires at once if a tail waits. now is
-// local time; sh.mu is held.
+// no cost. Without a lease left it does nothing: a tail whose give-back
+// could not be sent (Redis down) waits for the key's next round trip, so
+// that an outage costs no timer loop. now is local time; sh.mu is held.
 func (t *leaseTable) arm(key string, e *leaseEntry, now int64) {
 	if t.ended == nil || e.evicted {
 		return
@@ -460,8 +461,6 @@ func (t *leaseTable) arm(key string, e *leaseEntry, now int64) {
 		at = t.deadline(&e.leaseState, e.units-1)
 	case e.hasQueued && e.queued.units > 0:
 		at = t.deadline(e.queued, e.queued.units-1)
-	case e.tail.units > 0:
-		at = now
 	default:
 		return
 	}
