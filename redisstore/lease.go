@@ -34,7 +34,9 @@ import (
 type Lease struct {
 	// MaxKeys bounds the client keys this limiter keeps lease state for
 	// (default DefaultLeaseKeys), about that many in all (the bound holds
-	// per shard): each costs about 300 bytes of heap. The
+	// per shard): each costs about 360 bytes of heap, and a sliding
+	// counter's key that leases on the server's clock about 800, with the
+	// timer that gives its leases' unused units back. The
 	// least recently used key is dropped first, and its unused units are
 	// lost (charged in Redis, never allowed): a key spray costs quota, never
 	// adds to it.
