@@ -111,14 +111,13 @@ type PlanConfig struct {
 // both or neither.
 //
 // On Redis, every plan's limiter on one prefix, the state stays in its
-// key and the next decision reads it under the new plan's rate as it
-// stands: a window (sliding log or counter) and an intervally refilled
-// bucket keep the units they counted (KeepUsed), a greedy token bucket
-// keeps the time its debt takes to refill (with bursts equal to the
-// limits, ScaleUsed: the share of the quota used); Inherit is not
-// consulted. Switching back and forth never shortens a key's wait. That is sound only for plans of one Period (a counter's
-// windows, a bucket's refill time are the period's): a plan of another
-// Period than the first plan built fails its lookup with ErrPlanLookup.
+// key, which carries the rate it was written under, and the key's first
+// decision under the new plan converts it in place, as Inherit says, with
+// the arithmetic of SetRate (redisstore's AllowPlanN): as in memory, under
+// KeepUsed an upgrade gives the difference at once. That is sound only
+// for plans of one Period (a counter's windows are the period's): a plan
+// of another Period than the first plan built fails its lookup with
+// ErrPlanLookup.
 // Do not call SetRate on a plan's limiter: every plan's limiter on the
 // prefix shares one rate record.
 //
@@ -244,7 +243,7 @@ func (p *PlanLimiter) allowPlan(ctx context.Context, key string, n int) (Decisio
 	slot := e.slot
 	if slot.mover == nil {
 		// On Redis the state stays in its key, converted by the script.
-		d, err := slot.lim.AllowN(ctx, key, n)
+		d, err := p.allowInPlace(ctx, slot, key, n)
 		return d, slot.plan, err
 	}
 	mu := &p.stripes[maphash.String(p.seed, key)%planStripes]

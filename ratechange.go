@@ -101,9 +101,11 @@ type RateChange struct {
 // serving: the in-memory TokenBucket, SlidingLog and SlidingCounter, and
 // the Redis limiters of the redisstore module. After SetRate returns,
 // every decision is made under the new rate, each key's state converted
-// as c.Inherit says, and the Decision reports the new quota; a call that
-// fails changes nothing (an invalid change is refused before anything is
-// touched). An in-memory limiter ignores ctx.
+// as c.Inherit says, and the Decision reports the new quota. An invalid
+// change is refused before anything is touched; in memory no other call
+// fails. On Redis a write whose reply is lost leaves the outcome unknown
+// until the call is repeated (redisstore's ErrRateUnconfirmed). An
+// in-memory limiter ignores ctx.
 type RateSetter interface {
 	SetRate(ctx context.Context, c RateChange) error
 }
