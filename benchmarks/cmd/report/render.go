@@ -262,6 +262,10 @@ func fmtUnit(r *results, c, lib, unit string) string {
 // num formats a figure with the precision its size deserves.
 func num(v float64, unit string) string {
 	switch {
+	case unit == "allocs/op" && v > 0 && v < 1:
+		// A share of an allocation (a block carved among many calls):
+		// rounded to 0 it would read as none.
+		return fmt.Sprintf("%.2f", v)
 	case unit == "allocs/op" || unit == "B/op" || unit == "decisions/s":
 		return fmt.Sprintf("%.0f", math.Round(v))
 	case math.Abs(v) >= 100:

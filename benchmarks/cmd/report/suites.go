@@ -62,13 +62,12 @@ var suites = map[string]spec{
 	},
 	"transport": {
 		title: "What each transport's adapter adds to a call",
-		about: "`BenchmarkTransport` (benchmarks module): `direct/` calls the adapter as its server does over 10,000 populated client keys; `e2e/` is a real client calling a real server over loopback TCP (cpu-ns/op: client and server together). `BenchmarkUnaryOverhead` (contrib/grpclimit) alternates a bare, a limited and a limited server without quota metadata, 100 calls at a time. `BenchmarkUnaryServer` (contrib/connectlimit): connect-go's Connect and gRPC protocols. Quoted by docs/adapters.md and docs/performance.md.",
+		about: "`BenchmarkTransport` (benchmarks module): `direct/` calls the adapter as its server does over 10,000 populated client keys; `e2e/` is a real client calling a real server over loopback TCP, in interleaved rounds, each case reporting its difference over the bare server (CPU time of client and server, allocations), under the steady and the draining quota. `BenchmarkUnaryOverhead` (contrib/grpclimit) alternates a bare, a limited and a limited server without quota metadata, 100 calls at a time. `BenchmarkUnaryServer` (contrib/connectlimit): connect-go's Connect and gRPC protocols. Quoted by docs/adapters.md and docs/performance.md.",
 		runs: []benchRun{
 			{dir: "benchmarks", bench: "^BenchmarkTransport$", benchtime: "1s"},
 			{label: "grpclimit ", dir: "contrib/grpclimit", bench: "^BenchmarkUnaryOverhead$", benchtime: "1x"},
 			{label: "connectlimit ", dir: "contrib/connectlimit", bench: "^BenchmarkUnaryServer$", benchtime: "5000x"},
 		},
-		derived: overBare(),
 	},
 	"core": {
 		title: "The core module's own benchmarks",
@@ -271,24 +270,4 @@ func renderSuite(w io.Writer, name string, s spec, m machine, vals *series) erro
 	}
 	f.write(p)
 	return err
-}
-
-// overBare returns the transport suite's differences: what each adapter
-// adds to the same call without it.
-func overBare() []derivedFigure {
-	var d []derivedFigure
-	add := func(c, base string, units ...string) {
-		for _, u := range units {
-			d = append(d, derivedFigure{c + " over " + base[strings.LastIndexByte(base, '/')+1:] + " " + u, "diff", c + " " + u, base + " " + u})
-		}
-	}
-	for _, c := range []string{"grpclimit", "grpclimit-no-quota-md", "grpclimit-v0.1"} {
-		add("Transport/direct/grpc/"+c, "Transport/direct/grpc/handler", "ns/op", "allocs/op")
-	}
-	add("Transport/direct/http/middleware", "Transport/direct/http/handler", "ns/op", "allocs/op")
-	for _, c := range []string{"noop-interceptor", "grpclimit", "grpclimit-no-quota-md", "grpclimit-v0.1"} {
-		add("Transport/e2e/grpc/"+c, "Transport/e2e/grpc/bare", "allocs/op", "B/op", "cpu-ns/op")
-	}
-	add("Transport/e2e/http/middleware", "Transport/e2e/http/bare", "allocs/op", "B/op", "cpu-ns/op")
-	return d
 }
