@@ -15,8 +15,10 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -24,12 +26,17 @@ import (
 	"github.com/floodgate-go/floodgate/internal/doccheck"
 )
 
-var placeholder = regexp.MustCompile(`\?<!-- figure: (\S+) (.+?) -->`)
+var (
+	placeholder = regexp.MustCompile(`\?<!-- figure: (\S+) (.+?) -->`)
+	marker      = regexp.MustCompile(`<!-- figure: (\S+) (.+?) -->`)
+)
 
 func main() {
+	was := flag.String("was", "", "also update the figures that quote a report as it was at this git revision")
+	flag.Parse()
 	reports := map[string]doccheck.Report{}
 	failed := false
-	for _, md := range os.Args[1:] {
+	for _, md := range flag.Args() {
 		data, err := os.ReadFile(md)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -50,6 +57,9 @@ func main() {
 			return r, true
 		}
 		text := tables(string(data), report, &filled)
+		if *was != "" {
+			text = update(text, *was, report, &filled)
+		}
 		out := placeholder.ReplaceAllStringFunc(text, func(s string) string {
 			m := placeholder.FindStringSubmatch(s)
 			r, ok := report(m[1])
@@ -107,4 +117,50 @@ func tables(text string, report func(string) (doccheck.Report, bool), filled *in
 		*filled++
 	}
 	return strings.Join(out, "\n")
+}
+
+// update replaces, before each figure marker of text, the value the
+// report had at git revision rev with the value it has now.
+func update(text, rev string, report func(string) (doccheck.Report, bool), filled *int) string {
+	old := map[string]doccheck.Report{}
+	var b strings.Builder
+	last := 0
+	for _, loc := range marker.FindAllStringSubmatchIndex(text, -1) {
+		name, fig := text[loc[2]:loc[3]], text[loc[4]:loc[5]]
+		r, ok := old[name]
+		if !ok {
+			r = readAt(rev, name)
+			old[name] = r
+		}
+		now, ok := report(name)
+		before := text[last:loc[0]]
+		if was, okWas := r.Figures[fig]; ok && okWas && strings.HasSuffix(before, was) {
+			if v, okNow := now.Figures[fig]; okNow && v != was {
+				before = strings.TrimSuffix(before, was) + v
+				*filled++
+			}
+		}
+		b.WriteString(before)
+		b.WriteString(text[loc[0]:loc[1]])
+		last = loc[1]
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// readAt reads the report name as it was at git revision rev.
+func readAt(rev, name string) doccheck.Report {
+	out, err := exec.Command("git", "show", rev+":benchmarks/reports/"+name+".md").Output()
+	if err != nil {
+		return doccheck.Report{}
+	}
+	f, err := os.CreateTemp("", "report")
+	if err != nil {
+		return doccheck.Report{}
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	_, _ = f.Write(out)
+	_ = f.Close()
+	r, _ := doccheck.ReadReport(f.Name())
+	return r
 }
