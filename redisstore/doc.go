@@ -21,8 +21,9 @@
 // their quota (floodgate.Charger, for floodgate.WithCostAfter), and the
 // TokenBucket books ahead (floodgate.Reserver, for floodgate.WithWait).
 // InFlight (NewInFlight, NewServiceInFlight) is an in-flight limit whose
-// slots are leases, renewed while held and back within a lease when
-// their instance crashes (WithSlotLease).
+// slots are leases, one per call, renewed while a live call holds them
+// and back within a lease when their instance crashes or gave up on the
+// decision that took them (WithSlotLease).
 //
 // # Clients
 //
@@ -58,7 +59,7 @@
 // (sliding log: a sorted set of one entry per decision, named by the
 // running total of the units, and a mark of the units no longer counted)
 // or p:{k}:sc (sliding counter: both fixed windows), p:{k}:if (in-flight
-// limit: each holding instance's slots and lease). Only the client key
+// limit: each call's slots and lease, and the units held). Only the client key
 // stands inside the braces, the Cluster hash tag, so each decision touches
 // one slot and clients spread over every node; '%', '{' and '}' in k are
 // percent-escaped so they cannot move the tag. Give each policy its own
@@ -163,12 +164,16 @@
 // README: 3 commands per denied request without the cache, about 0.01
 // with it). The answer is Redis's: until RetryAfter the request cannot fit
 // whatever other instances do, since others can only consume more, and
-// time only moves the state towards "fits". Only a Reset or a refund
-// breaks that. This process clears its own entry on both; another
-// instance's Reset or refund reaches it within DenyCacheMaxAge, which is
-// how long a client can be denied by a stale entry. The cached RetryAfter,
-// Remaining and ResetAfter are those of the denial, aged; when other
-// instances consume meanwhile, the true RetryAfter may be later.
+// time only moves the state towards "fits". Only a Reset, a refund or a
+// change of rate breaks that. This process clears its own entry on a
+// Reset or refund; another instance's reaches it within DenyCacheMaxAge,
+// which is how long a client can be denied by a stale entry. A change of
+// rate reaches it by the time SetRate returns: an entry answers only
+// under the rate version it was denied under, read within the refresh
+// interval. Since a cached answer cannot know what other instances did,
+// its RetryAfter is what is left of the entry's age (at most
+// DenyCacheMaxAge), never the denial's full wait; Remaining and
+// ResetAfter are those of the denial, aged.
 // WithCountDenied cannot be combined with it: denials answered in process
 // would not be recorded.
 //
@@ -182,8 +187,14 @@
 // so every instance decides under the new rate once it returns. Each
 // state carries the version and rate it was written under, and is
 // converted at its first decision after a change, as of the change's
-// time; a state newer than an instance knows makes it read the record at
-// once. See ratechange.go and the README for the details.
+// time, by a script that takes a conversion only under the rate it was
+// computed for; a state newer than an instance knows makes it read the
+// record at once. SetRate's write has the caller's deadline, and a lost
+// reply is ErrRateUnconfirmed, settled by calling it again with the same
+// change. A floodgate.PlanLimiter over these limiters converts a key's
+// state in place when its plan changes (AllowPlanN), as
+// PlanConfig.Inherit says. See ratechange.go and the README for the
+// details.
 //
 // # Leased quota
 //
@@ -220,11 +231,24 @@
 // have refilled. A lease is at most max(1, capacity/Lease.MaxShare) units
 // (1/16 of the burst or limit by default), and an instance holds of a key
 // at most a lease and the next one, taken when the first holds less than
-// half: 1.5 times that, which is the most an instance that stops costs
-// each key, once.
-// The unused tail of a lease goes back to Redis with the instance's next
-// lease when that is safe (the counter: same window; the bucket: no slot
-// handed out after it). A token bucket lease is placed up to
+// half: 1.5 times that at any moment, which is the most an instance that
+// stops costs each key, once.
+//
+// The sliding counter gives back what its leases leave unused to the
+// window the units were counted in, the current one or the one before:
+// with the instance's next round trip of the key, or, on the server's
+// clock, by a timer when the lease ends (a grace of four round trips
+// later, at least 1 ms, at most Horizon). A closed window then counts
+// only the units allowed in it; a unit is lost only when its give-back
+// fails or reaches Redis after the next window has ended too, or its
+// instance stops or drops the key first — at most what the instance held,
+// each time, never once per window. Its leases never take a key's last
+// half lease of room (max(1, limit/(2·MaxShare))): near its limit a key
+// is decided one request at a time, so that units other instances hold
+// unused never deny a request while demand stays steady within the quota.
+// The bucket's unused tail goes back with the instance's next lease while
+// no slot was handed out after it; otherwise it is lost, at most a lease
+// each time. A token bucket lease is placed up to
 // min(Horizon, capacity/MaxShare units) ahead when the key's local rate is
 // below its refill rate, so that its units last until they are used:
 // quota spent on purpose, none under saturation. LeaseStats counts all of

@@ -9,6 +9,8 @@
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
 -- ARGV[7..10] the rate's version, suffix, and the caller's conversion,
 --          as ARGV[9..12] of tokenbucket.lua
+-- ARGV[11] the strategy of a plan's decision, as ARGV[15] of
+--          tokenbucket.lua
 --
 -- The sliding window's estimate is prev·(period - elapsed)/period + cur;
 -- the request fits if cur + n <= limit and
@@ -25,11 +27,37 @@
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10])
+local clock = clock_us(ARGV[1])
+local s, converted, prate = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8], clock, period)
 if type(s) == 'table' then
   return s
 end
-local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
+local w, now, start, prev, cur = counter_windows(s, clock - tonumber(ARGV[5]), period)
+if prate then
+  -- Written under another plan of this period: its counts as of now,
+  -- converted as the plan says and as inherit.Strategy.Counts does in Go
+  -- (taken from the previous window first; added to the newest, at least
+  -- what any sum from cur to prev + cur would gain, so that a state that
+  -- counts more converts to one that does too), and written whatever
+  -- this decision does.
+  local how = tonumber(ARGV[11])
+  local used = prev + cur
+  local u = rate_units(how, used, prate[1], limit)
+  if u < used then
+    local take = math.min(prev, used - u)
+    prev, cur = prev - take, cur - (used - u - take)
+  elseif cur > 0 then
+    local function gain(t)
+      return math.max(0, rate_units(how, t, prate[1], limit) - t)
+    end
+    local most = math.max(gain(used), gain(math.min(used, math.max(cur, prate[1]))))
+    cur = math.min(u, cur + most)
+    prev = u - cur
+  else
+    prev = prev + u - used
+  end
+  converted = true
+end
 local elapsed = now - start
 
 local B = 16777216 -- 2^24
