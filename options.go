@@ -133,14 +133,20 @@ func WithBurst(n int) Option {
 // bound of it) unless WithForgetEvicted. Size the store so that this count stays
 // at zero under normal traffic.
 //
-// The store holds n keys: the first eviction comes with the (n+1)-th
-// key, also when the shards (WithShards) get unequal shares of the keys,
-// since each keeps room for a few standard deviations more than its share
-// and the bound is on their total (TestStoreHoldsMaxKeys). A store sized
-// for its clients never evicts, and allocates nothing once it holds
-// them. Its memory grows with the keys it holds, up to about 30 to 45
-// bytes per key of n for a token bucket or a sliding counter
-// (BenchmarkScale).
+// The store holds n keys: no key is evicted before the (n+1)-th, however
+// the keys fall over the shards (WithShards), and from then on each new
+// key takes the place of one evicted (TestStoreHoldsMaxKeys,
+// TestStoreHoldsMaxKeysInOneShard, TestStoreNeverExceedsMaxKeysConcurrently).
+// The bound is on the total, taken with a compare-and-swap, so shards
+// inserting at once never pass it; the one exception is a shard that
+// holds no key at all when the store is full, which has none to evict and
+// takes one more: at most n + WithShards − 1 keys, reachable only with
+// nearly as many shards as keys. A store sized for its clients never
+// evicts, and allocates nothing once it holds them; each shard's table is
+// sized for its share of n and four standard deviations more, and grows
+// beyond that (allocating) only for a shard given more. Its memory grows
+// with the keys it holds, up to about 30 to 45 bytes per key of n for a
+// token bucket or a sliding counter (BenchmarkScale).
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {

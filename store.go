@@ -171,8 +171,10 @@ type shard[S any, A algorithm[S, A]] struct {
 	last int64 // latest time seen by the shard's slow path (see hold)
 	keys int   // tracked now
 	// share is the shard's part of MaxKeys, which sizes its debt memory;
-	// most is the most keys it may hold, share and some slack for the
-	// shards that random keys give more than their share (see newStore).
+	// most is the keys its table holds at its final size: share and some
+	// slack for the shards that random keys give more than their share
+	// (see newStore). A shard given more than most while the store has
+	// room grows its table beyond (see insert).
 	share, most int
 	// final is the number of buckets of a table that holds most keys.
 	final uint64

@@ -467,6 +467,66 @@ func TestStoreHoldsMaxKeys(t *testing.T) {
 	}
 }
 
+// TestStoreHoldsMaxKeysInOneShard (issue 33, goal 4): WithMaxKeys(n)
+// holds n keys however they fall over the shards. All 400 keys of a
+// 400-key store of 4 shards land in one shard (chosen by their hashes
+// under a fixed seed), four times its share and beyond the room its
+// table is sized for: it holds every one, evicting none, and the first
+// eviction comes with key 401.
+func TestStoreHoldsMaxKeysInOneShard(t *testing.T) {
+	const n = 400
+	clk := newTBClock()
+	b := newTestBucket(t, PerHour(10), clk, WithMaxKeys(n), WithShards(4), withStoreSeed(7))
+	target := &b.store.shards[0]
+	require.Less(t, target.most, n, "the shard's final table is sized for fewer keys")
+	var keys []string
+	for i := 0; len(keys) < n+1; i++ {
+		k := fmt.Sprint("k", i)
+		if h, err := b.store.hash(k); err == nil && b.store.shard(h) == target {
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys[:n] {
+		require.True(t, mustAllowN(t, b, k, 3).Allowed, "key %d", i)
+	}
+	require.Equal(t, Stats{Keys: n, MaxKeys: n, DebtCapacity: b.Stats().DebtCapacity}, b.Stats())
+	for i, k := range keys[:n] {
+		require.Equal(t, 7, mustAllowN(t, b, k, 0).Remaining, "key %d kept its state", i)
+	}
+	require.True(t, mustAllowN(t, b, keys[n], 3).Allowed)
+	st := b.Stats()
+	assert.Equal(t, n, st.Keys)
+	assert.Equal(t, uint64(1), st.EvictedIdle+st.EvictedLive, "key n+1 evicts one")
+}
+
+// TestStoreNeverExceedsMaxKeysConcurrently: shards inserting at once
+// never take more than MaxKeys places between them. Eight goroutines
+// spray distinct keys over 16 shards of a 256-key store: it ends holding
+// exactly 256 (each insertion into a full store passes an evicted key's
+// place on; a count read and then added to would let two shards take the
+// last place, and the excess would stay).
+func TestStoreNeverExceedsMaxKeysConcurrently(t *testing.T) {
+	const n, goroutines, each = 256, 8, 4000
+	b, err := NewTokenBucket(PerHour(10), WithMaxKeys(n), WithShards(16))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				_, _ = b.Allow(ctx, fmt.Sprint(g, "-", i))
+			}
+		}()
+	}
+	wg.Wait()
+	st := b.Stats()
+	assert.Equal(t, n, st.Keys)
+	assert.Equal(t, int64(n), b.store.total.n.Load())
+	assert.Equal(t, uint64(goroutines*each-n), st.EvictedIdle+st.EvictedLive)
+}
+
 // TestStoreGrowsUnderConcurrentDecisions: while four goroutines decide
 // on keys that keep arriving, the table grows from 8 buckets to 4,096,
 // moving every key bucket by bucket, and changes of rate convert the

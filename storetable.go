@@ -135,37 +135,67 @@ func (sh *shard[S, A]) locate(h uint64) (*bucket[S], int) {
 
 // insert adds a slot for h, which is not tracked, not marked (a key used
 // once, as a sprayed one is, is dropped before a key that came back),
-// and returns it as locate does; the caller sets its state. It first
-// drops a key if the shard, or the store, holds all it may (see evict),
-// and grows the table if it is full. The shard must be locked.
+// and returns it as locate does; the caller sets its state. The shard
+// must be locked.
+//
+// The key first takes one of the store's MaxKeys places (reserve), or,
+// when all are taken, the place of a key the shard drops (evict): the
+// store's count never exceeds MaxKeys, whatever other shards insert
+// meanwhile, and no key is dropped while the store has room. A shard
+// that holds no key has none to drop, and takes a place beyond MaxKeys
+// (documented at WithMaxKeys). The table grows when it is full, to its
+// final size, and beyond it only for a key that found no room there
+// while the store had some: a shard given more than its share of keys
+// holds them rather than dropping one early.
 func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], int) {
-	if sh.keys >= sh.most || sh.keys > 0 && s.total.n.Load() >= int64(s.maxKeys) {
-		s.evict(sh, now)
+	fresh := s.reserve()
+	if !fresh {
+		if sh.keys > 0 {
+			s.evict(sh, now) // its place passes to h
+		} else {
+			s.total.n.Add(1)
+		}
 	}
 	if t := sh.tab.Load(); t == nil || sh.keys >= t.full && t.nb < sh.final {
 		sh.grow()
 	}
-	b, i := s.place(sh, h, now)
-	if b == nil { // no room, and the table can grow
+	b, i := s.place(sh, h, now, fresh)
+	for b == nil { // no room, and the table can grow: each growth doubles it
 		sh.grow()
-		b, i = s.place(sh, h, now)
+		b, i = s.place(sh, h, now, false)
 	}
 	b.slots[i].tag = h | sh.gen
 	if t := sh.tab.Load(); b != &t.b[t.first(h)] {
 		b.slots[i].tag |= tagSecond
 	}
 	sh.keys++
-	s.total.n.Add(1)
 	return b, i
+}
+
+// reserve takes one of the store's MaxKeys places for a new key and
+// reports true, or reports false if every one is taken. A compare-and-swap,
+// so that two shards inserting at once cannot both take the last one.
+func (s *store[S, A]) reserve() bool {
+	for {
+		n := s.total.n.Load()
+		if n >= int64(s.maxKeys) {
+			return false
+		}
+		if s.total.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // place returns a free slot for h, its bucket locked: in h's first
 // bucket if it has one, else in its second, else in one of them once a
 // key there has moved to its other bucket (along a path of up to
 // moveDepth buckets, so that each key stays in one of its two). If no
-// key can move, it returns a nil bucket while the table can still grow,
-// and otherwise drops a key of h's first bucket (see drop).
-func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64) (*bucket[S], int) {
+// key can move, it returns a nil bucket while the table can still grow
+// (below its final size, or beyond it when beyond says so: the store
+// has room for h, see insert), and otherwise drops a key of h's first
+// bucket (see drop).
+func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64, beyond bool) (*bucket[S], int) {
 	t := sh.tab.Load()
 	j1, j2 := t.first(h), t.second(h)
 	b1 := &t.b[j1]
@@ -196,7 +226,7 @@ func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64) (*bucket[S], i
 			return b1, i
 		}
 	}
-	if t.nb < sh.final {
+	if t.nb < sh.final || beyond {
 		b1.mu.Unlock()
 		return nil, 0
 	}
@@ -267,12 +297,20 @@ func (b *bucket[S]) free() int {
 	return -1
 }
 
-// remove empties slot i of b, which the caller has locked. The state is
-// left as it is: a sliding log's entries are reused by the next key.
+// remove empties slot i of b, which the caller has locked, and gives
+// its place in the store back. The state is left as it is: a sliding
+// log's entries are reused by the next key.
 func (s *store[S, A]) remove(sh *shard[S, A], b *bucket[S], i int) {
+	sh.unlink(b, i)
+	s.total.n.Add(-1)
+}
+
+// unlink empties slot i of b, which the caller has locked, keeping its
+// place in the store for the key that an eviction makes room for (see
+// insert).
+func (sh *shard[S, A]) unlink(b *bucket[S], i int) {
 	b.slots[i].tag = 0
 	sh.keys--
-	s.total.n.Add(-1)
 }
 
 // drop empties a slot of b, full and locked, at now: the first whose
@@ -290,6 +328,7 @@ func (s *store[S, A]) drop(sh *shard[S, A], b *bucket[S], now int64) int {
 		}
 	}
 	s.evictLive(sh, &best, now)
+	s.total.n.Add(-1) // the key placed here has a place of its own
 	return best.i
 }
 
@@ -324,12 +363,12 @@ func (sh *shard[S, A]) consider(b *bucket[S], i int, now int64, best *victim[S])
 }
 
 // evictLive drops best, in its bucket which the caller has locked, and
-// remembers its debt.
+// remembers its debt. The key's place in the store is kept (see unlink).
 func (s *store[S, A]) evictLive(sh *shard[S, A], best *victim[S], now int64) {
 	sl := &best.b.slots[best.i]
 	h := sl.tag&^(tagMark|tagGen|tagSecond) | tagUsed
 	v := sh.algs[sl.tag>>2&1].debt(&sl.st, now)
-	s.remove(sh, best.b, best.i)
+	sh.unlink(best.b, best.i)
 	sh.evictedLive++
 	sh.misses = min(sh.misses+1, 2)
 	s.remember(sh, h, v, now)
@@ -369,7 +408,7 @@ func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
 		bnow := sh.clock.inside(now)
 		for i := range b.slots {
 			if sh.consider(b, i, bnow, &best) {
-				s.remove(sh, b, i)
+				sh.unlink(b, i) // its place passes to the key inserted
 				b.mu.Unlock()
 				sh.evictedIdle++
 				sh.misses = 0
