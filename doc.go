@@ -41,9 +41,10 @@
 //
 // # The store
 //
-// Each in-memory limiter keeps per-key state in a sharded, bounded LRU
-// ([WithMaxKeys], default [DefaultMaxKeys]). Keys are hashed to 64 bits
-// with a per-process random seed, so memory per key does not depend on the
+// Each in-memory limiter keeps per-key state in a sharded, bounded table
+// that holds [WithMaxKeys] keys (default [DefaultMaxKeys]), evicting in
+// approximately least-recently-used order. Keys are hashed to 64 bits
+// with a per-store random seed, so memory per key does not depend on the
 // key and no request memory is retained. When the bound is reached, keys
 // whose state equals a fresh one are dropped first; one that still holds
 // state is counted in Stats().EvictedLive and its debt kept exactly in a

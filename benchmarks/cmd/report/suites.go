@@ -100,6 +100,12 @@ var suites = map[string]spec{
 			{"Probe/file over builtin allocs/op", "diff", "Probe/file allocs/op", "Probe/builtin allocs/op"},
 		},
 	},
+	"curve": {
+		title:  "In memory from a thousand keys to ten million: the cost curve",
+		about:  "`BenchmarkScaleCurve` (benchmarks module): token bucket, every decision allowed, each library built for N keys where it takes a bound and populated with one decision per key, then 1,000,000 decisions over the N keys in a random order from one goroutine (serial) and from GOMAXPROCS goroutines (parallel; CPU time of all of them), heap retained per key, and GC CPU per forced cycle with only that library's state live; 3 rounds rotating the order of the libraries inside one run, medians reported, ratios of floodgate to the best peer. Ten million keys only with FLOODGATE_CURVE_10M=1, for floodgate, sethvargo and httprate. Quoted by docs/performance.md.",
+		rounds: 1,
+		runs:   []benchRun{{dir: "benchmarks", bench: "^BenchmarkScaleCurve$", benchtime: "1x", args: []string{"-test.timeout", "3h"}}},
+	},
 	"lease": {
 		title: "Leased quota on Redis against redis_rate",
 		about: "`BenchmarkRedisLeaseRounds` (benchmarks module, a redis-server of its own on loopback): redisstore's token bucket with leased quota on go-redis and rueidis, the plain mode, and redis_rate, in interleaved rounds inside each run; the benchmark reports its medians and ratios. Quoted by README.md and docs/performance.md.",
