@@ -1,4 +1,5 @@
-// This file holds the store before issue 33, kept to measure the new
+// This file holds the store before issue 33, kept (in a test file, so
+// that it is not built into the package) to measure the new
 // one against it in the same run (BenchmarkStoreLayout) until the new one
 // replaces it.
 
