@@ -18,10 +18,11 @@ type Option func(*config) error
 const (
 	// DefaultMaxKeys is the number of keys a limiter tracks unless
 	// WithMaxKeys says otherwise. A token bucket or a sliding counter
-	// costs about 50 bytes per tracked key (measured by
-	// BenchmarkTokenBucketBytesPerKey: a 24-byte slot of hash and state,
-	// and a share of its group's slice header, simplelru entry and map
-	// slot), so the default bounds it to roughly 13 MiB. A sliding log
+	// costs about 30 to 50 bytes per tracked key (measured by
+	// BenchmarkTokenBucketBytesPerKey and BenchmarkScale: a 24-byte slot
+	// of hash and state in a 128-byte bucket of five, in a table at most
+	// 85 % full that grows by doubling), so the default bounds it to
+	// roughly 13 MiB. A sliding log
 	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
 	// to drop live keys adds its debt memory, about 130 bytes per key of
