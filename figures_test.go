@@ -82,7 +82,7 @@ func TestUnquotedFiguresAreThere(t *testing.T) {
 var unquotedFigures = map[string]map[string]string{
 	"docs/reliability.md": {"*": "each row's figures are what the test in its last column showed (its assertions are the bound, its log the figures) " +
 		"when the row was written; no report runs those tests and records their logs yet"},
-	"docs/keys.md": {"20 KiB": "checkHoldback (16 KiB) and the read buffer (4 KiB), constants of multipartcheck.go"},
+	"docs/keys.md":     {"20 KiB": "checkHoldback (16 KiB) and the read buffer (4 KiB), constants of multipartcheck.go"},
 	"docs/limiters.md": {"1024 B": "DefaultMaxKeyLength, a default"},
 	"docs/rates.md": {
 		"200 B":          "PlanLimiter's cache entry, an estimate (the A/B below measured 195 B on 12-byte keys)",
