@@ -115,6 +115,12 @@
 // a client may get k times its quota during an outage, and nothing
 // consumed in it carries over.
 //
+// A decision that meets a newer rate at every one of its few tries (the
+// rate or a key's plan changing faster than instances read it) is not
+// an error: Redis answered. It is a denial marked Decision.Overloaded
+// (HTTP 503 with Retry-After), which no error policy and no fallback lets
+// through, counted in Stats.ChurnDenials.
+//
 // A caller whose context is cancelled (the client hung up) is not an
 // outage: its decision returns an error wrapping context.Canceled and not
 // ErrRedis, nothing is sent if it hung up first, and neither the fallback

@@ -452,7 +452,9 @@ type convertAt struct {
 // of rate: a conversion, a record read, and the decision.
 const maxRateTries = 4
 
-// errRateChurn reports a decision that met a new rate at every try.
+// errRateChurn reports a decision that met a new rate at every try. It
+// never leaves the limiter as an error: failed answers it with a busy
+// denial (churnDenied), which no error policy lets through.
 var errRateChurn = errors.New("the rate kept changing during the decision")
 
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
