@@ -46,10 +46,15 @@
 // while one batch is in flight, new script calls queue, and when it
 // returns the queue goes out as the next batch. A lone caller sends at
 // once, with no timer and no added latency; under many callers one round
-// trip carries hundreds of decisions. Each decision keeps its own
-// deadline and error, a script call is never retried, and a call whose
-// caller gives up before its batch is sent is withdrawn. See the README
-// for the figures.
+// trip carries hundreds of decisions. The decisions of one algorithm in a
+// batch run as one call of its batch script (on a Cluster, per hash
+// slot), which reads TIME once and runs each decision's own script in
+// turn, so that the server spends about a third of what redis_rate does
+// per decision. Each decision keeps its own deadline and error, a script
+// call is never retried (a batch script that the server proves did not
+// run is sent again: as EVAL after NOSCRIPT, its decisions alone after a
+// redirection), and a call whose caller gives up before its batch is sent
+// is withdrawn. See the README for the figures.
 //
 // # Key layout and expiry
 //
