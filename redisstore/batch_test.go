@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,5 +283,126 @@ func TestBatchedDecisionsExact(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBatchedCallersGiveUp: callers whose contexts end at random moments —
+// before their call is sent, while it is queued for the next batch, and
+// while the batch script carrying it is in flight (the server is paused
+// now and then, so batches sit on it) — among callers who wait. Each call
+// gets its own answer or its context's error, never another's: on every
+// key, the units the server charged (read after the run) are at least
+// those of the decisions callers were told were allowed and never more
+// than the limit, and what was charged beyond them is at most what the
+// callers who left asked for (a script that ran after its caller gave up
+// charges once; a call withdrawn before its batch went out charges
+// nothing). Keys have different costs, so a reply handed to the wrong
+// entry shows. Every algorithm, both clients.
+func TestBatchedCallersGiveUp(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const callers, keys, attempts, limit = 64, 4, 160, 60
+	var chargedForGone atomic.Int64
+	for _, c := range clients(t, srv.Addr) {
+		for _, alg := range planAlgos {
+			t.Run(c.name+"/"+alg.name, func(t *testing.T) {
+				l, err := alg.redis(c.s, floodgate.Plan{Rate: floodgate.Rate{Limit: limit, Period: 24 * time.Hour}}, redisstore.WithPrefix(prefix(t)), patient)
+				mustNot(t, err)
+				mustNot(t, rdb.ConfigResetStat(context.Background()).Err())
+				stop := make(chan struct{})
+				paused := make(chan struct{})
+				go func() {
+					// Pause the server for 4 ms every 10 ms: batches sent
+					// meanwhile are in flight when their callers' deadlines
+					// pass.
+					defer close(paused)
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(6 * time.Millisecond):
+						}
+						_ = rdb.Do(context.Background(), "CLIENT", "PAUSE", 4, "ALL").Err()
+					}
+				}()
+				var allowed, gone [keys]atomic.Int64
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for g := 0; g < callers; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := next.Add(1) - 1; i < keys*attempts; i = next.Add(1) - 1 {
+							k := int(i % keys)
+							cost := k + 1
+							ctx, cancel := context.WithCancel(context.Background())
+							switch rand.IntN(4) {
+							case 0, 1:
+								ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rand.IntN(8000))*time.Microsecond)
+							case 2:
+								time.AfterFunc(time.Duration(rand.IntN(8000))*time.Microsecond, cancel)
+							}
+							d, err := l.AllowN(ctx, "k"+strconv.Itoa(k), cost)
+							left := ctx.Err()
+							if dl, ok := ctx.Deadline(); ok && left == nil && !time.Now().Before(dl) {
+								// The socket's deadline can pass before
+								// the context's timer reports it.
+								left = context.DeadlineExceeded
+							}
+							cancel()
+							switch {
+							case err != nil && left != nil:
+								// A deadline that passes on the socket is
+								// go-redis's i/o timeout, wrapped in
+								// ErrRedis; a hang-up is the caller's own.
+								if errors.Is(left, context.Canceled) && !errors.Is(err, context.Canceled) {
+									t.Errorf("key %d: a caller who hung up got %v, want context.Canceled", k, err)
+								}
+								gone[k].Add(1)
+							case err != nil:
+								t.Errorf("key %d: %v", k, err)
+							case d.Limit != limit || d.Remaining < 0 || d.Remaining > limit:
+								t.Errorf("key %d: decision %+v: not this limit's", k, d)
+							case d.Allowed:
+								allowed[k].Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(stop)
+				<-paused
+				calls, _ := evalshaStats(t, srv.Addr)
+				var left, charged int64
+				for k := 0; k < keys; k++ {
+					d, err := l.AllowN(context.Background(), "k"+strconv.Itoa(k), 0)
+					mustNot(t, err)
+					cost := int64(k + 1)
+					spent := int64(limit - d.Remaining)
+					told := allowed[k].Load() * cost
+					t.Logf("key %d (cost %d): %d units charged, %d told allowed, %d callers left", k, cost, spent, told, gone[k].Load())
+					if told > limit {
+						t.Errorf("key %d: %d units told allowed, over the limit of %d", k, told, limit)
+					}
+					if spent < told {
+						t.Errorf("key %d: %d units charged, fewer than the %d units told allowed", k, spent, told)
+					}
+					if extra := spent - told; extra > gone[k].Load()*cost || extra%cost != 0 {
+						t.Errorf("key %d: %d units charged beyond those told allowed, not the costs of some of the %d callers who left", k, extra, gone[k].Load())
+					}
+					left += gone[k].Load()
+					charged += (spent - told) / cost
+				}
+				chargedForGone.Add(charged)
+				t.Logf("%d decisions in %d EVALSHA calls; %d callers left, %d of them charged", keys*attempts, calls, left, charged)
+				if left == 0 {
+					t.Fatalf("no caller left before its answer: the test did not test it")
+				}
+			})
+		}
+	}
+	if chargedForGone.Load() == 0 && !t.Failed() {
+		t.Errorf("no caller was charged after it left: no batch was in flight when its callers' contexts ended, so that case went untested")
 	}
 }
