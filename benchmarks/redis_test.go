@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,11 +242,18 @@ func benchRedisRounds(b *testing.B, callers int) {
 	serverCPU := make([][]float64, len(peers))
 	scriptTime := make([][]float64, len(peers))
 	clientCPU := make([][]float64, len(peers))
+	// This process's allocations per decision, each round: the library's,
+	// and a small share of the harness's (runCallers' goroutines), the
+	// same for every library.
+	allocs := make([][]float64, len(peers))
+	var ms runtime.MemStats
 	b.ResetTimer()
 	for round := 0; round < b.N; round++ {
 		for k := range peers {
 			i := (round + k) % len(peers)
 			before := redisCost(b, c)
+			runtime.ReadMemStats(&ms)
+			mallocs0 := ms.Mallocs
 			cpu0, _ := processCPU()
 			start := time.Now()
 			err := runCallers(callers, redisRoundDecisions, func(j int) error {
@@ -256,6 +264,8 @@ func benchRedisRounds(b *testing.B, callers int) {
 			}
 			rates[i] = append(rates[i], redisRoundDecisions/time.Since(start).Seconds())
 			cpu1, _ := processCPU()
+			runtime.ReadMemStats(&ms)
+			allocs[i] = append(allocs[i], float64(ms.Mallocs-mallocs0)/redisRoundDecisions)
 			after := redisCost(b, c)
 			serverCPU[i] = append(serverCPU[i], (after.cpu-before.cpu)/redisRoundDecisions)
 			scriptTime[i] = append(scriptTime[i], (after.scripts-before.scripts)/redisRoundDecisions)
@@ -272,6 +282,7 @@ func benchRedisRounds(b *testing.B, callers int) {
 		b.ReportMetric(medCPU[p.name], p.name+"-server-µs/decision")
 		b.ReportMetric(median(scriptTime[i]), p.name+"-script-µs/decision")
 		b.ReportMetric(median(clientCPU[i]), p.name+"-client-µs/decision")
+		b.ReportMetric(median(allocs[i]), p.name+"-allocs/decision")
 	}
 	for _, p := range peers {
 		if p.name != "redis_rate" {
