@@ -28,8 +28,11 @@ func TestBatchArgs(t *testing.T) {
 
 // TestGroupSplitsFullBatches: a group starts a new batch of a script and
 // slot when the open one holds MaxEntries, and keeps scripts and slots
-// apart.
+// apart. docs/redis.md states the bound, 64, and quotes this test.
 func TestGroupSplitsFullBatches(t *testing.T) {
+	if MaxEntries != 64 {
+		t.Fatalf("MaxEntries is %d: docs/redis.md says 64", MaxEntries)
+	}
 	s1, s2 := &Script{SHA: "a"}, &Script{SHA: "b"}
 	var g Group
 	for i := 0; i < MaxEntries+1; i++ {
