@@ -225,6 +225,31 @@ func TestReportCostErrors(t *testing.T) {
 	}
 }
 
+// A report from a goroutine that outlived its handler comes after the
+// call settled: it is refused with an error instead of being dropped in
+// silence (before, ReportCost returned nil and nothing was charged), and
+// the call stays charged what was reported in time.
+func TestReportCostAfterSettleIsRefused(t *testing.T) {
+	lim := frozenBucket(t, floodgate.PerHour(10))
+	mw, err := floodgate.NewMiddleware(lim, floodgate.WithKeyFunc(floodgate.KeyByMethod()), floodgate.WithCostAfter(floodgate.CostReported))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx context.Context
+	serveOnce(mw(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		ctx = r.Context()
+		if err := floodgate.ReportCost(ctx, 3); err != nil {
+			t.Errorf("report in time: %v", err)
+		}
+	})), "/")
+	if err := floodgate.ReportCost(ctx, 8); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("report after the call settled: %v, want ErrInvalidOption", err)
+	}
+	if d, _ := lim.AllowN(context.Background(), "GET", 0); d.Remaining != 7 {
+		t.Errorf("%d left, want 7: the 3 reported in time", d.Remaining)
+	}
+}
+
 // Two metered limits, one around the other: a report reaches both.
 func TestReportCostReachesNestedLimits(t *testing.T) {
 	outer, inner := frozenBucket(t, floodgate.PerHour(10)), frozenBucket(t, floodgate.PerHour(20))
