@@ -54,6 +54,8 @@ type gateConfig struct {
 	// wait: denied calls wait for their turn within these bounds
 	// (WithWait); nil: they are refused at once.
 	wait *waiting
+	// stats: the gate reports to it once built (WithGateStats).
+	stats *GateStats
 	now  func() time.Time
 }
 
@@ -61,8 +63,8 @@ type gateConfig struct {
 // adapter of a transport whose calls are of type C. It takes the options
 // of the admission core — WithCost, WithFailOpen, WithDryRun, WithHeaders,
 // WithLogger, WithLogKeys, WithDecisionHook, WithRefundUncounted,
-// WithWallClock — and refuses, with an error wrapping ErrInvalidOption,
-// those of the net/http middleware (key and cost functions, WithSkip,
+// WithWallClock, WithGateStats — and refuses, with an error wrapping
+// ErrInvalidOption, those of the net/http middleware (key and cost functions, WithSkip,
 // WithOnly, the denied and error handlers, WithCountStatus,
 // WithLimitPreflights, WithPolicyName), which an adapter replaces with its
 // transport's own. Options that no call could satisfy are refused too: a
@@ -100,6 +102,9 @@ func newGate(c gateConfig, policies []*policy) (*Gate, error) {
 	g := &Gate{cfg: c, policies: policies}
 	if c.logger != nil {
 		g.logs.denials = pace.NewKeys(c.logKeys)
+	}
+	if c.stats != nil {
+		c.stats.add(g)
 	}
 	return g, nil
 }

@@ -146,7 +146,9 @@ func WithBuckets(bounds ...float64) Option {
 //     floodgate.decisions;
 //   - exemptions, by wrapping WithSkip's predicate with Skip;
 //   - limiters, with Limiter (latency, store and Redis state) or Watch
-//     (store and Redis state only), under a name of your choosing.
+//     (store and Redis state only), under a name of your choosing;
+//   - the calls a middleware or interceptor holds for their turn, with
+//     WatchGate.
 //
 // Counting a decision costs one atomic add, after a lock-free map lookup
 // that each hook skips while its policy stays the same: the counts are kept here and reported by an observable counter's
@@ -162,9 +164,11 @@ type Metrics struct {
 	keys, maxKeys, debtCapacity                                         metric.Int64ObservableUpDownCounter
 	fallbackActive                                                      metric.Int64ObservableGauge
 	lease                                                               leaseInstruments
+	kinds                                                               kindsInstruments
 
 	policies *metricsbase.Policies[policyCounters]
 	limiters *metricsbase.Registry[redisstore.Stats, redisstore.LeaseStats, *watched]
+	gates    *metricsbase.Gates[metric.ObserveOption]
 
 	now func() time.Time // the latency clock; tests replace it
 }
@@ -202,6 +206,7 @@ func New(opts ...Option) (*Metrics, error) {
 			}
 		}),
 		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
+		gates:    newGates(),
 		now:      time.Now,
 	}
 	if err := m.policies.Declare(c.policies); err != nil {
@@ -246,11 +251,14 @@ func New(opts ...Option) (*Metrics, error) {
 	add(err)
 	m.lease, err = newLeaseInstruments(meter)
 	add(err)
+	m.kinds, err = newKindsInstruments(meter)
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: creating instruments: %w", err)
 	}
 	observed := append([]metric.Observable{m.decisions, m.keys, m.maxKeys, m.evictions, m.debtCapacity, m.debtsLost,
 		m.fallbackActive, m.fallbackDecisions, m.denyCacheHits, m.redisErrors}, m.lease.all()...)
+	observed = append(observed, m.kinds.all()...)
 	if _, err := meter.RegisterCallback(m.observe, observed...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}
@@ -296,6 +304,7 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			m.lease.observe(o, w.Lease(), w.limiter)
 		}
 	}
+	m.observeKinds(o)
 	return nil
 }
 

@@ -110,6 +110,10 @@ var units = map[string]string{
 	"floodgate.redis.lease.returned_units":  "{unit}",
 	"floodgate.redis.lease.stranded_units":  "{unit}",
 	"floodgate.redis.lease.ahead_units":     "{unit}",
+	"floodgate.waiting_call.count":          "{call}",
+	"floodgate.inflight.slot.count":         "{slot}",
+	"floodgate.inflight.slot.limit":         "{slot}",
+	"floodgate.redis.inflight.lost_leases":  "{lease}",
 }
 
 var monotonic = map[string]bool{
@@ -125,6 +129,7 @@ var monotonic = map[string]bool{
 	"floodgate.redis.lease.returned_units":  true,
 	"floodgate.redis.lease.stranded_units":  true,
 	"floodgate.redis.lease.ahead_units":     true,
+	"floodgate.redis.inflight.lost_leases":  true,
 }
 
 // TestHookCountsOutcomes drives real middlewares, one per outcome, and

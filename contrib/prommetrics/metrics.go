@@ -105,7 +105,9 @@ func WithBuckets(bounds ...float64) Option {
 //     floodgate_decisions_total;
 //   - exemptions, by wrapping WithSkip's predicate with Skip;
 //   - limiters, with Limiter (latency, store and Redis state) or Watch
-//     (store and Redis state only), under a name of your choosing.
+//     (store and Redis state only), under a name of your choosing;
+//   - the calls a middleware or interceptor holds for their turn, with
+//     WatchGate.
 //
 // Counting a decision costs one atomic add, after a lock-free map lookup
 // that each hook skips while its policy stays the same. Store sizes and Redis state are read from the limiters' Stats when
@@ -117,6 +119,7 @@ type Metrics struct {
 
 	policies *metricsbase.Policies[policyCounters]
 	limiters *metricsbase.Registry[redisstore.Stats, redisstore.LeaseStats, *watched]
+	gates    *metricsbase.Gates[struct{}]
 
 	now func() time.Time // the latency clock; tests replace it
 }
@@ -175,6 +178,7 @@ func New(opts ...Option) (*Metrics, error) {
 			Buckets: c.buckets,
 		}, []string{"limiter"}),
 		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
+		gates:    newGates(),
 		now:      time.Now,
 	}
 	m.policies = metricsbase.NewPolicies(func(p *metricsbase.Policy[policyCounters]) {
@@ -197,6 +201,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range leaseDescs {
+		ch <- d
+	}
+	for _, d := range kindsDescs {
 		ch <- d
 	}
 }
@@ -234,6 +241,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			collectLease(ch, w.name, w.Lease())
 		}
 	}
+	m.collectKinds(ch)
 }
 
 // Hook returns a function for floodgate.WithDecisionHook that counts each

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -111,6 +112,37 @@ func kindCases(s Store) []Case {
 			},
 			Runs:  4,
 			Event: waited(0, 0, 30*time.Minute, time.Hour, 0),
+		},
+		{
+			Name: "waiting: the gate's stats count a call while it waits for its turn (WithGateStats)",
+			Setup: func() Setup {
+				stats := &floodgate.GateStats{}
+				var mu sync.Mutex
+				var seen []int // stats.Waiting() as each call went to sleep
+				timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+					mu.Lock()
+					seen = append(seen, stats.Waiting())
+					mu.Unlock()
+					return instantTimer(d)
+				}
+				check := func() error {
+					mu.Lock()
+					defer mu.Unlock()
+					if fmt.Sprint(seen) != "[1 1]" || stats.Waiting() != 0 || stats.Gates() == 0 {
+						return fmt.Errorf("the stats saw %v waiting as each call slept and %d after (%d gates), want [1 1] and 0", seen, stats.Waiting(), stats.Gates())
+					}
+					return nil
+				}
+				return Setup{Limiter: bucket(2), Wait: waitAnHour, Timer: timer, Stats: stats, Check: check}
+			},
+			Steps: []Step{
+				{Client: "ann", Action: Succeed, Want: OK},
+				{Client: "ann", Action: Succeed, Want: OK},
+				{Client: "ann", Action: Succeed, Want: OK}, // after 30 min
+				{Client: "ann", Action: Succeed, Want: OK}, // after 60 min
+			},
+			Runs:  4,
+			Event: waited(0, 0, 30*time.Minute, time.Hour),
 		},
 		{
 			Name: "waiting: a client that hangs up while waiting gives its turn back",

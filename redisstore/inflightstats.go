@@ -1,0 +1,18 @@
+package redisstore
+
+import "github.com/floodgate-go/floodgate"
+
+// InFlightStats reports the slots this instance's calls hold now, and the
+// leases it lost (LostLeases), for the metrics adapters' Watch: what this
+// instance knows, read under its lock with no round trip. Every
+// instance's Held added up is what Redis holds, give or take the slots of
+// decisions in flight.
+func (l *InFlight) InFlightStats() floodgate.InFlightStats {
+	s := floodgate.InFlightStats{Max: l.max, Leased: true, LostLeases: l.LostLeases()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.held {
+		s.Held += e.slots
+	}
+	return s
+}
