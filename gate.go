@@ -56,7 +56,7 @@ type gateConfig struct {
 	wait *waiting
 	// stats: the gate reports to it once built (WithGateStats).
 	stats *GateStats
-	now  func() time.Time
+	now   func() time.Time
 }
 
 // NewGate returns the admission core for the policies of sel, for an
