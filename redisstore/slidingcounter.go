@@ -13,8 +13,9 @@ import (
 
 // SlidingCounter is a sliding-window counter whose counts live in Redis, so
 // that every instance of a service shares them. It makes the decisions
-// floodgate.SlidingCounter makes in memory, with the same estimate and
-// error bound (see its documentation): fixed windows of Rate.Period, the
+// floodgate.SlidingCounter makes in memory, step for step on an injected
+// clock (WithClock; see below for the windows on the server's clock),
+// with the same estimate and error bound (see its documentation): fixed windows of Rate.Period, the
 // previous window's count weighted by the share of it still inside the
 // sliding window, a denied request counts nothing, a cost above Rate.Limit
 // is floodgate.ErrCostExceedsLimit.
@@ -24,7 +25,12 @@ import (
 // previous window's count, expiring when they stop weighing on the
 // estimate. Windows are aligned on the Unix epoch, so every instance cuts
 // time the same way; with WithClock they are aligned on the limiter's
-// creation instead, as in memory. The script checks and counts in one
+// creation instead, as in memory. Only then, on an injected clock, do
+// the two counters decide step for step alike: on the server's clock
+// their windows start at different instants (unless the in-memory
+// counter happened to be created on a multiple of the period since the
+// epoch), and a request near a window's end may be allowed by one and
+// denied by the other, each within the counter's error bound. The script checks and counts in one
 // EVALSHA.
 //
 // A SlidingCounter is safe for concurrent use.
