@@ -21,7 +21,13 @@ var frozenAt = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func frozenBucket(t *testing.T, r floodgate.Rate) *floodgate.TokenBucket {
 	t.Helper()
-	return mustTokenBucketX(t, r, floodgate.WithClock(func() time.Time { return frozenAt }))
+	return mustTokenBucketX(t, r, floodgate.WithClock(func() time.Time { return frozenAt }), widestDebt())
+}
+
+// widestDebt lets a key owe as much as a limiter can hold, for the tests
+// of a debt's arithmetic; the default limits have tests of their own.
+func widestDebt() floodgate.Option {
+	return floodgate.WithMaxDebt(floodgate.DebtLimits{PerCall: floodgate.MaxDebtLimit, Total: floodgate.MaxDebtLimit})
 }
 
 // serveOnce sends one request to h and returns the recorder.
@@ -297,19 +303,20 @@ func TestCostAfterRefusedConfigurations(t *testing.T) {
 
 // A debt saturates and never wraps: charges of the largest cost, again
 // and again, on the slowest rate, leave a key denied with a finite,
-// positive wait that never goes back down, and a Remaining of 0.
+// positive wait that never goes back down, and a Remaining of 0; a
+// charge that reaches the bound says so (ErrDebtCapped).
 func TestChargeNSaturates(t *testing.T) {
 	ctx := context.Background()
 	for _, interval := range []bool{false, true} {
-		opts := []floodgate.Option{floodgate.WithClock(func() time.Time { return frozenAt })}
+		opts := []floodgate.Option{floodgate.WithClock(func() time.Time { return frozenAt }), widestDebt()}
 		if interval {
 			opts = append(opts, floodgate.WithIntervalRefill())
 		}
 		lim := mustTokenBucketX(t, floodgate.Rate{Limit: 1, Period: 50 * 365 * 24 * time.Hour}, opts...)
 		var last time.Duration
 		for i := 0; i < 200; i++ {
-			if err := lim.ChargeN(ctx, "k", 1<<30); err != nil {
-				t.Fatal(err)
+			if err := lim.ChargeN(ctx, "k", 1<<30); !errors.Is(err, floodgate.ErrDebtCapped) {
+				t.Fatalf("charge %d: %v, want ErrDebtCapped: 2^30 is above the largest cost", i, err)
 			}
 			d, err := lim.AllowN(ctx, "k", 1)
 			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter < last {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/pace"
@@ -29,6 +30,9 @@ type Gate struct {
 	cfg      gateConfig
 	policies []*policy
 	logs     gateLogs
+	// debtCapLogged: a charge capped by the key's debt limits was logged
+	// (see logDebtCapped).
+	debtCapLogged atomic.Bool
 }
 
 // gateConfig is the transport-neutral part of the options: what the
@@ -472,6 +476,12 @@ type DecisionEvent struct {
 	// estimate because the call's real cost was higher (WithCostAfter):
 	// the key may be in debt for them.
 	Charged int
+	// DebtCapped reports, in an AfterHandler event, that the charge took
+	// the key to the most it may owe (the limiter's WithMaxDebt): it was
+	// charged up to that bound, and the rest of Charged forgiven. It is
+	// not an error (Err is nil unless something else failed); the metrics
+	// adapters count it, and the gate logs the first at WARN.
+	DebtCapped bool
 	// Waited is how long the call was held for its turn before it was
 	// allowed (WithWait).
 	Waited time.Duration

@@ -2,7 +2,9 @@ package floodgate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -77,6 +79,9 @@ func (g *Gate) Settle(ctx context.Context, out Outcome, res Result) {
 	} else {
 		ev.Charged = real - c.Cost
 		ev.Err = charge(ctx, c.policy, c.Key, ev.Charged)
+		if ev.DebtCapped, ev.Err = debtCapped(ev.Err); ev.DebtCapped {
+			g.logDebtCapped(ctx, &out, ev.Charged)
+		}
 	}
 	if ev.Err != nil {
 		g.logError(ctx, &out, ev.Err)
@@ -109,6 +114,43 @@ func (g *Gate) realCost(out *Outcome, res Result) int {
 		real = max(real, est)
 	}
 	return min(max(real, 0), maxLimit)
+}
+
+// debtCapped sorts a charge's error: whether the key's debt reached its
+// limits (ErrDebtCapped: charged up to them, which is no failure), and
+// what failed besides, if anything (a Composite joins its members'
+// errors).
+func debtCapped(err error) (capped bool, rest error) {
+	if !errors.Is(err, ErrDebtCapped) {
+		return false, err
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return true, nil
+	}
+	var others []error
+	for _, e := range j.Unwrap() {
+		if !errors.Is(e, ErrDebtCapped) {
+			others = append(others, e)
+		}
+	}
+	return true, errors.Join(others...)
+}
+
+// logDebtCapped logs, once per gate at WARN, that a call's real cost took
+// its key to the limit of what it may owe (WithMaxDebt): the rest was
+// forgiven. Every such call is in the decision events (DebtCapped), which
+// the metrics adapters count; the line says where to look.
+func (g *Gate) logDebtCapped(ctx context.Context, out *Outcome, charged int) {
+	if g.cfg.logger == nil || !g.debtCapLogged.CompareAndSwap(false, true) {
+		return
+	}
+	policy, method, path := out.where()
+	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn,
+		"a call's real cost took its key to the most it may owe (WithMaxDebt); the excess was forgiven. Logged once: the decision events (DebtCapped) and the metrics count every such call",
+		policy, method, path,
+		slog.String("key", out.Call.Key),
+		slog.Int("charged", charged))
 }
 
 // refund gives n units back to key under p's limiter.
