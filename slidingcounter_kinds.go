@@ -77,7 +77,7 @@ func (a *scAlg) charge(st *scState, now int64, c uint64) (capped bool) {
 	// downgrade), the rest fills the windows after it.
 	full := max(limit, cur)
 	over := total - full
-	k := (over + limit - 1) / limit // windows more, at least one
+	k := (over + limit - 1) / limit                 // windows more, at least one
 	most := uint64(w+a.owing.periods) - uint64(win) // windows ahead the bound leaves
 	if win >= w+a.owing.periods {
 		most = 0
