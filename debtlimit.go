@@ -3,8 +3,9 @@ package floodgate
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/debtcap"
 )
 
 // DebtLimits bounds how much one key can owe when it is charged beyond its
@@ -78,35 +79,13 @@ func (l DebtLimits) check() error {
 	return nil
 }
 
-// debtCap is a limiter's debt limits in its rate's terms: the most units
-// one charge counts and the most a key may owe, each at least floor.
-type debtCap struct {
-	perCall uint64 // units
-	total   uint64 // units beyond the quota
-	// periods is total in whole periods, at least one: how far ahead a
-	// window limiter carries a debt.
-	periods int64
-}
+// debtCap is a limiter's debt limits in its rate's terms (see
+// internal/debtcap, shared with redisstore).
+type debtCap = debtcap.Cap
 
 // newDebtCap returns l at rate r, with floor units (the capacity the
 // limit promises: a bucket's burst, a window's Limit) as the least of
 // both bounds.
 func newDebtCap(l DebtLimits, r Rate, floor int) debtCap {
-	c := debtCap{
-		perCall: max(unitsIn(r, l.PerCall), uint64(floor)),
-		total:   max(unitsIn(r, l.Total), uint64(floor)),
-		periods: max(int64(l.Total/r.Period), 1),
-	}
-	return c
-}
-
-// unitsIn returns the units r refills in d, rounded down, saturating at
-// 2^62.
-func unitsIn(r Rate, d time.Duration) uint64 {
-	hi, lo := bits.Mul64(uint64(d), uint64(r.Limit))
-	if hi >= uint64(r.Period) {
-		return 1 << 62
-	}
-	q, _ := bits.Div64(hi, lo, uint64(r.Period))
-	return min(q, 1<<62)
+	return debtcap.New(l.PerCall, l.Total, r.Limit, r.Period, floor)
 }

@@ -39,7 +39,7 @@ func (sc *SlidingCounter) ChargeN(_ context.Context, key string, n int) error {
 	}
 	capped := false
 	err := sc.store.run(key, true, func(a *scAlg, st *scState, now int64) {
-		c := min(uint64(min(n, maxLimit)), a.owing.perCall)
+		c := min(uint64(min(n, maxLimit)), a.owing.PerCall)
 		capped = a.charge(st, now, c) || c < uint64(n)
 	})
 	if err == nil && capped {
@@ -78,8 +78,8 @@ func (a *scAlg) charge(st *scState, now int64, c uint64) (capped bool) {
 	full := max(limit, cur)
 	over := total - full
 	k := (over + limit - 1) / limit                 // windows more, at least one
-	most := uint64(w+a.owing.periods) - uint64(win) // windows ahead the bound leaves
-	if win >= w+a.owing.periods {
+	most := uint64(w+a.owing.Periods) - uint64(win) // windows ahead the bound leaves
+	if win >= w+a.owing.Periods {
 		most = 0
 	}
 	rem := over - (k-1)*limit // in 1..limit

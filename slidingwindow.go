@@ -290,6 +290,13 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 // until they age out (its memory still bounded by the largest Limit it
 // had).
 //
+// A key that carries a debt into the coming windows (ChargeN) keeps
+// every unit of it under ScaleUsed and AddDifference too, and under a
+// new period the debt is cut into windows of the new period from its
+// anchor, filled so that it ends no sooner than it did (more charged,
+// never less: the units' dates are whole windows after the anchor, which
+// a shorter period would otherwise bring forward).
+//
 // The debts the store remembers for evicted keys are converted with
 // them, as the log each restores to. c is checked as NewSlidingLog checks
 // its rate; WithCountDenied stays. See TokenBucket.SetRate for how a
@@ -804,7 +811,8 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 	used := st.used()
 	switch u := uint32(how.units(uint64(used), uint64(a.limit), uint64(b.limit))); {
 	case u < used && st.inDebt():
-		st.takeOldestInDebt(used - u)
+		// A log that carries a debt ahead keeps every unit: its oldest
+		// hold its anchor's place (more charged, never less).
 	case u < used:
 		st.takeOldest(used - u)
 	case u > used:
@@ -828,22 +836,6 @@ func (b *slAlg) keepEnd(st *slState, end int64) {
 	if full := min(uint64(windows)*uint64(b.limit), maxLogDebt); uint64(st.debtUnits()) < full {
 		st.addDebt(uint32(full) - st.debtUnits())
 	}
-}
-
-// takeOldestInDebt stops counting the k oldest units of a log that
-// carries a debt ahead (k below used()): from its real entries first,
-// keeping the anchor (holding nothing, if need be), then from the debt.
-func (st *slState) takeOldestInDebt(k uint32) {
-	n := int(st.count)
-	anchor := st.entry(n - 2).total
-	if real := anchor - st.low; k < real {
-		st.takeOldest(k)
-		return
-	}
-	real := anchor - st.low
-	st.drop(n - 2)
-	st.low = anchor
-	st.entry(1).total -= k - real // the debt, now entry 1 after the anchor
 }
 
 // expireBefore drops the entries at or before cutoff (ns).

@@ -46,7 +46,7 @@ func (l *SlidingLog) ChargeN(_ context.Context, key string, n int) error {
 	capped := false
 	err := l.store.run(key, true, func(a *slAlg, st *slState, now int64) {
 		a.expire(st, now)
-		w := min(uint64(min(n, maxLimit)), a.owing.perCall)
+		w := min(uint64(min(n, maxLimit)), a.owing.PerCall)
 		capped = a.charge(st, now, uint32(w)) || w < uint64(n)
 	})
 	if err == nil && capped {
@@ -93,7 +93,7 @@ func (a *slAlg) slotAt(st *slState, j int) int64 {
 
 // debtMost returns the most units a's log may carry ahead.
 func (a *slAlg) debtMost() uint32 {
-	return uint32(min(a.owing.total, maxLogDebt))
+	return uint32(min(a.owing.Total, maxLogDebt))
 }
 
 // charge records w units at now on a log that expire brought up to date,

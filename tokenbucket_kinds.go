@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/debtcap"
 )
 
 // This file holds what a TokenBucket does for the admission kinds beyond
@@ -118,7 +120,7 @@ func (b *TokenBucket) ChargeN(_ context.Context, key string, n int) error {
 	}
 	capped := false
 	err := b.store.run(key, true, func(a *tbAlg, st *tbState, now int64) {
-		m := int(min(uint64(min(n, maxLimit)), a.owing.perCall))
+		m := int(min(uint64(min(n, maxLimit)), a.owing.PerCall))
 		if a.interval {
 			capped = a.chargeInterval(st, now, m)
 		} else {
@@ -134,9 +136,9 @@ func (b *TokenBucket) ChargeN(_ context.Context, key string, n int) error {
 
 // debtAhead returns how far past now a charge may move the bucket's
 // state: the burst's refill plus Total's (at least the burst's again),
-// at most maxDebtAhead.
+// rounded up to the microsecond as on Redis, at most maxDebtAhead.
 func (a *tbAlg) debtAhead() int64 {
-	return min(maxDebtAhead, a.tauQ+max(int64(a.debts.Total), a.tauQ))
+	return debtcap.BucketAhead(a.tauQ, a.debts.Total, maxDebtAhead)
 }
 
 // chargeGreedy moves the theoretical arrival time on by n·Period/Limit,
@@ -181,7 +183,7 @@ func (a *tbAlg) chargeInterval(st *tbState, now int64, n int) (capped bool) {
 		*st = tbState{}
 	}
 	start, used := a.intervalAt(st, now)
-	most := int64(a.burst) + int64(min(a.owing.total, 1<<61)) // tokens
+	most := int64(a.burst) + int64(min(a.owing.Total, 1<<61)) // tokens
 	if periods := maxDebtAhead / period; periods < maxDebtAhead/limit {
 		most = min(most, periods*limit)
 	}

@@ -182,33 +182,37 @@ func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now strin
 		p := v.alg.(*scParams)
 		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
 			v.ver, v.suffix, conv.expect, conv.with}
-	}, sc.convert, 4, sc.decision)
+	}, sc.convert, 5, sc.decision)
 }
 
 // decision reads the counter's reply.
 func (sc *SlidingCounter) decision(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 	p := v.alg.(*scParams)
 	limit := p.rate.Limit
-	// A count may exceed the limit in debt (ChargeN), up to maxCount.
-	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros {
+	// A count may exceed the limit after a downgrade (SetRate), up to
+	// maxCount.
+	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros || r[4] < 0 || r[4] > r[3] {
 		return floodgate.Decision{Limit: limit}, errBadReply(r)
 	}
 	prev, cur := uint32(r[1]), uint32(r[2])
 	// The same arithmetic as the in-memory counter, in nanoseconds; the
-	// waits are then rounded up to the microsecond.
-	now64 := r[3] * 1000
+	// waits are then rounded up to the microsecond. The counts are as of
+	// now64, the waits from real: a debt carried ahead (ChargeN) has the
+	// counts of its last window, still to come, the windows before it
+	// counting the limit.
+	now64, real := r[3]*1000, r[4]*1000
 	start := now64 / p.period * p.period
 	elapsed := now64 - start
 	d := floodgate.Decision{Allowed: r[0] == 1, Limit: limit}
 	d.Remaining = max(limit-int(cur)-int(p.est.Share(prev, p.period-elapsed)), 0)
 	switch {
 	case cur > 0:
-		d.ResetAfter = ceilMicros(start + 2*p.period - now64)
+		d.ResetAfter = ceilMicros(start + 2*p.period - real)
 	case prev > 0:
-		d.ResetAfter = ceilMicros(start + p.period - now64)
+		d.ResetAfter = ceilMicros(start + p.period - real)
 	}
 	if !d.Allowed {
-		d.RetryAfter = ceilMicros(p.est.RetryAt(start, prev, cur, uint32(n)) - now64)
+		d.RetryAfter = ceilMicros(p.est.RetryAt(start, prev, cur, uint32(n)) - real)
 	}
 	return d, nil
 }

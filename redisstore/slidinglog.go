@@ -190,7 +190,8 @@ func logRateArgs(v *rateView) []string {
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
 	return l.evalRated(ctx, l.keys(key), n, func(v *rateView, _ conversion) (*script, []string) {
 		p := v.alg.(*slParams)
-		return slidingLogScript, append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL}, logRateArgs(v)...)
+		args := append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL}, logRateArgs(v)...)
+		return slidingLogScript, append(args, logDebtMost(l.debtCap(p)))
 	}, nil, 4, l.decision)
 }
 

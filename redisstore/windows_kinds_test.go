@@ -16,13 +16,15 @@ import (
 type chargeLimiter interface {
 	floodgate.Limiter
 	floodgate.Charger
+	floodgate.Refunder
 }
 
-// TestWindowChargesMatchMemory walks random decisions and charges beyond
-// the limit (some huge, some folding a log that holds its limit of
-// entries) through the Redis window limiters and their in-memory twins on
-// one fake timeline, and requires the same Decision at every step: a debt
-// means the same on both stores.
+// TestWindowChargesMatchMemory walks random decisions, refunds and
+// charges beyond the limit (some huge, capped by the debt limits, some
+// folding a log that holds its limit of entries) through the Redis window
+// limiters and their in-memory twins on one fake timeline, and requires
+// the same Decision at every step, and the same ErrDebtCapped: a debt
+// carried into the coming windows means the same on both stores.
 func TestWindowChargesMatchMemory(t *testing.T) {
 	addr := redistest.Shared(t)
 	rates := []floodgate.Rate{
@@ -83,7 +85,7 @@ func compareCharges(t *testing.T, clock *fakeClock, mem, rl chargeLimiter, limit
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, uint64(limit)))
 	step := max(period/time.Duration(4*limit), time.Millisecond).Truncate(time.Millisecond)
-	inDebt := 0
+	inDebt, ahead := 0, 0
 	charged := map[string]bool{} // the key's last call was a charge above the limit
 	for i := 0; i < 400; i++ {
 		key := []string{"a", "b{x}"}[rng.IntN(2)]
@@ -93,8 +95,13 @@ func compareCharges(t *testing.T, clock *fakeClock, mem, rl chargeLimiter, limit
 				n = 1 << 30
 			}
 			charged[key] = n > limit
-			if err1, err2 := mem.ChargeN(ctx, key, n), rl.ChargeN(ctx, key, n); err1 != nil || err2 != nil {
+			if err1, err2 := mem.ChargeN(ctx, key, n), rl.ChargeN(ctx, key, n); !sameCharge(err1, err2) {
 				t.Fatalf("step %d: ChargeN(%d): in memory %v, on Redis %v", i, n, err1, err2)
+			}
+		} else if rng.IntN(8) == 0 {
+			n := 1 + rng.IntN(limit)
+			if err1, err2 := mem.RefundN(ctx, key, n), rl.RefundN(ctx, key, n); err1 != nil || err2 != nil {
+				t.Fatalf("step %d: RefundN(%d): in memory %v, on Redis %v", i, n, err1, err2)
 			}
 		} else {
 			n := rng.IntN(min(limit, 4) + 1)
@@ -107,13 +114,16 @@ func compareCharges(t *testing.T, clock *fakeClock, mem, rl chargeLimiter, limit
 			if !want.Allowed && charged[key] {
 				inDebt++
 			}
+			if want.RetryAfter > period {
+				ahead++ // a debt carried past the window
+			}
 			charged[key] = false
 		}
 		if rng.IntN(2) == 0 {
 			clock.t = clock.t.Add(step * time.Duration(rng.IntN(8)))
 		}
 	}
-	if inDebt == 0 {
-		t.Error("no decision was denied right after a charge above the limit: the walk missed the case")
+	if inDebt == 0 || ahead == 0 {
+		t.Errorf("%d decisions denied right after a charge above the limit, %d waiting past a window: the walk missed a case", inDebt, ahead)
 	}
 }

@@ -17,10 +17,13 @@
 -- four limbs of base 2^24 (divisions by a power of two are exact); prev may
 -- reach 2^30 in debt (ChargeN).
 --
--- Reply: {allowed, prev, cur, now}: the counts after the decision and the
--- time, in microseconds since the origin, they are as of. The caller
--- derives Remaining, RetryAfter and ResetAfter from them. Or a reply of
--- rate_get, without deciding.
+-- Reply: {allowed, prev, cur, now, real}: the counts after the decision,
+-- the time, in microseconds since the origin, they are as of, and the
+-- time it is: later than now when the counter's window is still to come
+-- (a debt carried ahead by ChargeN, or a clock that stepped back), every
+-- window until then counting the limit. The caller derives Remaining
+-- from the counts as of now, and RetryAfter and ResetAfter, waits from
+-- real. Or a reply of rate_get, without deciding.
 
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -29,7 +32,8 @@ local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10])
 if type(s) == 'table' then
   return s
 end
-local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
+local real = clock_us(ARGV[1]) - tonumber(ARGV[5])
+local w, now, start, prev, cur = counter_windows(s, real, period)
 local elapsed = now - start
 
 local B = 16777216 -- 2^24
@@ -78,4 +82,4 @@ end
 if (allowed == 1 and n > 0) or converted then
   counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8])
 end
-return {allowed, prev, cur, now}
+return {allowed, prev, cur, now, real}
