@@ -51,6 +51,7 @@
 //	floodgate.redis.lease.returned_units   counter {unit}; floodgate.limiter: given back unused
 //	floodgate.redis.lease.stranded_units   counter {unit}; floodgate.limiter: lost as if used
 //	floodgate.redis.lease.ahead_units      counter {unit}; floodgate.limiter: refill skipped (token bucket)
+//	floodgate.capped_charges               counter {charge}; floodgate.policy: charges capped by the debt limits
 //	floodgate.waiting_call.count           up-down counter {call}; floodgate.gate: held for their turn (WatchGate)
 //	floodgate.inflight.slot.count          up-down counter {slot}; floodgate.limiter: an in-flight limit's slots held
 //	floodgate.inflight.slot.limit          up-down counter {slot}; floodgate.limiter: its Max

@@ -48,6 +48,7 @@
 //	floodgate_redis_lease_returned_units_total{limiter}   counter: given back unused
 //	floodgate_redis_lease_stranded_units_total{limiter}   counter: lost as if used
 //	floodgate_redis_lease_ahead_units_total{limiter}      counter: refill skipped (token bucket)
+//	floodgate_capped_charges_total{policy}                counter: charges capped by the debt limits
 //	floodgate_waiting_calls{gate}                         gauge: calls held for their turn (WatchGate)
 //	floodgate_inflight_slots{limiter}                     gauge: an in-flight limit's slots held now
 //	floodgate_inflight_max_slots{limiter}                 gauge: its Max
