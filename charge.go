@@ -14,14 +14,17 @@ import (
 // in debt — and later calls are then denied, with a RetryAfter that says
 // when the debt is paid, until it is.
 //
-// A debt is bounded: every limiter states the most a key can owe and
-// saturates there rather than wrap — a token bucket at 2^62 ns of refill
-// past now in memory (about 146 years), 2^51 us on Redis (71 years); a
-// window's debt lasts no longer than its windows do (a sliding log's
-// units leave it a Period after the last charge, a sliding counter's two
-// Periods after), with a log's entries and a counter's counts bounded as
-// their ChargeN says. A single charge counts at most 2^24 units, the
-// largest cost. ChargeN does O(1) work whatever n (amortized for a log).
+// Every limiter pays a debt at its rate: a token bucket's refill pays it,
+// and a window limiter carries what its window has no room for into the
+// coming windows, Rate.Limit to each, so that over any run the units a
+// key gets per Period average the limit plus what its calls in flight
+// over-spent when its quota ran out — never the excess again every
+// window. A debt is bounded (WithMaxDebt, DefaultDebtLimits: what one
+// charge adds and what a key owes, as the time its refill takes to pay
+// it, never below the quota): a charge beyond the bound is charged up to
+// it and returns an error wrapping ErrDebtCapped, and nothing wraps. A
+// single charge counts at most 2^24 units, the largest cost. ChargeN does
+// O(1) work whatever n (amortized for a log).
 //
 // A limiter whose type implements Charger but that cannot charge in its
 // configuration (a redisstore limiter with leased quota) also has a
@@ -29,8 +32,9 @@ import (
 // construction.
 type Charger interface {
 	// ChargeN takes n units from key whether or not its quota holds
-	// them. n above 2^24 (the largest cost) is charged as 2^24; a
-	// negative n is ErrInvalidCost.
+	// them. n above 2^24 (the largest cost) is charged as 2^24, and n
+	// beyond the key's debt limits up to them, with an error wrapping
+	// ErrDebtCapped; a negative n is ErrInvalidCost.
 	ChargeN(ctx context.Context, key string, n int) error
 }
 

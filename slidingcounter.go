@@ -52,8 +52,9 @@ import (
 // every period longer than Limit nanoseconds (every period over 16.8 ms,
 // whatever the limit; below, a previous count that does not fit is
 // counted in the current window) and every sum of counts below 2^25 (a
-// counter charged beyond that by ChargeN comes back charged up to a
-// 2^19th more, never less).
+// counter whose counts a downgrade left above that comes back charged up
+// to a 2^19th more, never less). A debt carried ahead (ChargeN) comes
+// back exactly: its state is the debt's last window and two counts.
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {

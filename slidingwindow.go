@@ -60,11 +60,10 @@ import (
 // (before rounding), among every entry of a log of up to nine, and eight
 // spread evenly over the entries of a longer one. A key evicted again
 // after it came back may have units moved later again, never past its
-// newest entry of the time. A log charged beyond its limit (ChargeN)
-// comes back as the most units a log in debt counts, at its newest
-// entry's time: denied until that entry ages out, and from a charge on
-// until the charge does (more charged than it may have been, never
-// less).
+// newest entry of the time. A log that carries a debt into the coming
+// windows (ChargeN) comes back denied until the debt's last window ends:
+// the limit in every window up to it (more charged than it may have
+// been, never less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
