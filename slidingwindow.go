@@ -394,13 +394,22 @@ func (a *slAlg) decide(d *Decision, st *slState, now int64, n int) {
 	}
 	d.Remaining = max(a.limit-used, 0) // below 0 in debt (ChargeN, a downgrade)
 	if st.count > 0 {
-		d.ResetAfter = durationNS(a.expiry(st, used) - now)
+		d.ResetAfter = durationNS(a.end(st) - now)
 	}
 	if !d.Allowed {
 		// n fits once used+n-limit units have aged out: when the unit
 		// with which the log counts that many does.
 		d.RetryAfter = durationNS(a.expiry(st, used+n-a.limit) - now)
 	}
+}
+
+// end returns when the newest unit the log counts ages out: its newest
+// entry, or a debt's last window.
+func (a *slAlg) end(st *slState) int64 {
+	if st.inDebt() {
+		return a.slotAt(st, (int(st.debtUnits())+a.limit-1)/a.limit) + a.period
+	}
+	return a.at(st, int(st.count)-1) + a.period
 }
 
 // expiry returns when the need-th oldest unit the log counts ages out
@@ -599,8 +608,7 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 		return debt{}
 	}
 	if st.inDebt() {
-		windows := (int(st.debtUnits()) + a.limit - 1) / a.limit
-		return debt{at: a.slotAt(st, windows) + a.period, amt: a.step.saturated()}
+		return debt{at: a.end(st), amt: a.step.saturated()}
 	}
 	at := a.at(st, int(st.count)-1) + a.period
 	used := st.used()
@@ -794,7 +802,7 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 	}
 	var end int64 // when a debt carried ahead ends under a
 	if st.inDebt() {
-		end = a.slotAt(st, (int(st.debtUnits())+a.limit-1)/a.limit) + a.period
+		end = a.end(st)
 	}
 	if b.period < a.period {
 		// Events that age out under the new period are gone at once.
