@@ -14,8 +14,9 @@
 -- ARGV[7]  the version of the rate the caller decides under, ARGV[8] the
 --          log's member naming it ('' for version 0), ARGV[9] the time of
 --          its change, ARGV[10] its strategy, ARGV[11], ARGV[12] the rate
---          logs of version 0 are in (see log_rate)
--- ARGV[13] the most units the log may carry ahead (WithMaxDebt), for an
+--          logs of version 0 are in, ARGV[13] the strategy of a plan's
+--          decision, '' for any other (see log_rate)
+-- ARGV[14] the most units the log may carry ahead (WithMaxDebt), for an
 --          attempt recorded in debt
 --
 -- A report, and a denial not recorded, write nothing.
@@ -28,7 +29,7 @@ local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local now = clock_us(ARGV[1])
-local stale = log_rate(ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], limit, period, ARGV[6])
+local stale = log_rate(ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], limit, period, ARGV[6], ARGV[13], now)
 if stale then
   return stale
 end
@@ -50,7 +51,7 @@ if n == 0 or L.used + n <= limit then -- a report, even above a lowered limit
 elseif ARGV[5] == '1' and n > 0 and (L.used > limit or L.debt > 0) then
   -- In debt (ChargeN): the attempt counts as a charge would, and nothing
   -- older is dropped.
-  log_charge(L, n, limit, tonumber(ARGV[13]))
+  log_charge(L, n, limit, tonumber(ARGV[14]))
   wrote = true
 elseif ARGV[5] == '1' and n > 0 then
   -- Drop the oldest units so that, with the attempt, the log counts limit
