@@ -93,7 +93,8 @@ type scState struct {
 
 // NewSlidingCounter returns a sliding-window counter allowing about r.Limit
 // events per key in any window of r.Period (see the type's error bound).
-// It accepts WithMaxKeys, WithMaxKeyLength, WithShards and WithClock;
+// It accepts WithMaxDebt, WithMaxKeys, WithMaxKeyLength, WithShards and
+// WithClock;
 // invalid values, and options that do not apply (such as WithBurst or
 // WithCountDenied), are reported as errors wrapping ErrInvalidRate or
 // ErrInvalidOption.

@@ -135,7 +135,7 @@ const maxWindowPeriod = 1 << 61
 
 // NewSlidingLog returns a sliding log allowing r.Limit events per key in
 // any window of r.Period; r.Limit may be at most MaxSlidingLogLimit. It
-// accepts WithCountDenied, WithMaxKeys,
+// accepts WithCountDenied, WithMaxDebt, WithMaxKeys,
 // WithMaxKeyLength, WithShards and WithClock; invalid values, and options
 // that do not apply (such as WithBurst), are reported as errors wrapping
 // ErrInvalidRate or ErrInvalidOption.

@@ -83,8 +83,8 @@ type tbState struct {
 const maxTau = 1 << 61
 
 // NewTokenBucket returns a token bucket refilling r.Limit tokens per
-// r.Period. It accepts WithBurst, WithIntervalRefill, WithMaxKeys,
-// WithMaxKeyLength, WithShards and WithClock; invalid values, and options
+// r.Period. It accepts WithBurst, WithIntervalRefill, WithMaxDebt,
+// WithMaxKeys, WithMaxKeyLength, WithShards and WithClock; invalid values, and options
 // that do not apply, are reported as errors wrapping ErrInvalidRate or
 // ErrInvalidOption.
 func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {

@@ -51,7 +51,7 @@ type scParams struct {
 // NewSlidingCounter returns a sliding-window counter on Redis allowing
 // about r.Limit events per r.Period, running its script through c. It
 // accepts WithPrefix, WithClock, WithTimeout, WithFallback,
-// WithProbeInterval, WithDenyCache, WithMaxKeyLength and
+// WithProbeInterval, WithDenyCache, WithMaxKeyLength, WithMaxDebt and
 // WithRateRefresh. The period must be a whole number of microseconds.
 func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCounter, error) {
 	if err := checkRate(r); err != nil {

@@ -53,8 +53,8 @@ type slParams struct {
 // it bounds the entries of one key, and so a script's work and a key's
 // memory), running its script through c. It accepts WithCountDenied,
 // WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
-// WithDenyCache (not together with WithCountDenied), WithMaxKeyLength and
-// WithRateRefresh. The period must be a whole number of microseconds.
+// WithDenyCache (not together with WithCountDenied), WithMaxKeyLength,
+// WithMaxDebt and WithRateRefresh. The period must be a whole number of microseconds.
 func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, error) {
 	if _, err := compileSL(paramsOf(r, r.Limit)); err != nil {
 		return nil, err
