@@ -92,3 +92,33 @@ func TestHugeCostIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// WithMaxDebt refuses, as in memory, limits no limiter can hold, a limit
+// that charges nothing (an in-flight limit, leased quota), and a repeat.
+func TestWithMaxDebtRefusals(t *testing.T) {
+	r := floodgate.PerMinute(10)
+	for _, l := range []floodgate.DebtLimits{
+		{}, {PerCall: time.Hour}, {PerCall: -1, Total: time.Hour},
+		{PerCall: 2 * time.Hour, Total: time.Hour},
+		{PerCall: time.Hour, Total: floodgate.MaxDebtLimit + 1},
+	} {
+		if _, err := redisstore.NewTokenBucket(noServer{}, r, redisstore.WithMaxDebt(l)); !errors.Is(err, floodgate.ErrInvalidOption) {
+			t.Errorf("%+v: %v, want ErrInvalidOption", l, err)
+		}
+	}
+	ok := redisstore.WithMaxDebt(floodgate.DefaultDebtLimits)
+	if _, err := redisstore.NewInFlight(noServer{}, 3, ok); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("an in-flight limit: %v, want ErrInvalidOption", err)
+	}
+	if _, err := redisstore.NewSlidingCounter(noServer{}, r, ok, redisstore.WithLease(redisstore.Lease{})); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("leased quota: %v, want ErrInvalidOption", err)
+	}
+	if _, err := redisstore.NewSlidingLog(noServer{}, r, ok, ok); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("given twice: %v, want ErrInvalidOption", err)
+	}
+	for _, o := range []redisstore.Option{ok, redisstore.WithMaxDebt(floodgate.DebtLimits{PerCall: time.Minute, Total: time.Hour})} {
+		if _, err := redisstore.NewSlidingLog(noServer{}, r, o); err != nil {
+			t.Errorf("valid limits refused: %v", err)
+		}
+	}
+}
