@@ -127,3 +127,44 @@ func compareCharges(t *testing.T, clock *fakeClock, mem, rl chargeLimiter, limit
 		t.Errorf("%d decisions denied right after a charge above the limit, %d waiting past a window: the walk missed a case", inDebt, ahead)
 	}
 }
+
+// A debt carried over several windows, settled by a decision that
+// records nothing (a denial, a report), stays settled: the next decision,
+// within the window the settling made real, counts what memory counts.
+// Before the settling was saved by such a decision, the log's low mark
+// was not, and the windows already gone counted again.
+func TestWindowDebtSettledByADenial(t *testing.T) {
+	addr := redistest.Shared(t)
+	ctx := context.Background()
+	r := floodgate.Rate{Limit: 3, Period: time.Second}
+	for _, c := range clients(t, addr) {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &fakeClock{t0}
+			mem, err := floodgate.NewSlidingLog(r, floodgate.WithClock(clock.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rl, err := redisstore.NewSlidingLog(c.s, r, redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err1, err2 := mem.ChargeN(ctx, "k", 7), rl.ChargeN(ctx, "k", 7); err1 != nil || err2 != nil {
+				t.Fatal(err1, err2) // 3 now, 3 carried into the next window, 1 into the one after
+			}
+			// At +2.5s the last window, of 1, is the current one: a denial
+			// of 3 settles the debt; then 2 fit.
+			for _, s := range []struct {
+				at time.Duration
+				n  int
+			}{{2500 * time.Millisecond, 3}, {2700 * time.Millisecond, 0}, {2800 * time.Millisecond, 2}, {3200 * time.Millisecond, 1}} {
+				clock.t = t0.Add(s.at)
+				want, _ := mem.AllowN(ctx, "k", s.n)
+				want.RetryAfter, want.ResetAfter = roundUp(want.RetryAfter), roundUp(want.ResetAfter)
+				got, err := rl.AllowN(ctx, "k", s.n)
+				if err != nil || got != want {
+					t.Fatalf("at +%v, AllowN(%d): redis %+v (%v), memory %+v", s.at, s.n, got, err, want)
+				}
+			}
+		})
+	}
+}

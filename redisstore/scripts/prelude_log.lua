@@ -86,7 +86,8 @@ end
 -- log_settle brings a debt carried ahead up to now, once its anchor has
 -- aged out: the windows dated at or before now - period are gone, the one
 -- now falls in becomes a real entry (the new anchor), and the rest stays
--- ahead of it. Every entry before is then dead: low moves past them.
+-- ahead of it. Every entry before is then dead: low moves past them, and
+-- the log must be saved (L.dirty) even by a call that records nothing.
 local function log_settle(L, now, period, limit)
   local m = floordiv(now - L.anchor, period)
   if m > floordiv(L.debt + limit - 1, limit) then
@@ -102,7 +103,7 @@ local function log_settle(L, now, period, limit)
   local total = (L.low + cur) % LOG_MOD
   redis.call('ZADD', KEYS[1], at, string.format('%d', total)) -- the debt's own member, when nothing is left ahead
   L.count = redis.call('ZCARD', KEYS[1]) - L.off
-  L.last, L.debt = at, rest
+  L.last, L.debt, L.dirty = at, rest, true
   if rest > 0 then
     L.anchor, L.atotal = at, total
   end

@@ -19,7 +19,8 @@
 -- ARGV[14] the most units the log may carry ahead (WithMaxDebt), for an
 --          attempt recorded in debt
 --
--- A report, and a denial not recorded, write nothing.
+-- A report, and a denial not recorded, write nothing but the settling of
+-- a debt carried ahead (see log_settle).
 --
 -- Reply: {allowed, used, retry, reset}: the log holds used units after the
 -- decision; when denied, the request fits in retry us; the log is empty
@@ -70,7 +71,7 @@ if allowed == 0 then
 end
 
 local reset = 0
-if wrote then
+if wrote or L.dirty then -- recorded, or a debt carried ahead was settled
   reset = log_save(L, period, ARGV[6], ARGV[8], limit)
 elseif L.used > 0 then
   reset = log_end(L, period, limit) - L.now
