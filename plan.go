@@ -43,7 +43,9 @@ type Plan struct {
 // the decision too (ErrPlanLookup) unless the key has a plan from an
 // earlier lookup (see PlanConfig.MaxStale), and the middleware's error
 // policy answers it: fail closed (503) unless you chose otherwise. A
-// failed lookup never falls to a default or lenient plan.
+// lookup that runs out of time (PlanConfig.LookupTimeout) is not such an
+// outage: it is refused as Overloaded under every policy. A failed
+// lookup never falls to a default or lenient plan.
 //
 // The resolver runs on a goroutine of its own, so that its deadline
 // holds whatever it does; one that ignores ctx is abandoned at the
@@ -102,7 +104,11 @@ type PlanConfig struct {
 	// LookupTimeout bounds each lookup, from the resolver's call
 	// (default DefaultPlanLookupTimeout): a decision waits for its key's
 	// lookup until then at most, or until its own context ends if that is
-	// sooner, whatever the resolver does.
+	// sooner, whatever the resolver does. A key with no plan to fall back
+	// on whose lookup runs out of time is refused as a busy service (a
+	// denial marked Decision.Overloaded, 503 under every error policy,
+	// fail-open included), whether the resolver returned the context's
+	// error or ignored it.
 	LookupTimeout time.Duration
 	// MaxLookups bounds the lookups in flight at once (default
 	// DefaultPlanMaxLookups), twice over: as many first lookups of keys
@@ -173,9 +179,12 @@ type PlanConfig struct {
 // once CacheTTL has passed. The resolver runs on a goroutine of its own,
 // so that LookupTimeout holds whatever it does. Decisions for a key that
 // has no plan yet wait for its lookup (within their context and the
-// lookup's deadline); a lookup that fails or does not answer in time
-// fails them with an error wrapping ErrPlanLookup (the middleware's
-// error policy answers it), and is not cached. A key that has a plan
+// lookup's deadline); a lookup that fails fails them with an error
+// wrapping ErrPlanLookup (the middleware's error policy answers it), and
+// is not cached. A lookup that does not answer within LookupTimeout is
+// refused for time as one is for capacity: a denial marked Overloaded,
+// which no error policy lets through (a made-up key whose lookup is slow
+// must not pass as an outage would). A key that has a plan
 // keeps deciding on it while its refresh is in flight, fails, or is
 // refused, up to MaxStale; only the decision that starts a refresh waits
 // for it, and no longer than LookupTimeout. A key the resolver says has

@@ -167,7 +167,8 @@ func TestPlanLookupCapacityIsNotAnOutage(t *testing.T) {
 
 // TestPlanLookupDeadlineHoldsWhateverTheResolver: a resolver that ignores
 // its context does not hold a decision past LookupTimeout: the decision
-// fails then (not allowed; 503 behind the middleware); a later one for
+// is refused then as a busy service (Overloaded; 503 behind the
+// middleware, under fail-open too); a later one for
 // the same key fails at once instead of waiting again, and so does one
 // whose own context has ended. A resolver that hangs holds one lookup
 // slot each, at most MaxLookups of them: past that, lookups are refused
@@ -190,8 +191,8 @@ func TestPlanLookupDeadlineHoldsWhateverTheResolver(t *testing.T) {
 	}
 	for i, what := range []string{"the decision that starts the lookup", "a later decision of the key"} {
 		r := allow(ctx, "k")
-		if r.d.Allowed || !errors.Is(r.err, floodgate.ErrPlanLookup) || !errors.Is(r.err, context.DeadlineExceeded) {
-			t.Fatalf("%d, %s: %+v, %v; want ErrPlanLookup at the lookup's deadline", i, what, r.d, r.err)
+		if r.err != nil || r.d.Allowed || !r.d.Overloaded || r.d.RetryAfter != 20*time.Millisecond {
+			t.Fatalf("%d, %s: %+v, %v; want an Overloaded denial at the lookup's deadline, retry after LookupTimeout", i, what, r.d, r.err)
 		}
 	}
 	gone, cancel := context.WithCancel(ctx)
@@ -212,7 +213,7 @@ func TestPlanLookupDeadlineHoldsWhateverTheResolver(t *testing.T) {
 		t.Fatalf("behind the middleware: %d, want 503", w.Code)
 	}
 	// One more key hangs in the second slot; the third finds none.
-	if r := allow(ctx, "h-0"); !errors.Is(r.err, floodgate.ErrPlanLookup) {
+	if r := allow(ctx, "h-0"); r.err != nil || r.d.Allowed || !r.d.Overloaded {
 		t.Fatalf("h-0: %+v, %v", r.d, r.err)
 	}
 	for _, key := range []string{"h-1", "h-2"} {
@@ -310,8 +311,10 @@ func TestPlanKnownKeyKeepsItsPlanWhileRefreshFails(t *testing.T) {
 	clock.Advance(10 * time.Minute)
 	res.mode.Store(1)
 	r := within(t, "past MaxStale", func() decided { d, err := plans.Allow(ctx, "ann"); return decided{d, err} })
-	if r.d.Allowed || !errors.Is(r.err, floodgate.ErrPlanLookup) {
-		t.Fatalf("MaxStale past the cache time, the refresh failing: %+v, %v; want ErrPlanLookup", r.d, r.err)
+	// The hanging refresh is still the key's lookup: out of time, it is
+	// refused as a busy service.
+	if r.err != nil || r.d.Allowed || !r.d.Overloaded {
+		t.Fatalf("MaxStale past the cache time, the refresh hanging: %+v, %v; want an Overloaded denial", r.d, r.err)
 	}
 }
 
@@ -350,3 +353,74 @@ func TestPlanRefreshNotHeldUpBySpray(t *testing.T) {
 }
 
 func (r decided) unpack() (floodgate.Decision, error) { return r.d, r.err }
+
+// TestPlanLookupTimeoutIsNotAnOutage: made-up API keys whose lookups run
+// out of time (a database slow to find what is not there, or a resolver
+// that ignores its context) are refused as a busy service under
+// WithFailOpen, never let through as an outage: the deadline is the
+// limiter's own. A resolver's own failure stays an outage for the error
+// policy. Before, each timed-out key reached the handler under fail-open.
+func TestPlanLookupTimeoutIsNotAnOutage(t *testing.T) {
+	for _, honours := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resolver honours its context %v", honours), func(t *testing.T) {
+			release := make(chan struct{})
+			defer close(release)
+			plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
+				Resolve: func(ctx context.Context, key string) (floodgate.Plan, error) {
+					if key == "broken" {
+						return floodgate.Plan{}, errors.New("database down")
+					}
+					if honours {
+						select {
+						case <-ctx.Done():
+							return floodgate.Plan{}, ctx.Err()
+						case <-release:
+						}
+					} else {
+						<-release
+					}
+					return floodgate.Plan{}, floodgate.ErrNoPlan
+				},
+				New: floodgate.TokenBucketPlans(), LookupTimeout: 10 * time.Millisecond, MaxLookups: 16,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apiKey, err := floodgate.KeyByHeader("X-API-Key")
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit, err := floodgate.NewMiddleware(plans, floodgate.WithKeyFunc(apiKey), floodgate.WithFailOpen())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var served atomic.Int64
+			h := limit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) }))
+			codes := map[int]int{}
+			for i := range 8 {
+				r := httptest.NewRequest("GET", "/", nil)
+				r.Header.Set("X-API-Key", fmt.Sprintf("made-up-%d", i))
+				w := within(t, "a made-up key whose lookup times out", func() *httptest.ResponseRecorder {
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w
+				})
+				codes[w.Code]++
+				if w.Header().Get("Retry-After") == "" {
+					t.Errorf("made-up key %d: no Retry-After", i)
+				}
+			}
+			if n := served.Load(); n != 0 || codes[http.StatusServiceUnavailable] != 8 {
+				t.Fatalf("made-up keys whose lookups timed out: %d reached the handler, statuses %v; want none, eight 503", n, codes)
+			}
+			// The resolver's own failure is an outage, which fail-open
+			// is there to forgive.
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Set("X-API-Key", "broken")
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			if n := served.Load(); n != 1 {
+				t.Fatalf("a key whose lookup failed under fail-open: %d served, want 1", n)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -79,6 +80,9 @@ type planFlight struct {
 	ctx    context.Context // the resolver's, with its deadline, LookupTimeout after the call
 	done   chan struct{}   // closed once the answer is in the cache
 	at     int64           // when the lookup started (the cache's clock)
+	// timeout is PlanConfig.LookupTimeout: a waiter that meets the
+	// deadline is told to come back after as long.
+	timeout time.Duration
 	// returned is set when the resolver has returned: the rest of the
 	// lookup (finding the plan's limiter, caching the answer) is the
 	// limiter's own, and a waiter that meets the deadline then waits
@@ -203,7 +207,8 @@ func (p *PlanLimiter) start(ctx context.Context, st *planStripe, key string, kno
 	// The lookup outlives the decision that starts it (others may wait
 	// for it, and its answer is cached): it keeps ctx's values, not its
 	// end.
-	f := &planFlight{parent: context.WithoutCancel(ctx), called: make(chan struct{}), done: make(chan struct{}), at: p.nanos()}
+	f := &planFlight{parent: context.WithoutCancel(ctx), called: make(chan struct{}), done: make(chan struct{}), at: p.nanos(),
+		timeout: p.cfg.LookupTimeout}
 	key = strings.Clone(key)
 	st.flights[key] = f
 	go p.lookup(st, key, f, pool)
@@ -222,6 +227,12 @@ func (p *PlanLimiter) lookup(st *planStripe, key string, f *planFlight, pool cha
 	f.ctx = ctx
 	close(f.called)
 	plan, err := p.ask(ctx, key)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNoPlan) {
+		// The resolver gave up at the limiter's deadline: as if it had
+		// ignored it (see wait), the lookup was refused for time, not
+		// failed by an outage that fail-open would let through.
+		err = lookupTimedOut(key, p.cfg.LookupTimeout)
+	}
 	f.returned.Store(true)
 	<-pool
 	var slot *planSlot
@@ -311,8 +322,11 @@ func (f *planFlight) wait(ctx context.Context, key string) error {
 	case <-f.done:
 		return f.err
 	case <-f.ctx.Done():
+		if ctx.Err() != nil {
+			return planGaveUp(ctx) // the caller's own end comes first
+		}
 		if !f.returned.Load() {
-			return fmt.Errorf("%w: key %.32q: the resolver did not answer within PlanConfig.LookupTimeout: %w", ErrPlanLookup, key, context.DeadlineExceeded)
+			return lookupTimedOut(key, f.timeout)
 		}
 	case <-ctx.Done():
 		return planGaveUp(ctx)
@@ -324,6 +338,15 @@ func (f *planFlight) wait(ctx context.Context, key string) error {
 	case <-ctx.Done():
 		return planGaveUp(ctx)
 	}
+}
+
+// lookupTimedOut is the error of a lookup that did not answer within
+// PlanConfig.LookupTimeout: the limiter's own deadline, not an outage the
+// resolver reported. A made-up key whose lookup is slow (an attacker can
+// make it so, and a slow database under a spray of them does) is refused
+// as a busy service, never let through by fail-open.
+func lookupTimedOut(key string, timeout time.Duration) error {
+	return &planBusy{wait: timeout, why: fmt.Sprintf("key %.32q: the resolver did not answer within PlanConfig.LookupTimeout", key)}
 }
 
 // planGaveUp is the error of a decision whose caller gave up waiting for

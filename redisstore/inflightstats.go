@@ -4,15 +4,20 @@ import "github.com/floodgate-go/floodgate"
 
 // InFlightStats reports the slots this instance's calls hold now, and the
 // leases it lost (LostLeases), for the metrics adapters' Watch: what this
-// instance knows, read under its lock with no round trip. Every
-// instance's Held added up is what Redis holds, give or take the slots of
-// decisions in flight.
+// instance knows, read under its lock with no round trip (O(calls held)).
+// Every instance's Held added up is what Redis holds, give or take the
+// slots of decisions in flight; the slots of a call whose lease ran out
+// (lost) are not counted, as Redis no longer counts them.
 func (l *InFlight) InFlightStats() floodgate.InFlightStats {
 	s := floodgate.InFlightStats{Max: l.max, Leased: true, LostLeases: l.LostLeases()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range l.held {
-		s.Held += e.slots
+		for _, c := range e.calls {
+			if !c.lost { // a lost one's lease ran out: Redis no longer counts it
+				s.Held += c.n
+			}
+		}
 	}
 	return s
 }
