@@ -45,7 +45,10 @@ type Charger interface {
 // response (Result.Cost), or else the one its handler reported with
 // ReportCost (the adapter hands the handler Outcome.Context), or else the
 // estimate. The difference is given back or charged: a key may go into
-// debt, and its later calls wait until it is paid. Every policy's limiter
+// debt, and its later calls wait until it is paid, at the limit's rate
+// on every algorithm and never more than the limiter's debt limits
+// (WithMaxDebt; a charge they cap is reported in the call's
+// DecisionEvent, DebtCapped). Every policy's limiter
 // must implement Charger and Refunder. See WithCostAfter for the bound on
 // what concurrent calls can over-spend. The net/http middleware does not
 // take it: give WithCostAfter, whose cost function reads the response.
