@@ -181,3 +181,25 @@ func checkKinds(c gateConfig, p *policy) error {
 	}
 	return nil
 }
+
+// WithSettledCost is the transport-neutral half of WithCostAfter, for an
+// adapter over a Gate: each call is admitted at its cost (WithCost, the
+// adapter's Call.Cost; at least 1), taken as an estimate, and charged its
+// real cost when it settles — the cost the adapter reads from the
+// response (Result.Cost), or else the one its handler reported with
+// ReportCost (the adapter hands the handler Outcome.Context), or else the
+// estimate. The difference is given back or charged: a key may go into
+// debt, and its later calls wait until it is paid, at the limit's rate
+// on every algorithm and never more than the limiter's debt limits
+// (WithMaxDebt; a charge they cap is reported in the call's
+// DecisionEvent, DebtCapped). Every policy's limiter must implement
+// Charger and Refunder. See WithCostAfter for the bound on what
+// concurrent calls can over-spend. The net/http middleware does not take
+// it: give WithCostAfter, whose cost function reads the response.
+func WithSettledCost() MiddlewareOption {
+	return func(c *middlewareConfig) error {
+		c.costAfter = true
+		c.given["WithSettledCost"] = true
+		return c.once("cost after")
+	}
+}
