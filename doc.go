@@ -145,14 +145,16 @@
 //
 //   - HTTP: middleware.go, middlewareoption.go, response.go, route.go,
 //     preflight.go, statuswriter.go, costafter.go, forwardwarning.go.
-//   - Admission: gate.go, gatelog.go, gatewait.go, settle.go, policy.go,
-//     quota.go.
+//   - Admission: gate.go, gatelog.go, gatewait.go, gatestats.go,
+//     settle.go, meter.go, policy.go, policyshare.go, quota.go,
+//     headervalue.go.
 //   - Keys: keyfunc.go, clientip.go, forwarded.go, formkey.go,
-//     multipartcheck.go, pattern.go, prefixcover.go.
+//     multipartcheck.go, pattern.go, prefixcover.go, plankey.go.
 //   - Limiters: limiter.go, options.go, clock.go, capacity.go, charge.go,
-//     reserve.go, wait.go, store.go, debts.go, tokenbucket.go,
-//     tokenbucket_kinds.go, slidingwindow.go, slidingwindow_kinds.go,
-//     slidingcounter.go, slidingcounter_kinds.go, composite.go,
-//     composite_kinds.go, inflight.go, limitershare.go, ratelimiter.go,
-//     ratechange.go, namespace.go, plan.go, plancache.go, planfactory.go.
+//     debtlimit.go, reserve.go, wait.go, store.go, debts.go,
+//     tokenbucket.go, tokenbucket_kinds.go, slidingwindow.go,
+//     slidingwindow_kinds.go, slidingcounter.go, slidingcounter_kinds.go,
+//     composite.go, composite_kinds.go, inflight.go, inflightstats.go,
+//     limitershare.go, ratelimiter.go, ratechange.go, namespace.go,
+//     plan.go, plancache.go, planfactory.go, planinplace.go, planslot.go.
 package floodgate
