@@ -144,7 +144,8 @@
 // types (layers_test.go checks both).
 //
 //   - HTTP: middleware.go, middlewareoption.go, response.go, route.go,
-//     preflight.go, statuswriter.go, costafter.go, forwardwarning.go.
+//     policyselector.go, preflight.go, statuswriter.go, costafter.go,
+//     forwardwarning.go.
 //   - Admission: gate.go, gatelog.go, gatewait.go, gatestats.go,
 //     settle.go, meter.go, policy.go, policyshare.go, quota.go,
 //     headervalue.go.

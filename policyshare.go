@@ -24,23 +24,23 @@ type limiterOwner struct {
 	policy, route string
 }
 
-// claim records that policy p of route counts under its limiter (and the
-// limiters of a Composite), or returns an error if a policy of another
-// name already does.
-func (o limiterOwners) claim(p Policy, route string) error {
+// claim records that the policy named name, of route, counts under
+// limiter lim (and the limiters of a Composite), or returns an error if a
+// policy of another name already does.
+func (o limiterOwners) claim(name string, lim Limiter, route string) error {
 	var err error
-	keyedLimiters(p.Limiter, func(l Limiter) {
+	keyedLimiters(lim, func(l Limiter) {
 		state := stateOf(l)
 		prev, taken := o[state]
 		switch {
 		case !taken:
-			o[state] = limiterOwner{p.Name, route}
-		case prev.policy != p.Name && err == nil:
+			o[state] = limiterOwner{name, route}
+		case prev.policy != name && err == nil:
 			where := ""
 			if prev.route != route {
 				where = fmt.Sprintf(" (route %q)", prev.route)
 			}
-			err = fmt.Errorf("policy %q: %w: its limiter %s, so the keys of the two could collide (a user named like a client IP would spend that address's quota); give each policy %s", p.Name, ErrInvalidOption, sharedWith(state, prev.policy, where), ownLimiter(state))
+			err = fmt.Errorf("policy %q: %w: its limiter %s, so the keys of the two could collide (a user named like a client IP would spend that address's quota); give each policy %s", name, ErrInvalidOption, sharedWith(state, prev.policy, where), ownLimiter(state))
 		}
 	})
 	return err
