@@ -12,6 +12,11 @@ import (
 // quota (Charger, for WithCostAfter), as the time the key's refill takes
 // to pay it: a key in debt is allowed again within about that long, so a
 // single huge cost, or a run of them, cannot lock a client out for months.
+// "About": the bounds are on what is owed beyond the quota, so the wait
+// may exceed them by about the quota's own refill (a bucket's burst, a
+// window's Period). On 10 a minute with Total 10 minutes, 80 charges of
+// 5 wait 11m0s on a token bucket, 10m6s on a sliding log and 11m6s on a
+// sliding counter (TestConcurrentChargesAddUp logs them).
 // A limiter takes them with WithMaxDebt; DefaultDebtLimits applies
 // otherwise.
 //
