@@ -12,12 +12,16 @@
 // WithMaxKeyLength; the store's WithMaxKeys, WithShards and
 // WithForgetEvicted have no counterpart, since Redis holds the keys), and
 // make the same decisions: the floodgatetest conformance suite runs
-// unchanged against them. Each decision is one round trip, one Lua script (embedded in the
+// unchanged against them. For SlidingCounter that holds step for step on
+// an injected clock (WithClock) only: its fixed windows are aligned on
+// the Unix epoch on Redis and on the limiter's creation in memory, so on
+// the server's clock the two count different windows. Each decision is one round trip, one Lua script (embedded in the
 // binary, run with EVALSHA and loaded with EVAL when the server answers
 // NOSCRIPT), atomic on the server.
 //
 // For the admission kinds beyond a rate they implement what their
-// in-memory twins do, with the same decisions: all three charge beyond
+// in-memory twins do, with the same decisions (the counter's on an
+// injected clock, as above): all three charge beyond
 // their quota (floodgate.Charger, for floodgate.WithCostAfter), and the
 // TokenBucket books ahead (floodgate.Reserver, for floodgate.WithWait).
 // InFlight (NewInFlight, NewServiceInFlight) is an in-flight limit whose

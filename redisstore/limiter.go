@@ -80,6 +80,8 @@ type base struct {
 	fixedLimit int
 	// lease holds the leases (WithLease, lease.go); nil in the plain mode.
 	lease *leaseTable
+	// debt bounds what ChargeN charges (WithMaxDebt).
+	debt floodgate.DebtLimits
 }
 
 // configured is implemented by a Scripter whose options can be invalid
@@ -109,6 +111,7 @@ func (l *base) init(client Scripter, c config) error {
 		l.minTTL = strconv.FormatInt(clientClockMinTTL.Milliseconds(), 10)
 	}
 	l.fallback = c.fallback
+	l.debt = c.debt
 	l.breaker.interval = int64(c.probeInterval)
 	if c.denyCache > 0 {
 		l.deny = newDenyCache(c.denyCache)
