@@ -206,7 +206,7 @@ func layoutStore(b *testing.B, n int, old bool) func(key string) bool {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := newTBAlg(scaleRate, scaleRate.Limit, false)
+	a, err := newTBAlg(scaleRate, scaleRate.Limit, false, c.debt)
 	if err != nil {
 		b.Fatal(err)
 	}

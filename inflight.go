@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,16 +143,6 @@ func (l *InFlight) ServiceWide() bool { return l.serviceWide }
 
 // serviceWider is implemented by limits that ignore the key.
 type serviceWider interface{ ServiceWide() bool }
-
-// keyless reports whether l ignores the key, so that a middleware over it
-// keys nothing by default.
-func keyless(l Limiter) bool {
-	sw, ok := l.(serviceWider)
-	return ok && sw.ServiceWide()
-}
-
-// serviceKey is the key function of a limit that ignores the key.
-func serviceKey(*http.Request) (string, error) { return "", nil }
 
 // Capacity returns Max: no call can take more.
 func (l *InFlight) Capacity() int { return l.max }
