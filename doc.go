@@ -153,8 +153,8 @@
 //   - Keys: keyfunc.go, clientip.go, forwarded.go, formkey.go,
 //     multipartcheck.go, pattern.go, prefixcover.go, plankey.go.
 //   - Limiters: limiter.go, options.go, clock.go, capacity.go, charge.go,
-//     debtlimit.go, reserve.go, wait.go, store.go, debts.go,
-//     tokenbucket.go, tokenbucket_kinds.go, slidingwindow.go,
+//     debtlimit.go, reserve.go, wait.go, store.go, storetable.go,
+//     debts.go, tokenbucket.go, tokenbucket_kinds.go, slidingwindow.go,
 //     slidingwindow_kinds.go, slidingcounter.go, slidingcounter_kinds.go,
 //     composite.go, composite_kinds.go, inflight.go, inflightstats.go,
 //     limitershare.go, ratelimiter.go, ratechange.go, namespace.go,
