@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/yield"
 )
 
 // Plan is the quota of a key: the rate it is limited at and, for a token
@@ -241,6 +243,7 @@ func (p *PlanLimiter) allowPlan(ctx context.Context, key string, n int) (Decisio
 	if err != nil {
 		return Decision{}, Plan{}, err
 	}
+	yield.Point(ctx, "PlanLimiter: between the plan lookup and the key's lock")
 	slot := e.slot
 	if slot.mover == nil {
 		// On Redis the state stays in its key, converted by the script.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/floodgate-go/floodgate/internal/yield"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
@@ -72,6 +73,7 @@ func (p *PlanLimiter) entry(ctx context.Context, key string) (*planEntry, error)
 	}
 	if f := sh.flights[key]; f != nil {
 		sh.mu.Unlock()
+		yield.Until(ctx, "PlanLimiter: waiting for the key's lookup", f.done)
 		select {
 		case <-f.done:
 			return f.e, f.err
