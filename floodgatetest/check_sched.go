@@ -1,0 +1,227 @@
+package floodgatetest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// scheduler is the deterministic scheduler: the workers of a round run
+// one at a time, each until its next yield point (the start of each of
+// its operations, a read of CheckConfig.Now, a resolver call, a point
+// floodgate marks in a compound decision), and the scheduler picks which
+// parked worker goes on next from its seeded generator — and, under
+// Checker.MovingClock, when the clock moves. The same program and seed
+// give the same interleaving.
+//
+// A yield point reached while holding a lock that another worker then
+// waits for would hang the round: the worker resumed never parks again.
+// A watchdog sees the round make no progress for deadlockAfter, records
+// where every worker was parked, and lets them all run free so that the
+// run ends; the check then fails with that record (see run.check).
+type scheduler struct {
+	rng     *rand.Rand
+	events  chan schedEvent
+	resume  []chan struct{}
+	free    chan struct{} // closed when the scheduler gives up: yields return at once
+	freed   atomic.Bool
+	current atomic.Int32      // the worker running, -1 for none
+	where   []string          // each worker's last yield point
+	until   []<-chan struct{} // what each parked worker waits for, if anything
+	// tick, if set, moves the clock by step; the scheduler calls it at
+	// most once a round, at a scheduling step it draws.
+	tick     func(step time.Duration)
+	deadlock string
+	steps    int
+}
+
+// deadlockAfter is how long a resumed worker may run without reaching a
+// yield point before the scheduler presumes it blocked by a parked one.
+var deadlockAfter = 5 * time.Second
+
+type schedEvent struct {
+	w     int
+	done  bool
+	where string
+	until <-chan struct{}
+}
+
+func newScheduler(seed uint64, workers int) *scheduler {
+	s := &scheduler{
+		rng:    rand.New(rand.NewPCG(seed, 0x5c4ed01e)),
+		events: make(chan schedEvent, workers),
+		resume: make([]chan struct{}, workers),
+		free:   make(chan struct{}),
+		where:  make([]string, workers),
+		until:  make([]<-chan struct{}, workers),
+	}
+	for i := range s.resume {
+		s.resume[i] = make(chan struct{})
+	}
+	s.current.Store(-1)
+	return s
+}
+
+// yield parks worker w at the point where until the scheduler resumes it,
+// which it does only once until is closed, if until is not nil.
+func (s *scheduler) yield(w int, where string, until <-chan struct{}) {
+	if s.freed.Load() {
+		return
+	}
+	s.current.Store(-1)
+	s.events <- schedEvent{w: w, where: where, until: until}
+	select {
+	case <-s.resume[w]:
+	case <-s.free:
+	}
+}
+
+// yieldCurrent parks the worker running, if any: for yield points that
+// do not know their caller (a clock read).
+func (s *scheduler) yieldCurrent(where string) {
+	if w := s.current.Load(); w >= 0 {
+		s.yield(int(w), where, nil)
+	}
+}
+
+// done reports that worker w has finished its operations of the round.
+func (s *scheduler) done(w int) {
+	s.current.Store(-1)
+	s.events <- schedEvent{w: w, done: true}
+}
+
+// round runs the workers in active, each started by start on a goroutine
+// of its own, to the end of their operations. tickStep > 0 moves the
+// clock once during the round.
+func (s *scheduler) round(active []int, start func(w int), tickStep time.Duration) {
+	const (
+		running = iota
+		parked
+		finished
+	)
+	state := make(map[int]int, len(active))
+	for _, w := range active {
+		state[w] = running
+		start(w)
+	}
+	tickAt := -1
+	if tickStep > 0 && s.tick != nil {
+		tickAt = s.rng.IntN(4 * len(active))
+	}
+	timer := time.NewTimer(deadlockAfter)
+	defer timer.Stop()
+	step := 0
+	for {
+		// Wait until no worker runs.
+		for n := count(state, running); n > 0; n = count(state, running) {
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(deadlockAfter)
+			select {
+			case ev := <-s.events:
+				if ev.done {
+					state[ev.w] = finished
+				} else {
+					state[ev.w] = parked
+					s.where[ev.w], s.until[ev.w] = ev.where, ev.until
+				}
+			case <-timer.C:
+				s.giveUp(state)
+				for count(state, finished) < len(state) {
+					if ev := <-s.events; ev.done {
+						state[ev.w] = finished
+					}
+				}
+				return
+			}
+		}
+		var ready []int
+		waiting := 0
+		for _, w := range active {
+			if state[w] == parked {
+				if !closed(s.until[w]) {
+					waiting++
+					continue
+				}
+				ready = append(ready, w)
+			}
+		}
+		if len(ready) == 0 {
+			if waiting > 0 { // every parked call waits for another: cannot happen
+				s.giveUp(state)
+				for count(state, finished) < len(state) {
+					if ev := <-s.events; ev.done {
+						state[ev.w] = finished
+					}
+				}
+			}
+			return
+		}
+		if step == tickAt {
+			s.tick(tickStep)
+		}
+		step++
+		s.steps++
+		w := ready[s.rng.IntN(len(ready))]
+		state[w] = running
+		s.current.Store(int32(w))
+		s.resume[w] <- struct{}{}
+	}
+}
+
+// giveUp records a round that made no progress and lets every worker run
+// free.
+func (s *scheduler) giveUp(state map[int]int) {
+	var b strings.Builder
+	var ws []int
+	for w := range state {
+		ws = append(ws, w)
+	}
+	sort.Ints(ws)
+	fmt.Fprintf(&b, "deterministic scheduler: a resumed call reached no yield point for %v; "+
+		"it is most likely blocked on a lock held by a call parked at a yield point, which means a yield point inside a critical section "+
+		"(a CheckConfig.Now given to a limiter that reads the time under its own lock?). Where each worker was:", deadlockAfter)
+	for _, w := range ws {
+		st := "parked at " + s.where[w]
+		switch state[w] {
+		case 0:
+			st = "running (resumed from " + s.where[w] + ")"
+		case 2:
+			st = "done"
+		}
+		fmt.Fprintf(&b, "\n\tworker %d: %s", w, st)
+	}
+	s.deadlock = b.String()
+	s.freed.Store(true)
+	close(s.free)
+}
+
+// closed reports whether ch is nil or closed.
+func closed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func count(state map[int]int, want int) int {
+	n := 0
+	for _, st := range state {
+		if st == want {
+			n++
+		}
+	}
+	return n
+}
