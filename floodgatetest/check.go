@@ -91,9 +91,14 @@ type Checker struct {
 	// what the model denies, nor report more Remaining, but a denial is
 	// not compared. Shortfall then bounds, over a whole run, the units a
 	// steady key (one whose traffic stays under its quota) may be denied
-	// (0: none); it is checked only for a Lossy limiter.
+	// (0: none; negative: no bound, for a store that may lock a key out
+	// by design); it is checked only for a Lossy limiter.
 	Lossy     bool
 	Shortfall int
+	// Estimates says the limiter's Decision.Remaining is an estimate the
+	// model does not hold it to (a leased limiter reports what its own
+	// instance knows); with Lossy, only Allowed and Limit are compared.
+	Estimates bool
 	// DenyCache is the longest a cached denial may answer after the
 	// state it came from changed on another instance
 	// (redisstore.DenyCacheMaxAge, with redisstore.WithDenyCache): a
@@ -112,6 +117,9 @@ type Checker struct {
 	// hold slots.
 	MaxKeys int
 
+	// MaxCost bounds the cost of the decisions drawn (default: up to the
+	// capacity plus one, and now and then 2^20).
+	MaxCost int
 	// Without names operations not to generate, though the limiter
 	// supports them (default: every operation it supports).
 	Without Ops
@@ -122,6 +130,11 @@ type Checker struct {
 	// 40): the clock stands still during a round and moves between
 	// rounds.
 	Keys, Workers, Rounds int
+	// Spray adds, to each round, that many decisions of the whole
+	// capacity on keys used once ("x<i>"): a key spray, which evicts the
+	// keys of a store bounded by WithMaxKeys while they still owe, and
+	// fills its debt memory.
+	Spray int
 	// MovingClock moves the clock also while calls are in flight: every
 	// decision may then be made at any time between its call and its
 	// return, and the model tries each.

@@ -44,7 +44,7 @@ func (r *run) checkBounds(recs []*crec) *failure {
 		return nil
 	}
 	for _, rec := range recs {
-		if rec.t0 != rec.t1 && rec.ret != retUnknown && rec.eff != effSetRate && !rec.gated {
+		if rec.t0 != rec.t1 && rec.ret != retUnknown && rec.eff != effSetRate {
 			return nil // the clock moved during a call
 		}
 	}
@@ -54,7 +54,7 @@ func (r *run) checkBounds(recs []*crec) *failure {
 		switch {
 		case rec.eff == effSetRate && !rec.noEffect:
 			changes = append(changes, rec)
-		case rec.key != "" && !strings.HasPrefix(rec.key, "u"):
+		case rec.key != "" && !strings.HasPrefix(rec.key, "u") && !strings.HasPrefix(rec.key, "x"):
 			byKey[rec.key] = append(byKey[rec.key], rec)
 		}
 	}
@@ -238,6 +238,9 @@ func (r *run) boundFor(setups []setup, periodChanges int, T, wait time.Duration)
 				s.burst = or(p.Burst, p.Rate.Limit)
 			}
 			b := algBound(p.Algorithm, []setup{s}, 0, T)
+			if wait > 0 {
+				b += algBound(p.Algorithm, []setup{s}, 0, wait) - s.capacity()
+			}
 			if most < 0 || b < most {
 				most = b
 			}

@@ -88,7 +88,7 @@ type Op struct {
 	Kind     OpKind
 	// Key is the key: "k<i>" for the random traffic, "s<i>" for a steady
 	// key (one request at a time, under its quota), "u<i>" for one with
-	// no plan.
+	// no plan, "x<i>" for one of a spray (Checker.Spray).
 	Key     string
 	N       int           // the cost (OpAllow, OpReserve)
 	Real    int           // the call's real cost, charged when it settles
@@ -135,8 +135,9 @@ type gen struct {
 	c       *checker
 	rng     *rand.Rand
 	now     time.Duration // the clock of the round being drawn
-	steady  []time.Duration
+	steady  []float64 // units each steady key is due
 	madeUp  int
+	sprayed int
 	setRate bool // a SetRate in this round already
 }
 
@@ -201,35 +202,46 @@ func (g *gen) round() Round {
 				op.Worker = w
 				op.Instance = rng.IntN(c.Instances)
 				r.Ops = append(r.Ops, op)
+				if op.Kind == OpAllow && op.N > 0 && (c.caps.settles() || c.Gate != nil) && rng.IntN(2) == 0 {
+					// Most calls are short: settled in the round they
+					// are decided in (the worker's oldest call first).
+					r.Ops = append(r.Ops, Op{Worker: w, Instance: op.Instance, Kind: OpSettle})
+				}
 			}
 		}
 	}
-	r.Ops = append(r.Ops, g.steadyOps()...)
+	r.Ops = append(r.Ops, g.steadyOps(r.Advance)...)
+	for range c.Spray {
+		g.sprayed++
+		r.Ops = append(r.Ops, Op{Worker: rng.IntN(c.Workers), Instance: rng.IntN(c.Instances), Kind: OpAllow,
+			Key: fmt.Sprintf("x%d", g.sprayed), N: g.capacity(), Real: g.capacity()})
+	}
 	return r
 }
 
-// steadyOps returns this round's requests of the steady keys: one unit
-// every 1.12 periods' share of a unit (under 90 % of the quota), on a
-// random worker and instance.
-func (g *gen) steadyOps() []Op {
+// steadyOps returns this round's requests of the steady keys: at 89 %
+// of the quota over time (a unit every 1.12 periods' share of one), at
+// most a sixteenth of the limit at once, on random workers and
+// instances, so that an exact limiter never denies one.
+func (g *gen) steadyOps(advance time.Duration) []Op {
 	c := g.c
 	if c.Algorithm == InFlightSlots || len(c.Plans) > 0 || c.Gate != nil {
 		return nil
 	}
 	if g.steady == nil {
-		g.steady = make([]time.Duration, steadyKeys)
+		g.steady = make([]float64, steadyKeys)
 	}
 	limit := c.Rate.Limit
 	if len(c.Parts) > 0 {
 		limit = g.capacity() // the smallest part's
 	}
-	every := g.period() * 112 / 100 / time.Duration(max(limit, 1))
+	burst := float64(max(limit/16, 1))
 	var ops []Op
 	for i := range g.steady {
-		for g.steady[i] <= g.now {
+		g.steady[i] = min(g.steady[i]+float64(limit)*float64(advance)/float64(g.period())/1.12, burst)
+		for ; g.steady[i] >= 1; g.steady[i]-- {
 			ops = append(ops, Op{Worker: g.rng.IntN(c.Workers), Instance: g.rng.IntN(c.Instances),
 				Kind: OpAllow, Key: fmt.Sprintf("s%d", i), N: 1, Real: 1})
-			g.steady[i] += every
 		}
 	}
 	return ops
@@ -242,7 +254,11 @@ func (g *gen) key() string { return fmt.Sprintf("k%d", g.rng.IntN(g.c.Keys)) }
 func (g *gen) op() (Op, bool) {
 	c, rng, cp := g.c, g.rng, g.c.caps
 	capacity := g.capacity()
-	switch x := rng.IntN(100); {
+	x := rng.IntN(100)
+	if len(c.Plans) > 0 && c.Without&PlanChanges == 0 && rng.IntN(8) == 0 {
+		x = 90 // a key's plan changes often: the moves are what is checked
+	}
+	switch {
 	case x < 55:
 		op := Op{Kind: OpAllow, Key: g.key(), N: g.cost(capacity)}
 		if c.Gate != nil {
@@ -263,6 +279,9 @@ func (g *gen) op() (Op, bool) {
 			return Op{}, false
 		}
 		n := 1 + rng.IntN(capacity)
+		if c.MaxCost > 0 {
+			n = min(n, c.MaxCost)
+		}
 		op := Op{Kind: OpReserve, Key: g.key(), N: n, MaxWait: whole(time.Duration(rng.Int64N(int64(g.period())) + 1))}
 		if rng.IntN(3) > 0 {
 			op.Real = n // kept; 0: the booking is given back when settled
@@ -288,19 +307,23 @@ func (g *gen) op() (Op, bool) {
 // cost draws a decision's cost: mostly one unit, sometimes none, some
 // units, the whole capacity, or more than it.
 func (g *gen) cost(capacity int) int {
+	n := 1 << 20
 	switch x := g.rng.IntN(100); {
 	case x < 8:
-		return 0
+		n = 0
 	case x < 60:
-		return 1
+		n = 1
 	case x < 88:
-		return 1 + g.rng.IntN(max(capacity, 1))
+		n = 1 + g.rng.IntN(max(capacity, 1))
 	case x < 94:
-		return capacity
+		n = capacity
 	case x < 99:
-		return capacity + 1
+		n = capacity + 1
 	}
-	return 1 << 20
+	if g.c.MaxCost > 0 {
+		n = min(n, g.c.MaxCost)
+	}
+	return n
 }
 
 // real draws a call's real cost: mostly its estimate, sometimes less (if

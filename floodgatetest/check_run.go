@@ -81,7 +81,11 @@ type call struct {
 // probe builds one instance to learn what the limiter supports.
 func (c *checker) probe(t testing.TB) caps {
 	clock := NewClock(epoch)
-	lim, err := c.New(c.config(clock, clock.Now, nil, "floodgatetest-probe", 0))
+	var resolve floodgate.PlanResolver
+	if len(c.Plans) > 0 {
+		resolve = (&planBook{c: c, at: map[string]int{}}).resolve
+	}
+	lim, err := c.New(c.config(clock, clock.Now, resolve, "floodgatetest-probe", 0))
 	if err != nil {
 		t.Fatalf("%s: New: %v", c.Name, err)
 	}
@@ -270,7 +274,7 @@ func (r *run) detRound(ops []Op, tick time.Duration) {
 		byWorker[op.Worker] = append(byWorker[op.Worker], op)
 	}
 	sort.Ints(active)
-	r.sched.round(active, func(w int) {
+	r.sched.round(active, len(ops), func(w int) {
 		go func() {
 			for _, op := range byWorker[w] {
 				r.sched.yield(w, "the start of "+op.String(), nil)
@@ -361,14 +365,29 @@ func (r *run) barrier() {
 	}
 	seq := r.hist.mark()
 	r.barriers = append(r.barriers, seq)
+	gone := map[*worker]*call{}
 	for _, w := range r.ws {
 		w.mu.Lock()
 		c := w.asleep
 		if c != nil && c.hangUp && c.cancel != nil && c.cancelAt == 0 {
 			c.cancelAt, c.cancelT = r.hist.mark(), r.clock.Now().Sub(epoch)
 			c.cancel()
+			gone[w] = c
 		}
 		w.mu.Unlock()
+	}
+	// The clock stands still until the calls that hung up have given
+	// their bookings back.
+	for w, c := range gone {
+		for {
+			w.mu.Lock()
+			still := w.asleep == c
+			w.mu.Unlock()
+			if !still {
+				break
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
 	}
 }
 
@@ -408,7 +427,7 @@ func (r *run) finalReports() []Op {
 	sort.Strings(keys)
 	var ops []Op
 	for i, k := range keys {
-		if strings.HasPrefix(k, "u") {
+		if strings.HasPrefix(k, "u") || strings.HasPrefix(k, "x") {
 			continue
 		}
 		for inst := range r.insts {

@@ -31,8 +31,9 @@ type scheduler struct {
 	current atomic.Int32      // the worker running, -1 for none
 	where   []string          // each worker's last yield point
 	until   []<-chan struct{} // what each parked worker waits for, if anything
-	// tick, if set, moves the clock by step; the scheduler calls it at
-	// most once a round, at a scheduling step it draws.
+	// tick, if set, moves the clock by step; under Checker.MovingClock the
+	// scheduler calls it at one scheduling step in six, by up to the
+	// round's Tick, while the calls it has parked are in flight.
 	tick     func(step time.Duration)
 	deadlock string
 	steps    int
@@ -94,9 +95,20 @@ func (s *scheduler) done(w int) {
 }
 
 // round runs the workers in active, each started by start on a goroutine
-// of its own, to the end of their operations. tickStep > 0 moves the
-// clock once during the round.
-func (s *scheduler) round(active []int, start func(w int), tickStep time.Duration) {
+// of its own, to the end of their operations, ops of them in all.
+// tickStep > 0 moves the clock during the round (see tick).
+//
+// Half the rounds, drawn, pick the next worker uniformly among those
+// parked (a random walk); the others as PCT does (Burckhardt et al.,
+// "A randomized scheduler with probabilistic guarantees of finding
+// bugs"): the workers get random priorities, the highest that is ready
+// runs, and at two steps drawn at random the one about to run drops to
+// the lowest. A random walk seldom lets one call run far ahead of
+// another that it preempted at one exact point — a decision parked
+// between its plan lookup and its lock while another moves the key —
+// which is what PCT finds with a probability of about one over the calls
+// times the steps.
+func (s *scheduler) round(active []int, ops int, start func(w int), tickStep time.Duration) {
 	const (
 		running = iota
 		parked
@@ -107,13 +119,26 @@ func (s *scheduler) round(active []int, start func(w int), tickStep time.Duratio
 		state[w] = running
 		start(w)
 	}
-	tickAt := -1
-	if tickStep > 0 && s.tick != nil {
-		tickAt = s.rng.IntN(4 * len(active))
+	if len(active) == 0 {
+		if tickStep > 0 && s.tick != nil {
+			s.tick(tickStep)
+		}
+		return
 	}
+
+	pct := s.rng.IntN(2) == 0
+	prio := map[int]int{}
+	for i, j := range s.rng.Perm(len(active)) {
+		prio[active[i]] = j
+	}
+	lowest := -1
+	change := map[int]bool{}
+	for range 2 {
+		change[s.rng.IntN(6*ops+1)] = true
+	}
+	step := 0
 	timer := time.NewTimer(deadlockAfter)
 	defer timer.Stop()
-	step := 0
 	for {
 		// Wait until no worker runs.
 		for n := count(state, running); n > 0; n = count(state, running) {
@@ -164,12 +189,19 @@ func (s *scheduler) round(active []int, start func(w int), tickStep time.Duratio
 			}
 			return
 		}
-		if step == tickAt {
-			s.tick(tickStep)
+		if tickStep > 0 && s.tick != nil && s.rng.IntN(6) == 0 {
+			s.tick(time.Duration(1+s.rng.Int64N(int64(tickStep/time.Millisecond))) * time.Millisecond)
 		}
-		step++
 		s.steps++
 		w := ready[s.rng.IntN(len(ready))]
+		if pct {
+			w = highest(ready, prio)
+			if change[step] {
+				prio[w], lowest = lowest, lowest-1
+				w = highest(ready, prio)
+			}
+		}
+		step++
 		state[w] = running
 		s.current.Store(int32(w))
 		s.resume[w] <- struct{}{}
@@ -201,6 +233,17 @@ func (s *scheduler) giveUp(state map[int]int) {
 	s.deadlock = b.String()
 	s.freed.Store(true)
 	close(s.free)
+}
+
+// highest returns the worker of ready with the highest priority.
+func highest(ready []int, prio map[int]int) int {
+	best := ready[0]
+	for _, w := range ready[1:] {
+		if prio[w] > prio[best] {
+			best = w
+		}
+	}
+	return best
 }
 
 // closed reports whether ch is nil or closed.

@@ -12,7 +12,9 @@ import (
 // then over its operations, then over its workers, keeping a candidate
 // whenever it still fails with the same kind of violation. A candidate
 // under the deterministic scheduler is run twice (the limiter's own hash
-// seeds differ from run to run), a free-running one up to five times.
+// seeds differ from run to run) three times, under the program's seed
+// and the two after it (the shrunk program keeps the seed that failed), a
+// free-running one up to five times.
 
 // shrinkBudget bounds the time spent shrinking one failure.
 func shrinkBudget() time.Duration {
@@ -27,20 +29,25 @@ func shrinkBudget() time.Duration {
 func (c *checker) shrink(t testing.TB, p Program, f *failure) (Program, *failure) {
 	deadline := time.Now().Add(shrinkBudget())
 	best, bestF := p, f
-	tries := 2
+	tries := 3
 	if !p.Deterministic {
 		tries = 5
 	}
-	fails := func(q Program) *failure {
+	fails := func(q Program) (Program, *failure) {
 		if time.Now().After(deadline) {
-			return nil
+			return q, nil
 		}
-		for range tries {
+		for i := range tries {
+			if q.Deterministic && i > 0 {
+				// Another interleaving of the same operations: one
+				// operation fewer changes the scheduler's draws anyway.
+				q.Seed = p.Seed + uint64(i)
+			}
 			if g := c.runProgram(t, q); g != nil && g.kind == f.kind {
-				return g
+				return q, g
 			}
 		}
-		return nil
+		return q, nil
 	}
 	// Rounds, then operations: remove chunks, halving their size.
 	for _, byOps := range []bool{false, true} {
@@ -58,8 +65,8 @@ func (c *checker) shrink(t testing.TB, p Program, f *failure) (Program, *failure
 				} else {
 					cand = best.withoutRounds(start, chunk)
 				}
-				if g := fails(cand); g != nil {
-					best, bestF = cand, g
+				if q, g := fails(cand); g != nil {
+					best, bestF = q, g
 					continue // the same start now holds the next chunk
 				}
 				start += chunk
@@ -72,8 +79,8 @@ func (c *checker) shrink(t testing.TB, p Program, f *failure) (Program, *failure
 	// Fewer workers, down to one: a failure that needs no concurrency.
 	for w := 1; w < best.Workers; w++ {
 		if cand := best.onWorkers(w); cand.size() == best.size() {
-			if g := fails(cand); g != nil {
-				best, bestF = cand, g
+			if q, g := fails(cand); g != nil {
+				best, bestF = q, g
 				break
 			}
 		}
@@ -81,8 +88,8 @@ func (c *checker) shrink(t testing.TB, p Program, f *failure) (Program, *failure
 	// Drop the rounds that are left empty, moving their clock into the
 	// next one.
 	if cand := best.compact(); len(cand.Rounds) < len(best.Rounds) {
-		if g := fails(cand); g != nil {
-			best, bestF = cand, g
+		if q, g := fails(cand); g != nil {
+			best, bestF = q, g
 		}
 	}
 	return best, bestF
