@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -278,11 +277,10 @@ func envFull() bool { return os.Getenv("FLOODGATE_FULL") == "1" }
 // (FLOODGATE_CHECK_SEED=seed replays it alone) and a repro test to paste.
 func Check(t *testing.T, c Checker) {
 	t.Helper()
-	ch, err := c.normalize()
+	ch, err := c.prepare()
 	if err != nil {
-		t.Fatalf("floodgatetest: invalid Checker: %v", err)
+		t.Fatalf("floodgatetest: %s: %v", c.Name, err)
 	}
-	ch.caps = ch.probe(t)
 	seeds := []uint64{1, 2, 3}
 	fixed := true
 	if s := os.Getenv("FLOODGATE_CHECK_SEED"); s != "" {
@@ -292,7 +290,8 @@ func Check(t *testing.T, c Checker) {
 		}
 		seeds, fixed = []uint64{v}, false
 	}
-	deadline := time.Now().Add(ch.Budget)
+	began := time.Now()
+	deadline := began.Add(ch.Budget)
 	programs, ops := 0, 0
 	for i := 0; ; i++ {
 		var seed uint64
@@ -308,12 +307,15 @@ func Check(t *testing.T, c Checker) {
 		}
 		for _, sched := range ch.schedulers() {
 			p := ch.generate(seed, sched)
-			f := ch.runProgram(t, p)
+			f, err := ch.runProgram(t, p)
+			if err != nil {
+				t.Fatalf("floodgatetest: %s: %v", ch.Name, err)
+			}
 			programs++
 			ops += p.size()
 			if f != nil {
-				ch.fail(t, p, f)
-				return
+				t.Fatalf("%v\n(the check had run %d programs, %d operations, for %.1f s when it failed)",
+					ch.fail(t, p, f), programs, ops, time.Since(began).Seconds())
 			}
 		}
 	}
@@ -326,20 +328,83 @@ func Check(t *testing.T, c Checker) {
 // 20 times, since its interleaving is the Go scheduler's.
 func Replay(t *testing.T, c Checker, p Program) {
 	t.Helper()
-	ch, err := c.normalize()
+	ch, err := c.prepare()
 	if err != nil {
-		t.Fatalf("floodgatetest: invalid Checker: %v", err)
+		t.Fatalf("floodgatetest: %s: %v", c.Name, err)
 	}
-	ch.caps = ch.probe(t)
 	tries := 1
 	if !p.Deterministic {
 		tries = 20
 	}
 	for range tries {
-		if f := ch.runProgram(t, p); f != nil {
+		f, err := ch.runProgram(t, p)
+		if err != nil {
+			t.Fatalf("floodgatetest: %s: %v", ch.Name, err)
+		}
+		if f != nil {
 			t.Fatalf("%s: %s", ch.Name, f.report(p))
 		}
 	}
+}
+
+// Find is Check without a test: it runs the programs of seeds, each
+// under the schedulers c names, and returns the first violation found,
+// shrunk, or nil if there is none. An invalid Checker, or a New that
+// fails, is an error.
+func (c Checker) Find(seeds ...uint64) (*Failure, error) {
+	ch, err := c.prepare()
+	if err != nil {
+		return nil, err
+	}
+	for _, seed := range seeds {
+		for _, sched := range ch.schedulers() {
+			p := ch.generate(seed, sched)
+			f, err := ch.runProgram(discard{}, p)
+			if err != nil {
+				return nil, err
+			}
+			if f != nil {
+				return ch.fail(discard{}, p, f), nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// Failure is a violation the checker found (Checker.Find).
+type Failure struct {
+	// Kind names the property violated, such as "no order of the calls
+	// fits the sequential model (not linearizable)" or "more admitted in
+	// an interval than the limit allows".
+	Kind string
+	// Details shows the calls that violate it, as the shrunk program
+	// made them.
+	Details string
+	// Seed is the seed of the program that failed; Found its size, in
+	// operations, and Program the shrunk program, which still fails.
+	Seed    uint64
+	Found   int
+	Program Program
+	// Repro is a Go test that replays Program with Replay.
+	Repro string
+}
+
+func (f *Failure) String() string {
+	return fmt.Sprintf("%s: %s\n\nfound from seed %d under the %s scheduler after %d operations, shrunk to %d operations (%d rounds); FLOODGATE_CHECK_SEED=%d replays the original\n\nrepro test, to paste beside the test that runs Check:\n\n%s",
+		f.Kind, f.Details, f.Seed, schedName(f.Program.Deterministic), f.Found, f.Program.size(), len(f.Program.Rounds), f.Seed, f.Repro)
+}
+
+// prepare checks c, fills in its defaults and learns what its limiter
+// supports.
+func (c Checker) prepare() (*checker, error) {
+	ch, err := c.normalize()
+	if err != nil {
+		return nil, fmt.Errorf("invalid Checker: %w", err)
+	}
+	if ch.caps, err = ch.probe(); err != nil {
+		return nil, err
+	}
+	return ch, nil
 }
 
 // checker is a Checker with its defaults filled in.
@@ -452,17 +517,11 @@ func (c *checker) defaultRates() []floodgate.RateChange {
 	return out
 }
 
-// fail shrinks the failing program and fails t with the violation, the
-// seed and a repro test.
-func (c *checker) fail(t *testing.T, p Program, f *failure) {
-	t.Helper()
-	small, sf := c.shrink(t, p, f)
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s\n", c.Name, sf.report(small))
-	fmt.Fprintf(&b, "\nfound from seed %d under the %s scheduler after %d operations (%d rounds), shrunk to %d operations (%d rounds); FLOODGATE_CHECK_SEED=%d replays the original\n",
-		p.Seed, schedName(p.Deterministic), p.size(), len(p.Rounds), small.size(), len(small.Rounds), p.Seed)
-	fmt.Fprintf(&b, "\nrepro test, to paste beside the test that runs Check:\n\n%s", c.reproTest(small, sf))
-	t.Fatal(b.String())
+// fail shrinks the failing program p and returns the Failure to report.
+func (c *checker) fail(log logger, p Program, f *failure) *Failure {
+	small, sf := c.shrink(log, p, f)
+	return &Failure{Kind: sf.kind, Details: sf.msg, Seed: p.Seed, Found: p.size(), Program: small,
+		Repro: c.reproTest(small, sf)}
 }
 
 func schedName(det bool) string {

@@ -342,7 +342,9 @@ func (l *linearizer) matches(rec *crec, want floodgate.Decision, werr error, r f
 		}
 		return true, true, ""
 	case l.c.Lossy:
-		return true, false, ""
+		// A denial: the model's state stands if it denied too (a log
+		// counting denied attempts records it), else it is as before.
+		return true, !want.Allowed, ""
 	case l.c.DenyCache > 0 && !got.Allowed && !want.Allowed:
 		if got.Limit != want.Limit || l.roundUp(got.RetryAfter) > want.RetryAfter {
 			return false, false, fmt.Sprintf("a denial must not wait longer than the model's %s", modelString(want, r, booking))

@@ -135,7 +135,7 @@ type gen struct {
 	c       *checker
 	rng     *rand.Rand
 	now     time.Duration // the clock of the round being drawn
-	steady  []float64 // units each steady key is due
+	steady  []float64     // units each steady key is due
 	madeUp  int
 	sprayed int
 	setRate bool // a SetRate in this round already

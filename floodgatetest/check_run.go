@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -22,7 +21,7 @@ import (
 // history.
 type run struct {
 	c      *checker
-	t      testing.TB
+	log    logger
 	p      Program
 	clock  *Clock
 	prefix string
@@ -78,8 +77,18 @@ type call struct {
 	cancelT  time.Duration // and the clock then
 }
 
+// logger is where a run notes what is not a failure: testing.TB, or
+// nothing (Checker.Find).
+type logger interface {
+	Logf(format string, args ...any)
+}
+
+type discard struct{}
+
+func (discard) Logf(string, ...any) {}
+
 // probe builds one instance to learn what the limiter supports.
-func (c *checker) probe(t testing.TB) caps {
+func (c *checker) probe() (caps, error) {
 	clock := NewClock(epoch)
 	var resolve floodgate.PlanResolver
 	if len(c.Plans) > 0 {
@@ -87,10 +96,13 @@ func (c *checker) probe(t testing.TB) caps {
 	}
 	lim, err := c.New(c.config(clock, clock.Now, resolve, "floodgatetest-probe", 0))
 	if err != nil {
-		t.Fatalf("%s: New: %v", c.Name, err)
+		return caps{}, fmt.Errorf("New: %w", err)
+	}
+	if lim == nil {
+		return caps{}, errors.New("New returned a nil limiter and no error")
 	}
 	defer closeLimiter(lim)
-	return c.capsOf(lim)
+	return c.capsOf(lim), nil
 }
 
 // capsOf returns what lim can do, as the checker uses it.
@@ -145,8 +157,11 @@ func (c *checker) config(clock *Clock, now func() time.Time, resolve floodgate.P
 }
 
 // runProgram runs p and checks its history; nil if nothing was found.
-func (c *checker) runProgram(t testing.TB, p Program) *failure {
-	r := c.newRun(t, p)
+func (c *checker) runProgram(log logger, p Program) (*failure, error) {
+	r, err := c.newRun(log, p)
+	if err != nil {
+		return nil, err
+	}
 	defer r.close()
 	if p.Deterministic {
 		disable := yield.Enable()
@@ -156,13 +171,13 @@ func (c *checker) runProgram(t testing.TB, p Program) *failure {
 		r.execFree()
 	}
 	if r.sched != nil && r.sched.deadlock != "" {
-		return &failure{kind: failDeadlock, msg: r.sched.deadlock}
+		return &failure{kind: failDeadlock, msg: r.sched.deadlock}, nil
 	}
-	return r.check()
+	return r.check(), nil
 }
 
-func (c *checker) newRun(t testing.TB, p Program) *run {
-	r := &run{c: c, t: t, p: p, clock: NewClock(epoch), start: time.Now(), keys: map[string]bool{},
+func (c *checker) newRun(log logger, p Program) (*run, error) {
+	r := &run{c: c, log: log, p: p, clock: NewClock(epoch), start: time.Now(), keys: map[string]bool{},
 		prefix: fmt.Sprintf("fgc%d-%x", p.Seed, rand.Uint32())}
 	r.ticks = []time.Duration{0}
 	now := r.clock.Now
@@ -181,14 +196,21 @@ func (c *checker) newRun(t testing.TB, p Program) *run {
 	}
 	for i := range c.Instances {
 		lim, err := c.New(c.config(r.clock, now, resolve, r.prefix, i))
+		if err == nil && lim == nil {
+			err = errors.New("New returned a nil limiter and no error")
+		}
 		if err != nil {
-			t.Fatalf("%s: New: %v", c.Name, err)
+			r.close()
+			return nil, fmt.Errorf("New: %w", err)
 		}
 		inst := &instance{lim: lim}
-		if c.Gate != nil {
-			inst.sel, inst.gate = c.gate(t, lim, r.clock)
-		}
 		r.insts = append(r.insts, inst)
+		if c.Gate != nil {
+			if inst.sel, inst.gate, err = c.gate(lim, r.clock); err != nil {
+				r.close()
+				return nil, err
+			}
+		}
 	}
 	for i := range p.Workers {
 		w := &worker{id: i, r: r, ctx: context.Background(), rng: rand.New(rand.NewPCG(p.Seed, uint64(i)))}
@@ -197,15 +219,15 @@ func (c *checker) newRun(t testing.TB, p Program) *run {
 		}
 		r.ws = append(r.ws, w)
 	}
-	return r
+	return r, nil
 }
 
 // gate builds the admission core over lim.
-func (c *checker) gate(t testing.TB, lim floodgate.Limiter, clock *Clock) (*floodgate.SelectorFor[string], *floodgate.Gate) {
+func (c *checker) gate(lim floodgate.Limiter, clock *Clock) (*floodgate.SelectorFor[string], *floodgate.Gate, error) {
 	sel, err := floodgate.NewSelectorFor(floodgate.PolicyFor[string]{Name: "checked", Limiter: lim,
 		Key: func(k string) (string, error) { return k, nil }})
 	if err != nil {
-		t.Fatalf("%s: NewSelectorFor: %v", c.Name, err)
+		return nil, nil, fmt.Errorf("NewSelectorFor: %w", err)
 	}
 	opts := []floodgate.MiddlewareOption{floodgate.WithWallClock(clock.Now)}
 	if c.Gate.SettledCost {
@@ -219,9 +241,9 @@ func (c *checker) gate(t testing.TB, lim floodgate.Limiter, clock *Clock) (*floo
 	}
 	g, err := floodgate.NewGate(sel, append(opts, c.Gate.Options...)...)
 	if err != nil {
-		t.Fatalf("%s: NewGate: %v", c.Name, err)
+		return nil, nil, fmt.Errorf("NewGate: %w", err)
 	}
-	return sel, g
+	return sel, g, nil
 }
 
 func (r *run) close() {

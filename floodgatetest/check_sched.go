@@ -109,11 +109,6 @@ func (s *scheduler) done(w int) {
 // which is what PCT finds with a probability of about one over the calls
 // times the steps.
 func (s *scheduler) round(active []int, ops int, start func(w int), tickStep time.Duration) {
-	const (
-		running = iota
-		parked
-		finished
-	)
 	state := make(map[int]int, len(active))
 	for _, w := range active {
 		state[w] = running
@@ -125,87 +120,120 @@ func (s *scheduler) round(active []int, ops int, start func(w int), tickStep tim
 		}
 		return
 	}
-
-	pct := s.rng.IntN(2) == 0
-	prio := map[int]int{}
-	for i, j := range s.rng.Perm(len(active)) {
-		prio[active[i]] = j
-	}
-	lowest := -1
-	change := map[int]bool{}
-	for range 2 {
-		change[s.rng.IntN(6*ops+1)] = true
-	}
-	step := 0
+	order := s.newOrder(active, ops)
 	timer := time.NewTimer(deadlockAfter)
 	defer timer.Stop()
-	for {
-		// Wait until no worker runs.
-		for n := count(state, running); n > 0; n = count(state, running) {
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			timer.Reset(deadlockAfter)
-			select {
-			case ev := <-s.events:
-				if ev.done {
-					state[ev.w] = finished
-				} else {
-					state[ev.w] = parked
-					s.where[ev.w], s.until[ev.w] = ev.where, ev.until
-				}
-			case <-timer.C:
-				s.giveUp(state)
-				for count(state, finished) < len(state) {
-					if ev := <-s.events; ev.done {
-						state[ev.w] = finished
-					}
-				}
-				return
-			}
-		}
-		var ready []int
-		waiting := 0
-		for _, w := range active {
-			if state[w] == parked {
-				if !closed(s.until[w]) {
-					waiting++
-					continue
-				}
-				ready = append(ready, w)
-			}
-		}
+	for s.settle(state, timer) {
+		ready, waiting := s.ready(active, state)
 		if len(ready) == 0 {
 			if waiting > 0 { // every parked call waits for another: cannot happen
-				s.giveUp(state)
-				for count(state, finished) < len(state) {
-					if ev := <-s.events; ev.done {
-						state[ev.w] = finished
-					}
-				}
+				s.abandon(state)
 			}
 			return
 		}
 		if tickStep > 0 && s.tick != nil && s.rng.IntN(6) == 0 {
 			s.tick(time.Duration(1+s.rng.Int64N(int64(tickStep/time.Millisecond))) * time.Millisecond)
 		}
-		s.steps++
-		w := ready[s.rng.IntN(len(ready))]
-		if pct {
-			w = highest(ready, prio)
-			if change[step] {
-				prio[w], lowest = lowest, lowest-1
-				w = highest(ready, prio)
-			}
-		}
-		step++
+		w := order.next(s, ready)
 		state[w] = running
 		s.current.Store(int32(w))
 		s.resume[w] <- struct{}{}
 	}
+}
+
+// A worker's state in a round.
+const (
+	running = iota
+	parked
+	finished
+)
+
+// settle waits until no worker of state runs; false if the round made no
+// progress for deadlockAfter (then every worker ran free to its end).
+func (s *scheduler) settle(state map[int]int, timer *time.Timer) bool {
+	for count(state, running) > 0 {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(deadlockAfter)
+		select {
+		case ev := <-s.events:
+			if ev.done {
+				state[ev.w] = finished
+			} else {
+				state[ev.w] = parked
+				s.where[ev.w], s.until[ev.w] = ev.where, ev.until
+			}
+		case <-timer.C:
+			s.abandon(state)
+			return false
+		}
+	}
+	return true
+}
+
+// abandon gives the round up (giveUp) and waits for every worker to end.
+func (s *scheduler) abandon(state map[int]int) {
+	s.giveUp(state)
+	for count(state, finished) < len(state) {
+		if ev := <-s.events; ev.done {
+			state[ev.w] = finished
+		}
+	}
+}
+
+// ready returns the parked workers that may run, and how many parked
+// ones wait for another.
+func (s *scheduler) ready(active []int, state map[int]int) (ready []int, waiting int) {
+	for _, w := range active {
+		if state[w] != parked {
+			continue
+		}
+		if !closed(s.until[w]) {
+			waiting++
+			continue
+		}
+		ready = append(ready, w)
+	}
+	return ready, waiting
+}
+
+// order is how a round picks its next worker: uniformly, or PCT's way.
+type order struct {
+	pct    bool
+	prio   map[int]int
+	lowest int
+	change map[int]bool
+	step   int
+}
+
+func (s *scheduler) newOrder(active []int, ops int) *order {
+	o := &order{pct: s.rng.IntN(2) == 0, prio: map[int]int{}, lowest: -1, change: map[int]bool{}}
+	for i, j := range s.rng.Perm(len(active)) {
+		o.prio[active[i]] = j
+	}
+	for range 2 {
+		o.change[s.rng.IntN(6*ops+1)] = true
+	}
+	return o
+}
+
+// next returns the worker of ready to resume.
+func (o *order) next(s *scheduler, ready []int) int {
+	s.steps++
+	w := ready[s.rng.IntN(len(ready))]
+	if o.pct {
+		w = highest(ready, o.prio)
+		if o.change[o.step] {
+			o.prio[w], o.lowest = o.lowest, o.lowest-1
+			w = highest(ready, o.prio)
+		}
+	}
+	o.step++
+	return w
 }
 
 // giveUp records a round that made no progress and lets every worker run
@@ -223,9 +251,9 @@ func (s *scheduler) giveUp(state map[int]int) {
 	for _, w := range ws {
 		st := "parked at " + s.where[w]
 		switch state[w] {
-		case 0:
+		case running:
 			st = "running (resumed from " + s.where[w] + ")"
-		case 2:
+		case finished:
 			st = "done"
 		}
 		fmt.Fprintf(&b, "\n\tworker %d: %s", w, st)

@@ -3,7 +3,6 @@ package floodgatetest
 import (
 	"fmt"
 	"strings"
-	"testing"
 	"time"
 	"unicode"
 )
@@ -26,7 +25,7 @@ func shrinkBudget() time.Duration {
 
 // shrink returns the smallest program found that still fails as f did,
 // and its failure.
-func (c *checker) shrink(t testing.TB, p Program, f *failure) (Program, *failure) {
+func (c *checker) shrink(log logger, p Program, f *failure) (Program, *failure) {
 	deadline := time.Now().Add(shrinkBudget())
 	best, bestF := p, f
 	tries := 3
@@ -43,7 +42,7 @@ func (c *checker) shrink(t testing.TB, p Program, f *failure) (Program, *failure
 				// operation fewer changes the scheduler's draws anyway.
 				q.Seed = p.Seed + uint64(i)
 			}
-			if g := c.runProgram(t, q); g != nil && g.kind == f.kind {
+			if g, _ := c.runProgram(log, q); g != nil && g.kind == f.kind {
 				return q, g
 			}
 		}

@@ -194,11 +194,17 @@ func find(t *testing.T, c Checker, seeds int) (Program, *failure) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.caps = ch.probe(t)
+	if ch.caps, err = ch.probe(); err != nil {
+		t.Fatal(err)
+	}
 	for seed := 1; seed <= seeds; seed++ {
 		for _, sched := range ch.schedulers() {
 			p := ch.generate(uint64(seed), sched)
-			if f := ch.runProgram(t, p); f != nil {
+			f, err := ch.runProgram(t, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f != nil {
 				return p, f
 			}
 		}
@@ -212,6 +218,12 @@ func TestCheckPassesTheModels(t *testing.T) {
 			t.Parallel()
 			c := modelChecker(alg, nil)
 			c.MovingClock = alg == TokenBucket
+			if alg == SlidingLog || alg == SlidingCounter {
+				// A window's charges beyond its limit last a window or
+				// two, as documented: the bound rightly finds that debt
+				// forgiven (issue 30 item 2).
+				c.Without = Charges
+			}
 			if _, f := find(t, c, 6); f != nil {
 				t.Fatalf("a limiter made of the models failed: %s", f.msg)
 			}
@@ -220,7 +232,7 @@ func TestCheckPassesTheModels(t *testing.T) {
 	t.Run("SlidingLog/CountDenied", func(t *testing.T) {
 		t.Parallel()
 		c := modelChecker(SlidingLog, nil)
-		c.CountDenied = true
+		c.CountDenied, c.Without = true, Charges
 		if _, f := find(t, c, 6); f != nil {
 			t.Fatalf("a limiter made of the models failed: %s", f.msg)
 		}
@@ -316,10 +328,9 @@ func TestCheckDeterministicReplay(t *testing.T) {
 	if f == nil {
 		t.Fatal("the deterministic scheduler found no race in 10 seeds")
 	}
-	ch, _ := c.normalize()
-	ch.caps = ch.probe(t)
+	ch, _ := c.prepare()
 	for i := range 3 {
-		g := ch.runProgram(t, p)
+		g, _ := ch.runProgram(t, p)
 		if g == nil || g.msg != f.msg {
 			t.Fatalf("replay %d of seed %d: got %v, want the same failure:\n%s", i, p.Seed, g, f.msg)
 		}
@@ -337,8 +348,7 @@ func TestCheckShrinksAndPrints(t *testing.T) {
 	if f == nil {
 		t.Fatal("found nothing")
 	}
-	ch, _ := c.normalize()
-	ch.caps = ch.probe(t)
+	ch, _ := c.prepare()
 	small, sf := ch.shrink(t, p, f)
 	if sf.kind != f.kind {
 		t.Fatalf("shrunk to a failure of another kind: %q, want %q", sf.kind, f.kind)
@@ -346,12 +356,12 @@ func TestCheckShrinksAndPrints(t *testing.T) {
 	if small.size() > 8 || small.size() >= p.size() {
 		t.Errorf("shrunk %d operations to %d, want at most 8", p.size(), small.size())
 	}
-	if g := ch.runProgram(t, small); g == nil || g.kind != f.kind {
+	if g, _ := ch.runProgram(t, small); g == nil || g.kind != f.kind {
 		t.Fatalf("the shrunk program does not fail: %v", g)
 	}
 	repro := ch.reproTest(small, sf)
 	for _, want := range []string{"func TestCheckRepro", "floodgatetest.Replay(t, brokenRefunds(), floodgatetest.Program{",
-		fmt.Sprintf("Seed: %d", p.Seed), "floodgatetest.OpAllow"} {
+		fmt.Sprintf("Seed: %d", small.Seed), "floodgatetest.OpAllow"} {
 		if !strings.Contains(repro, want) {
 			t.Errorf("the repro test lacks %q:\n%s", want, repro)
 		}

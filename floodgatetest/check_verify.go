@@ -43,10 +43,10 @@ const (
 func (r *run) check() *failure {
 	recs := r.hist.records()
 	if os.Getenv("FLOODGATE_CHECK_DEBUG") != "" {
-		r.t.Logf("history:\n%s", recordList(recs))
+		r.log.Logf("history:\n%s", recordList(recs))
 		for i, inst := range r.insts {
 			if st, ok := inst.lim.(interface{ Stats() floodgate.Stats }); ok {
-				r.t.Logf("instance %d: %+v", i, st.Stats())
+				r.log.Logf("instance %d: %+v", i, st.Stats())
 			}
 		}
 	}
@@ -383,7 +383,7 @@ func (r *run) checkShortfall(recs []*crec) *failure {
 	sort.Strings(keys)
 	if os.Getenv("FLOODGATE_CHECK_DEBUG") != "" {
 		for _, k := range keys {
-			r.t.Logf("steady key %s: %d units denied", k, len(denied[k]))
+			r.log.Logf("steady key %s: %d units denied", k, len(denied[k]))
 		}
 	}
 	for _, k := range keys {
@@ -430,7 +430,7 @@ func (r *run) checkLinearizable(recs []*crec, ticks []time.Duration) *failure {
 		sort.Slice(ops, func(i, j int) bool { return ops[i].inv < ops[j].inv })
 		res := l.check(ops)
 		if res.gaveUp {
-			r.t.Logf("%s: the search for a linearization of key %q gave up after %d states (%d calls)", r.c.Name, k, res.explored, len(ops))
+			r.log.Logf("%s: the search for a linearization of key %q gave up after %d states (%d calls)", r.c.Name, k, res.explored, len(ops))
 			continue
 		}
 		if !res.ok {

@@ -1,0 +1,185 @@
+package redisstore_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
+)
+
+// The concurrency checker (floodgatetest.Check, issue 28) on the Redis
+// limiters: three instances of a limiter on one prefix, the first and
+// third on go-redis, the second on rueidis, on a single server and on a
+// three-master Cluster; plain, with leased quota, with the deny cache;
+// and the in-flight limit, whose decisions some callers abandon within a
+// millisecond so that replies arrive after their caller gave up. The
+// calls run free (Redis is I/O); the instances share the checker's clock
+// (WithClock), except the in-flight limit, whose leases run on the
+// server's.
+
+// openRedisFindings are the targets that fail on today's code because of
+// a finding still open, each with the issue and item that fixes it: the
+// target is skipped with that message until the fix lands, then its
+// entry goes.
+var openRedisFindings = map[string]string{}
+
+func init() {
+	for _, topo := range []string{"Single", "Cluster"} {
+		for _, alg := range []string{"TokenBucket", "IntervalTokenBucket", "SlidingCounter"} {
+			openRedisFindings[topo+"/"+alg] = oldView
+		}
+		for _, alg := range []string{"TokenBucket", "IntervalTokenBucket", "SlidingLog", "SlidingCounter"} {
+			openRedisFindings[topo+"/AnyCost/"+alg] = staleCost
+		}
+		for _, alg := range []string{"SlidingLog", "SlidingCounter"} {
+			openRedisFindings[topo+"/CostAfter/"+alg] = "issue 30 item 2: debts on windows do not carry (a sliding log forgets a charge after a window, a counter after two); fix in flight"
+		}
+		for _, alg := range []string{"TokenBucket", "SlidingLog", "SlidingCounter"} {
+			openRedisFindings[topo+"/DenyCache/"+alg] = "issue 29 item 6: the deny cache answers from an entry made under the rate SetRate has replaced, after SetRate returned " +
+				"(its lookup comes before the rate refresh); fix in flight"
+		}
+		openRedisFindings[topo+"/InFlight"] = "issue 30 item 1: a slot taken by a decision whose caller gave up is renewed with the instance's other slots and never comes back; fix in flight"
+		openRedisFindings[topo+"/Lease/SlidingCounter"] = leasedWindow
+		openRedisFindings[topo+"/Lease/SlidingCounter/Hot"] = leasedWindow
+		openRedisFindings[topo+"/Lease/Refunds/SlidingCounter"] = leasedWindow
+		openRedisFindings[topo+"/Lease/Refunds/TokenBucket"] = "issue 28 finding: a refund while another instance's lease is out frees units that lease still grants: " +
+			"more allowed than one exact bucket (a late refund gives credit up to a full bucket in Redis, and the lease's units on top)"
+	}
+}
+
+// The findings openRedisFindings names more than once.
+const (
+	oldView = "issue 29 item 1: a key's state converted under one rate view is written under a newer one " +
+		"(a key left through two changes is converted in two steps, or stamped without the newest strategy); fix in flight"
+	staleCost = "issue 28 finding: a cost above the capacity is checked against the instance's view before the decision refreshes it: " +
+		"ErrCostExceedsLimit with the Limit of a rate SetRate has replaced, after SetRate returned (issue 29's class)"
+	leasedWindow = "issue 28 finding: the leased counter allows more than one exact counter would within a window " +
+		"(a sequential history on three instances: 9 units in a window whose previous one counted 2, where the exact counter allows 8 by then)"
+)
+
+// checkClients are the scripters of one topology: the instances take
+// them in turn.
+type checkClients struct {
+	name    string
+	clients []redisstore.Scripter
+}
+
+var (
+	checkClusterOnce sync.Once
+	checkCluster     []string
+)
+
+// checkTopologies returns a single server's clients and, unless -short,
+// a Cluster's.
+func checkTopologies(t *testing.T) []checkClients {
+	single := clients(t, redistest.Shared(t))
+	out := []checkClients{{"Single", []redisstore.Scripter{single[0].s, single[1].s}}}
+	if testing.Short() {
+		return out
+	}
+	checkClusterOnce.Do(func() { checkCluster = redistest.StartCluster(t).Addrs() })
+	crdb, rc := clusterClients(t, checkCluster)
+	return append(out, checkClients{"Cluster", []redisstore.Scripter{goredisstore.New(crdb), rueidisstore.New(rc)}})
+}
+
+// redisAlg builds the Redis limiter of alg for the checker's config, on
+// the instance's client.
+func redisAlg(cs checkClients, alg floodgatetest.Algorithm, opts ...redisstore.Option) func(floodgatetest.CheckConfig) (floodgate.Limiter, error) {
+	return func(c floodgatetest.CheckConfig) (floodgate.Limiter, error) {
+		s := cs.clients[c.Instance%len(cs.clients)]
+		o := append([]redisstore.Option{redisstore.WithPrefix(c.Prefix), redisstore.WithClock(c.Clock.Now),
+			redisstore.WithTimeout(2 * time.Second), redisstore.WithRateRefresh(time.Millisecond)}, opts...)
+		if c.Burst > 0 {
+			o = append(o, redisstore.WithBurst(c.Burst))
+		}
+		switch alg {
+		case floodgatetest.TokenBucket:
+			return redisstore.NewTokenBucket(s, c.Rate, o...)
+		case floodgatetest.IntervalTokenBucket:
+			return redisstore.NewTokenBucket(s, c.Rate, append(o, redisstore.WithIntervalRefill())...)
+		case floodgatetest.SlidingLog:
+			return redisstore.NewSlidingLog(s, c.Rate, o...)
+		}
+		return redisstore.NewSlidingCounter(s, c.Rate, o...)
+	}
+}
+
+func checkRedisTarget(t *testing.T, name string, c floodgatetest.Checker) {
+	t.Run(name, func(t *testing.T) {
+		if why, ok := openRedisFindings[name]; ok {
+			t.Skip(why)
+		}
+		t.Parallel() // each target runs for its budget; in parallel they overlap their round trips
+		c.Name, c.Instances, c.Resolution, c.RateChangeOnNextDecision = name, 3, time.Microsecond, true
+		c.Scheduler = floodgatetest.FreeRunning
+		floodgatetest.Check(t, c)
+	})
+}
+
+func TestCheckRedis(t *testing.T) {
+	rate := floodgate.Rate{Limit: 5, Period: time.Second}
+	algs := []floodgatetest.Algorithm{floodgatetest.TokenBucket, floodgatetest.IntervalTokenBucket,
+		floodgatetest.SlidingLog, floodgatetest.SlidingCounter}
+	for _, cs := range checkTopologies(t) {
+		for _, alg := range algs {
+			// Decisions, refunds, bookings, resets and changes of rate,
+			// across instances, with costs no rate refuses; with any
+			// cost; and charges beyond the quota (cost after the
+			// response), without changes of rate.
+			checkRedisTarget(t, cs.name+"/"+alg.String(), floodgatetest.Checker{Algorithm: alg, Rate: rate, New: redisAlg(cs, alg),
+				MaxCost: 2, Without: floodgatetest.Charges})
+			checkRedisTarget(t, cs.name+"/AnyCost/"+alg.String(), floodgatetest.Checker{Algorithm: alg, Rate: rate, New: redisAlg(cs, alg),
+				Without: floodgatetest.Charges})
+			checkRedisTarget(t, cs.name+"/CostAfter/"+alg.String(), floodgatetest.Checker{Algorithm: alg, Rate: rate, New: redisAlg(cs, alg),
+				Without: floodgatetest.RateChanges | floodgatetest.Resets | floodgatetest.Reservations})
+		}
+		for _, alg := range algs[2:] {
+			// The deny cache answers denials in process: never after a
+			// raise, and never for longer than it can know.
+			checkRedisTarget(t, cs.name+"/DenyCache/"+alg.String(), floodgatetest.Checker{Algorithm: alg, Rate: rate,
+				New:       redisAlg(cs, alg, redisstore.WithDenyCache(1000)),
+				DenyCache: redisstore.DenyCacheMaxAge, Without: floodgatetest.Charges | floodgatetest.Reservations, MaxCost: 2})
+		}
+		checkRedisTarget(t, cs.name+"/DenyCache/TokenBucket", floodgatetest.Checker{Algorithm: floodgatetest.TokenBucket, Rate: rate,
+			New:       redisAlg(cs, floodgatetest.TokenBucket, redisstore.WithDenyCache(1000)),
+			DenyCache: redisstore.DenyCacheMaxAge, Without: floodgatetest.Charges | floodgatetest.Reservations, MaxCost: 2})
+		// Leased quota: never more than one exact limiter would allow;
+		// what it costs a steady client is at most 1.5 leases of 5 units
+		// per instance over a whole run.
+		leased := floodgate.Rate{Limit: 20, Period: time.Second}
+		for _, alg := range []floodgatetest.Algorithm{floodgatetest.TokenBucket, floodgatetest.SlidingCounter} {
+			c := floodgatetest.Checker{Algorithm: alg, Rate: leased,
+				New:   redisAlg(cs, alg, redisstore.WithLease(redisstore.Lease{MaxShare: 4})),
+				Lossy: true, Estimates: true, Shortfall: 23, Rounds: 160,
+				Without: floodgatetest.RateChanges | floodgatetest.Resets | floodgatetest.Refunds}
+			checkRedisTarget(t, cs.name+"/Lease/"+alg.String(), c)
+			// Refunds (count-only-failures, All's undoing) while leases are
+			// out.
+			c.Without &^= floodgatetest.Refunds
+			checkRedisTarget(t, cs.name+"/Lease/Refunds/"+alg.String(), c)
+		}
+		// A hot steady key at 89 % of 10 per 10 ms on a leased counter
+		// (leases of up to 5 units, sized over 5 ms), over a hundred
+		// windows: 1.5 leases per instance is all it may lose in a run.
+		checkRedisTarget(t, cs.name+"/Lease/SlidingCounter/Hot", floodgatetest.Checker{Algorithm: floodgatetest.SlidingCounter,
+			Rate:  floodgate.Rate{Limit: 10, Period: 10 * time.Millisecond},
+			New:   redisAlg(cs, floodgatetest.SlidingCounter, redisstore.WithLease(redisstore.Lease{MaxShare: 2, Horizon: 5 * time.Millisecond})),
+			Lossy: true, Estimates: true, Shortfall: 23, Rounds: 400, Keys: 1,
+			Without: floodgatetest.RateChanges | floodgatetest.Resets | floodgatetest.Charges | floodgatetest.Refunds})
+		// In-flight slots, some decisions abandoned within a millisecond:
+		// a slot comes back within its lease.
+		const lease = 45 * time.Millisecond
+		checkRedisTarget(t, cs.name+"/InFlight", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots,
+			Rate: floodgate.Rate{Limit: 3, Period: time.Second}, SlotLease: lease, Abandon: true, Rounds: 300,
+			New: func(c floodgatetest.CheckConfig) (floodgate.Limiter, error) {
+				return redisstore.NewInFlight(cs.clients[c.Instance%len(cs.clients)], c.Rate.Limit, redisstore.WithPrefix(c.Prefix),
+					redisstore.WithSlotLease(lease), redisstore.WithTimeout(15*time.Millisecond))
+			}})
+	}
+}
