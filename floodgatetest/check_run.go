@@ -68,6 +68,7 @@ type call struct {
 	inst     *instance
 	key      string
 	n, real  int
+	instance int  // the index of inst
 	reserved bool // booked with ReserveN
 	out      floodgate.Outcome
 	gated    bool
@@ -524,7 +525,7 @@ func (w *worker) allow(inst *instance, op Op) {
 	d, err := inst.lim.AllowN(w.callCtx(op), op.Key, op.N)
 	r.hist.end(r, rec, func() { rec.d = d; rec.setErr(err) })
 	if err == nil && d.Allowed && op.N > 0 {
-		w.pending = append(w.pending, &call{rec: rec, inst: inst, key: op.Key, n: op.N, real: op.Real})
+		w.pending = append(w.pending, &call{rec: rec, inst: inst, instance: op.Instance, key: op.Key, n: op.N, real: op.Real})
 	}
 }
 
@@ -539,7 +540,7 @@ func (w *worker) reserve(inst *instance, op Op) {
 	res, err := rs.ReserveN(w.callCtx(op), op.Key, op.N, op.MaxWait)
 	r.hist.end(r, rec, func() { rec.d, rec.wait = res.Decision, res.Wait; rec.setErr(err) })
 	if err == nil && res.Allowed && op.N > 0 {
-		w.pending = append(w.pending, &call{rec: rec, inst: inst, key: op.Key, n: op.N, real: op.Real, reserved: true})
+		w.pending = append(w.pending, &call{rec: rec, inst: inst, instance: op.Instance, key: op.Key, n: op.N, real: op.Real, reserved: true})
 	}
 }
 
@@ -552,7 +553,7 @@ func (w *worker) admit(inst *instance, op Op) {
 		eff = effReserve
 	}
 	ctx, cancel := context.WithCancel(w.callCtx(op))
-	cl := &call{inst: inst, key: op.Key, n: op.N, real: op.Real, gated: true, cancel: cancel, hangUp: op.HangUp}
+	cl := &call{inst: inst, instance: op.Instance, key: op.Key, n: op.N, real: op.Real, gated: true, cancel: cancel, hangUp: op.HangUp}
 	rec := r.hist.begin(r, w, op, eff, op.Key)
 	rec.n, rec.gated = op.N, true
 	if g.Wait != nil {
@@ -611,7 +612,7 @@ func (w *worker) settle() {
 	cl := w.pending[0]
 	w.pending = w.pending[1:]
 	r := w.r
-	op := Op{Worker: w.id, Kind: OpSettle, Key: cl.key}
+	op := Op{Worker: w.id, Instance: cl.instance, Kind: OpSettle, Key: cl.key} // settled where it was decided
 	ctx := context.WithoutCancel(w.ctx)
 	if cl.gated {
 		defer cl.cancel()
