@@ -44,7 +44,7 @@ func (r *run) checkBounds(recs []*crec) *failure {
 		return nil
 	}
 	for _, rec := range recs {
-		if rec.t0 != rec.t1 && rec.ret != retUnknown && rec.eff != effSetRate {
+		if rec.t0 != rec.t1 && rec.ret != retUnknown && rec.eff != effSetRate && !rec.gated {
 			return nil // the clock moved during a call
 		}
 	}
@@ -99,8 +99,13 @@ func (r *run) boundKey(key string, recs []*crec, changes []*crec) *failure {
 	}
 	for _, rec := range recs {
 		switch {
-		case decided(rec) && rec.d.Allowed && rec.n > 0:
+		case decided(rec) && rec.d.Allowed && rec.n > 0 && rec.t0 == rec.t1:
 			add(rec.t0, rec.n, rec)
+		case decided(rec) && rec.d.Allowed && rec.n > 0:
+			// An admission that began late in its round (behind a
+			// worker's earlier call that waited) and booked while the
+			// clock moved: its time is not known, and leaving its units
+			// out only loosens the bound.
 		case rec.eff == effCharge && !rec.noEffect:
 			add(rec.t0, rec.n, rec)
 		case rec.eff == effRefund && !rec.noEffect && !rec.unknown:
@@ -115,7 +120,10 @@ func (r *run) boundKey(key string, recs []*crec, changes []*crec) *failure {
 	owed := r.overspend(recs)
 	var wait time.Duration // the longest wait a booking was given
 	for _, rec := range recs {
-		if decided(rec) && rec.d.Allowed {
+		switch {
+		case rec.hungUp:
+			wait = max(wait, rec.maxWait) // its wait is not known, only its bound
+		case decided(rec) && rec.d.Allowed:
 			wait = max(wait, rec.wait)
 		}
 	}

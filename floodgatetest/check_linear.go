@@ -383,27 +383,25 @@ func (l *linearizer) limitOK(got, want int) bool {
 
 // gateBooking compares an admission that may have waited for its turn:
 // served at once or after its wait, refused because its turn came too
-// late or the bounds on waiting were reached (booked and given back at
-// once), or hung up while waiting (booked, given back later).
+// late or the bounds on waiting were reached, or hung up while waiting.
+// The admission core books first and gives a refused or hung-up booking
+// back afterwards, so another call may book behind one that is then
+// given back, and wait longer than any order of whole calls has it: a
+// call is held to never being served sooner than the model serves it,
+// nor let through where the model would not book.
 func (l *linearizer) gateBooking(rec *crec, want floodgate.Decision, r floodgate.Reservation) (ok, keep bool, why string) {
 	got := rec.d
 	switch {
+	case rec.hungUp && (!want.Allowed || got.Limit != want.Limit):
+		return false, false, "a call that waited was booked; the model decides " + modelString(want, r, true)
 	case rec.hungUp:
-		if !want.Allowed || got != want {
-			return false, false, "a call that waited was booked; the model decides " + modelString(want, r, true)
-		}
 		return true, true, ""
+	case got.Allowed && (!want.Allowed || got.Limit != want.Limit || rec.wait < r.Wait):
+		return false, false, "served sooner than the model serves it: the model decides " + modelString(want, r, true)
 	case got.Allowed:
-		if got != want || rec.wait != r.Wait {
-			return false, false, "the model decides " + modelString(want, r, true)
-		}
-		return true, true, ""
-	case want.Allowed && r.Wait > 0 && got.RetryAfter == r.Wait:
-		return true, false, "" // the bounds on waiting refused it
-	case !want.Allowed && got == want:
 		return true, true, ""
 	}
-	return false, false, "the model decides " + modelString(want, r, true)
+	return true, !want.Allowed, "" // refused: the model books nothing either, or is left as it was
 }
 
 func modelString(d floodgate.Decision, r floodgate.Reservation, booking bool) string {

@@ -36,8 +36,11 @@ type run struct {
 
 	ticksMu sync.Mutex
 	ticks   []time.Duration // every time the clock has shown, since epoch
-	// barriers[i] is the history's sequence number at the end of round i.
-	barriers []int
+	// barriers[i] is the history's sequence number at the end of round i,
+	// barrierT[i] the clock then.
+	barrierMu sync.Mutex
+	barriers  []int
+	barrierT  []time.Duration
 }
 
 // instance is one limiter of a program, and the admission core over it.
@@ -306,7 +309,7 @@ func (r *run) detRound(ops []Op, tick time.Duration) {
 			r.sched.done(w)
 		}()
 	}, tick)
-	r.barriers = append(r.barriers, r.hist.mark())
+	r.endRound(r.hist.mark())
 }
 
 // execFree runs each round's calls at once on the workers' goroutines.
@@ -386,8 +389,7 @@ func (r *run) barrier() {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
-	seq := r.hist.mark()
-	r.barriers = append(r.barriers, seq)
+	r.endRound(r.hist.mark())
 	gone := map[*worker]*call{}
 	for _, w := range r.ws {
 		w.mu.Lock()
@@ -412,6 +414,14 @@ func (r *run) barrier() {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
+}
+
+// endRound notes the end of a round at sequence number seq.
+func (r *run) endRound(seq int) {
+	r.barrierMu.Lock()
+	defer r.barrierMu.Unlock()
+	r.barriers = append(r.barriers, seq)
+	r.barrierT = append(r.barrierT, r.clock.Now().Sub(epoch))
 }
 
 // asleep returns how many workers have a call waiting for its turn.
@@ -562,7 +572,9 @@ func (w *worker) admit(inst *instance, op Op) {
 		w.asleep = cl
 		w.mu.Unlock()
 	}
+	r.barrierMu.Lock()
 	round := len(r.barriers)
+	r.barrierMu.Unlock()
 	call := inst.sel.Call(op.Key)
 	call.Cost = op.N
 	out := inst.gate.Admit(ctx, call)
@@ -575,10 +587,11 @@ func (w *worker) admit(inst *instance, op Op) {
 	r.hist.end(r, rec, func() {
 		rec.d, rec.wait, rec.blocked = out.Decision, out.Waited, out.Blocked
 		rec.setErr(out.Err)
+		r.barrierMu.Lock()
+		defer r.barrierMu.Unlock()
 		if slept && round < len(r.barriers) {
-			// It booked before its round ended, then slept.
-			rec.ret = r.barriers[round]
-			rec.t1 = rec.t0
+			// It booked before the round it began in ended, then slept.
+			rec.ret, rec.t1 = r.barriers[round], r.barrierT[round]
 		}
 		if out.Kind == floodgate.OutcomeHungUp {
 			rec.hungUp = true

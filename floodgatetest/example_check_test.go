@@ -3,6 +3,8 @@ package floodgatetest_test
 import (
 	"context"
 	"fmt"
+	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
@@ -40,4 +42,18 @@ func ExampleChecker_Find() {
 	// Output:
 	// TokenBucket: <nil> <nil>
 	// forgetful: no order of the calls fits the sequential model (not linearizable) <nil>
+}
+
+// TestCheckTokenBucket runs the concurrency checker on floodgate's
+// token bucket, as the test of a limiter of your own would.
+func TestCheckTokenBucket(t *testing.T) {
+	floodgatetest.Check(t, floodgatetest.Checker{
+		Name:      "token bucket",
+		Algorithm: floodgatetest.TokenBucket, // the semantics it promises
+		Rate:      floodgate.Rate{Limit: 5, Period: time.Second},
+		Without:   floodgatetest.RateChanges, // the root package's TestCheckLimiters checks them
+		New: func(c floodgatetest.CheckConfig) (floodgate.Limiter, error) {
+			return floodgate.NewTokenBucket(c.Rate, floodgate.WithClock(c.Now))
+		},
+	})
 }
