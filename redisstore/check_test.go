@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -74,21 +73,15 @@ type checkClients struct {
 	clients []redisstore.Scripter
 }
 
-var (
-	checkClusterOnce sync.Once
-	checkCluster     []string
-)
-
 // checkTopologies returns a single server's clients and, unless -short,
-// a Cluster's.
+// a Cluster's, started for t.
 func checkTopologies(t *testing.T) []checkClients {
 	single := clients(t, redistest.Shared(t))
 	out := []checkClients{{"Single", []redisstore.Scripter{single[0].s, single[1].s}}}
 	if testing.Short() {
 		return out
 	}
-	checkClusterOnce.Do(func() { checkCluster = redistest.StartCluster(t).Addrs() })
-	crdb, rc := clusterClients(t, checkCluster)
+	crdb, rc := clusterClients(t, redistest.StartCluster(t).Addrs())
 	return append(out, checkClients{"Cluster", []redisstore.Scripter{goredisstore.New(crdb), rueidisstore.New(rc)}})
 }
 
