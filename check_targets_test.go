@@ -1,6 +1,7 @@
 package floodgate_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,16 +69,43 @@ const (
 )
 
 // checkerTarget runs c as the subtest name of t, skipped while name is in
-// openFindings.
-func checkerTarget(t *testing.T, name string, c floodgatetest.Checker) {
-	t.Run(name, func(t *testing.T) {
-		if why, ok := openFindings[name]; ok {
-			t.Skip(why)
+// openFindings. The repro test a failure prints rebuilds c by its name.
+func checkerTarget(t *testing.T) func(string, floodgatetest.Checker) {
+	return func(name string, c floodgatetest.Checker) {
+		t.Run(name, func(t *testing.T) {
+			if why, ok := openFindings[name]; ok {
+				t.Skip(why)
+			}
+			t.Parallel()
+			c.Name, c.Source = name, fmt.Sprintf("checkerNamed(%q)", name)
+			floodgatetest.Check(t, c)
+		})
+	}
+}
+
+func TestCheckLimiters(t *testing.T)    { limiterTargets(checkerTarget(t)) }
+func TestCheckComposite(t *testing.T)   { compositeTargets(checkerTarget(t)) }
+func TestCheckPlanLimiter(t *testing.T) { planTargets(checkerTarget(t)) }
+func TestCheckInFlight(t *testing.T)    { inFlightTargets(checkerTarget(t)) }
+func TestCheckGate(t *testing.T)        { gateTargets(checkerTarget(t)) }
+
+// checkerNamed returns the target called name, as the tests run it: the
+// repro tests the checker prints for a failure replay with it.
+func checkerNamed(name string) floodgatetest.Checker {
+	var found *floodgatetest.Checker
+	add := func(n string, c floodgatetest.Checker) {
+		if n == name {
+			c.Name = n
+			found = &c
 		}
-		t.Parallel()
-		c.Name = name
-		floodgatetest.Check(t, c)
-	})
+	}
+	for _, targets := range []func(func(string, floodgatetest.Checker)){limiterTargets, compositeTargets, planTargets, inFlightTargets, gateTargets} {
+		targets(add)
+	}
+	if found == nil {
+		panic("no checker target " + name)
+	}
+	return *found
 }
 
 var checkerRate = floodgate.Rate{Limit: 5, Period: time.Second}
@@ -114,7 +142,7 @@ const (
 	evictionOps = allOps &^ (floodgatetest.RateChanges | floodgatetest.Resets | floodgatetest.Refunds)
 )
 
-func TestCheckLimiters(t *testing.T) {
+func limiterTargets(add func(string, floodgatetest.Checker)) {
 	algs := []struct {
 		name        string
 		alg         floodgatetest.Algorithm
@@ -132,19 +160,19 @@ func TestCheckLimiters(t *testing.T) {
 		// while calls are in flight.
 		core := base
 		core.Without, core.MovingClock = coreOps, true
-		checkerTarget(t, a.name+"/Core", core)
+		add(a.name+"/Core", core)
 		// Costs known after the response: refunds and charges beyond
 		// the quota.
 		cost := base
 		cost.Without = costOps
-		checkerTarget(t, a.name+"/CostAfter", cost)
+		add(a.name+"/CostAfter", cost)
 		// SetRate under every strategy, while decisions go on, with costs
 		// no rate refuses; and with any cost.
 		rates := base
 		rates.Without, rates.MaxCost = rateOps, 2
-		checkerTarget(t, a.name+"/RateChanges", rates)
+		add(a.name+"/RateChanges", rates)
 		rates.MaxCost = 0
-		checkerTarget(t, a.name+"/RateChangesAnyCost", rates)
+		add(a.name+"/RateChangesAnyCost", rates)
 		// A store of 8 keys, its debt memory of one debt a key (32 in
 		// all, then merged), under a spray of 8 keys a round beside the
 		// traffic on 4, with rate changes and resets: a restored key is
@@ -154,13 +182,13 @@ func TestCheckLimiters(t *testing.T) {
 		evict.New = checkerLimiter(a.alg, floodgate.WithMaxKeys(8), floodgate.WithShards(1), floodgate.WithDebtMemory(1))
 		evict.Without, evict.Spray, evict.Rounds = evictionOps, 8, 80
 		evict.Lossy, evict.Shortfall, evict.MaxCost = true, -1, 2
-		checkerTarget(t, a.name+"/Evictions", evict)
+		add(a.name+"/Evictions", evict)
 		evict.Without |= floodgatetest.Resets
-		checkerTarget(t, a.name+"/EvictionsNoResets", evict)
+		add(a.name+"/EvictionsNoResets", evict)
 	}
 }
 
-func TestCheckComposite(t *testing.T) {
+func compositeTargets(add func(string, floodgatetest.Checker)) {
 	parts := []floodgatetest.Part{
 		{Algorithm: floodgatetest.TokenBucket, Rate: checkerRate},
 		{Algorithm: floodgatetest.SlidingLog, Rate: floodgate.Rate{Limit: 12, Period: 5 * time.Second}},
@@ -181,13 +209,13 @@ func TestCheckComposite(t *testing.T) {
 	// A Composite's denial may have taken and given back units, and its
 	// takes interleave with other calls': Lossy. A Reset between two of
 	// a call's takes forgives one of them, by design: no Resets.
-	checkerTarget(t, "All/BucketAndLog", floodgatetest.Checker{Parts: parts, New: newAll(parts), Lossy: true, Shortfall: -1,
+	add("All/BucketAndLog", floodgatetest.Checker{Parts: parts, New: newAll(parts), Lossy: true, Shortfall: -1,
 		Without: floodgatetest.Resets})
 	buckets := []floodgatetest.Part{
 		{Algorithm: floodgatetest.TokenBucket, Rate: checkerRate},
 		{Algorithm: floodgatetest.TokenBucket, Rate: floodgate.Rate{Limit: 20, Period: 10 * time.Second}, Burst: 8},
 	}
-	checkerTarget(t, "All/Buckets", floodgatetest.Checker{Parts: buckets, New: newAll(buckets), Lossy: true, Shortfall: -1,
+	add("All/Buckets", floodgatetest.Checker{Parts: buckets, New: newAll(buckets), Lossy: true, Shortfall: -1,
 		Without: floodgatetest.Resets})
 }
 
@@ -225,10 +253,10 @@ func checkerPlanLimiter(alg floodgatetest.Algorithm, how floodgate.Inherit, maxL
 	}
 }
 
-func TestCheckPlanLimiter(t *testing.T) {
+func planTargets(add func(string, floodgatetest.Checker)) {
 	for _, alg := range []floodgatetest.Algorithm{floodgatetest.TokenBucket, floodgatetest.SlidingLog, floodgatetest.SlidingCounter} {
 		for _, how := range []floodgate.Inherit{floodgate.KeepUsed, floodgate.ScaleUsed} {
-			checkerTarget(t, "PlanLimiter/"+alg.String()+"/"+how.String(), floodgatetest.Checker{
+			add("PlanLimiter/"+alg.String()+"/"+how.String(), floodgatetest.Checker{
 				Algorithm: alg, Plans: checkerPlans, PlanInherit: how, New: checkerPlanLimiter(alg, how, 0),
 				Without: floodgatetest.Charges | floodgatetest.Refunds, MovingClock: true, Keys: 1, Rounds: 60,
 			})
@@ -236,42 +264,42 @@ func TestCheckPlanLimiter(t *testing.T) {
 	}
 	// Made-up keys under fail-open: a lookup refused for capacity is not
 	// an outage, and a key with no plan never reaches the handler.
-	checkerTarget(t, "PlanLimiter/FailOpen", floodgatetest.Checker{
+	add("PlanLimiter/FailOpen", floodgatetest.Checker{
 		Algorithm: floodgatetest.TokenBucket, Plans: checkerPlans, New: checkerPlanLimiter(floodgatetest.TokenBucket, floodgate.KeepUsed, 2),
 		Gate: &floodgatetest.GateConfig{FailOpen: true}, Workers: 8,
 	})
 }
 
-func TestCheckInFlight(t *testing.T) {
+func inFlightTargets(add func(string, floodgatetest.Checker)) {
 	inflight := func(opts ...floodgate.Option) func(floodgatetest.CheckConfig) (floodgate.Limiter, error) {
 		return func(c floodgatetest.CheckConfig) (floodgate.Limiter, error) {
 			return floodgate.NewInFlight(c.Rate.Limit, opts...)
 		}
 	}
 	slots := floodgate.Rate{Limit: 3, Period: time.Second}
-	checkerTarget(t, "InFlight/PerKey", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots, New: inflight()})
-	checkerTarget(t, "InFlight/Service", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots,
+	add("InFlight/PerKey", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots, New: inflight()})
+	add("InFlight/Service", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots,
 		New: func(c floodgatetest.CheckConfig) (floodgate.Limiter, error) {
 			return floodgate.NewServiceInFlight(c.Rate.Limit)
 		}})
 	// A table of 16 keys under calls of 128: a call is denied as
 	// Overloaded only while 16 keys hold slots.
-	checkerTarget(t, "InFlight/FullTable", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots,
+	add("InFlight/FullTable", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots,
 		New: inflight(floodgate.WithMaxKeys(16), floodgate.WithShards(4)), MaxKeys: 16, Workers: 8})
-	checkerTarget(t, "InFlight/Gate", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots, New: inflight(),
+	add("InFlight/Gate", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots, Rate: slots, New: inflight(),
 		Gate: &floodgatetest.GateConfig{}})
 }
 
-func TestCheckGate(t *testing.T) {
+func gateTargets(add func(string, floodgatetest.Checker)) {
 	for _, alg := range []floodgatetest.Algorithm{floodgatetest.TokenBucket, floodgatetest.SlidingLog, floodgatetest.SlidingCounter} {
 		// The cost known after the response: each call admitted at its
 		// estimate and charged its real cost when it settles.
-		checkerTarget(t, "Gate/SettledCost/"+alg.String(), floodgatetest.Checker{Algorithm: alg, Rate: checkerRate, New: checkerLimiter(alg),
+		add("Gate/SettledCost/"+alg.String(), floodgatetest.Checker{Algorithm: alg, Rate: checkerRate, New: checkerLimiter(alg),
 			Gate: &floodgatetest.GateConfig{SettledCost: true}, Workers: 8, Rounds: 80, Without: floodgatetest.RateChanges | floodgatetest.Resets})
 	}
 	// Waiting for a turn: booked, held on the checker's clock, served in
 	// order, or given back when the client hangs up.
-	checkerTarget(t, "Gate/Wait", floodgatetest.Checker{Algorithm: floodgatetest.TokenBucket, Rate: checkerRate,
+	add("Gate/Wait", floodgatetest.Checker{Algorithm: floodgatetest.TokenBucket, Rate: checkerRate,
 		New:  checkerLimiter(floodgatetest.TokenBucket),
 		Gate: &floodgatetest.GateConfig{Wait: &floodgate.WaitLimits{MaxWait: 2 * time.Second, PerKey: 3, Total: 6}}, Workers: 8,
 		Without: floodgatetest.RateChanges | floodgatetest.Resets})
