@@ -42,6 +42,14 @@ func (b *planBook) resolve(_ context.Context, key string) (floodgate.Plan, error
 	return p, nil
 }
 
+// patientLookups is the LookupTimeout of tests that are not about it:
+// under -race on a machine shared by many builds, a resolver's goroutine
+// can be kept from a core for longer than the default 100 ms between its
+// call and its return (1 lookup in about 300,000 here), which the
+// deadline rightly fails. TestPlanLookupDeadlineHoldsWhateverTheResolver
+// and its neighbours test the deadline itself.
+const patientLookups = time.Minute
+
 var (
 	freePlan = floodgate.Plan{Name: "free", Rate: floodgate.PerMinute(3)}
 	proPlan  = floodgate.Plan{Name: "pro", Rate: floodgate.PerMinute(12)}
@@ -57,11 +65,12 @@ var planKinds = map[string]func(opts ...floodgate.Option) func(floodgate.Plan) (
 func newPlans(t *testing.T, book *planBook, clock *floodgatetest.Clock, how floodgate.Inherit, kind string, opts ...floodgate.Option) *floodgate.PlanLimiter {
 	t.Helper()
 	p, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{
-		Resolve:  book.resolve,
-		New:      planKinds[kind](append([]floodgate.Option{floodgate.WithClock(clock.Now)}, opts...)...),
-		CacheTTL: time.Second,
-		Inherit:  how,
-		Clock:    clock.Now,
+		Resolve:       book.resolve,
+		New:           planKinds[kind](append([]floodgate.Option{floodgate.WithClock(clock.Now)}, opts...)...),
+		CacheTTL:      time.Second,
+		LookupTimeout: patientLookups,
+		Inherit:       how,
+		Clock:         clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +164,7 @@ func TestPlanSwitchingBackAndForth(t *testing.T) {
 			clock := floodgatetest.NewClock(time.Unix(1_800_000_000, 0))
 			book := newPlanBook(map[string]floodgate.Plan{"eve": freePlan})
 			plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: book.resolve,
-				New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, Clock: clock.Now})
+				New: planKinds[kind](floodgate.WithClock(clock.Now)), CacheTTL: time.Nanosecond, LookupTimeout: patientLookups, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +262,7 @@ func TestPlanUnknownKeysDoNotEvictCustomers(t *testing.T) {
 	clock := floodgatetest.NewClock(time.Unix(1_800_000_000, 0))
 	book := newPlanBook(map[string]floodgate.Plan{"ann": proPlan})
 	plans, err := floodgate.NewPlanLimiter(floodgate.PlanConfig{Resolve: book.resolve,
-		New: floodgate.TokenBucketPlans(floodgate.WithClock(clock.Now)), CacheSize: 64, Clock: clock.Now})
+		New: floodgate.TokenBucketPlans(floodgate.WithClock(clock.Now)), CacheSize: 64, LookupTimeout: patientLookups, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,9 +285,9 @@ func TestPlanUnknownKeysDoNotEvictCustomers(t *testing.T) {
 	}
 }
 
-// TestPlanLookupFailuresFailClosed: a resolver that fails, or does not
-// answer within LookupTimeout, fails the decision with ErrPlanLookup and
-// a Decision that does not allow; it is never answered from a default
+// TestPlanLookupFailuresFailClosed: a resolver that fails fails the
+// decision with ErrPlanLookup, one that does not answer within
+// LookupTimeout gets it refused as Overloaded, and neither allows; it is never answered from a default
 // plan. More lookups than MaxLookups at once fail at once. Behind the
 // middleware, the default error policy answers 503.
 func TestPlanLookupFailuresFailClosed(t *testing.T) {
@@ -308,7 +317,12 @@ func TestPlanLookupFailuresFailClosed(t *testing.T) {
 	for _, key := range []string{"broken", "bad-plan", "slow"} {
 		start := time.Now()
 		d, err := plans.Allow(ctx, key)
-		if !errors.Is(err, floodgate.ErrPlanLookup) || d.Allowed {
+		if key == "slow" {
+			// Out of time: refused as a busy service, not failed.
+			if err != nil || d.Allowed || !d.Overloaded {
+				t.Errorf("%s: %+v, %v; want an Overloaded denial", key, d, err)
+			}
+		} else if !errors.Is(err, floodgate.ErrPlanLookup) || d.Allowed {
 			t.Errorf("%s: %+v, %v; want ErrPlanLookup and no allowance", key, d, err)
 		}
 		if time.Since(start) > 2*time.Second {

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // TokenBucketPlans returns a PlanConfig.New that builds an in-memory
@@ -70,3 +71,12 @@ func withSharedClock(clk *clock) Option {
 		return nil
 	}
 }
+
+// idleIn returns how long until every bucket is full (see planMover).
+func (b *TokenBucket) idleIn() time.Duration { return b.store.idleIn() }
+
+// idleIn returns how long until every log is empty (see planMover).
+func (l *SlidingLog) idleIn() time.Duration { return l.store.idleIn() }
+
+// idleIn returns how long until no count weighs (see planMover).
+func (sc *SlidingCounter) idleIn() time.Duration { return sc.store.idleIn() }

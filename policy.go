@@ -236,7 +236,7 @@ type policy struct {
 	// rateLimit remembers the RateLimit values of recent (remaining, t)
 	// pairs, so that the requests of one second share one string. A
 	// fixed table: values an attacker chooses only cause misses.
-	rateLimit [rateLimitSlots]atomic.Pointer[rateLimitValue]
+	rateLimit [rateLimitSlots]atomic.Pointer[headerValue]
 	// evictions samples the limiter's Stats, if it has them.
 	evictions liveEvictions
 	// holds: the limiter holds slots (Releaser) that a call releases

@@ -82,24 +82,42 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-// Quota holds the quota values of one Outcome, formatted by the admission
-// core once for every transport: an adapter only writes them under its own
-// names (the middleware as HTTP headers, a gRPC adapter as metadata, in
-// lower case). Each method returns nil when the value is not to be sent
-// (the HeaderStyle leaves it out, or the outcome has no such value), and
-// otherwise a one-element slice shared with other calls: assign it into an
-// http.Header or a metadata map, never write into it (appending is safe:
-// its capacity is 1).
+// Quota holds the quota values of one Outcome, computed by the admission
+// core once for every transport and formatted when an adapter asks for
+// them, so that a call whose adapter sends none (a gRPC call allowed
+// under grpclimit's default) formats nothing. An adapter writes them
+// under its own names (the middleware as HTTP headers, a gRPC adapter as
+// metadata, in lower case). Each method returns nil when the value is
+// not to be sent (the HeaderStyle leaves it out, or the outcome has no
+// such value), and otherwise a one-element slice that may be shared
+// with other calls: assign it into an http.Header or a metadata map,
+// never write into it (appending is safe: its capacity is 1).
 //
-// A Quota is small (six pointers) and copied by value.
+// A Quota is a small value, copied by value; its methods format on
+// every call, allocating at most a share of a block of values (see
+// headerValue), and nothing when a recent call had the same value.
 type Quota struct {
-	retryAfter *[1]string
+	p *policy // formats RateLimit; nil for a zero Quota
+	// ratePolicy is the RateLimit-Policy value, already looked up: the
+	// window it advertises bounds t.
 	ratePolicy *[1]string
-	rateLimit  *[1]string
-	limit      *[1]string
-	remaining  *[1]string
-	reset      *[1]string
+	remaining  int   // clamped to [0, limit]
+	limit      int   // never negative
+	t          int64 // RateLimit's t, seconds
+	reset      int64 // the legacy reset, Unix seconds
+	retryAfter int64 // seconds; 0 when Retry-After is not sent
+	has        quotaParts
 }
+
+// quotaParts says which values a Quota sends, beside RateLimit-Policy
+// and Retry-After, whose presence their own fields say.
+type quotaParts uint8
+
+const (
+	partRateLimit    quotaParts = 1 << iota // RateLimit
+	partLegacyLimit                         // X-RateLimit-Limit
+	partLegacyCounts                        // X-RateLimit-Remaining and -Reset
+)
 
 // slice returns v as a header value, or nil.
 func slice(v *[1]string) []string {
@@ -111,7 +129,7 @@ func slice(v *[1]string) []string {
 
 // RetryAfter is the wait in whole seconds, rounded up and at least 1
 // (RetryAfterSeconds): set on a blocked denial that waiting cures.
-func (q Quota) RetryAfter() []string { return slice(q.retryAfter) }
+func (q Quota) RetryAfter() []string { return slice(q.retryAfterValue()) }
 
 // RateLimitPolicy is the IETF RateLimit-Policy field, e.g.
 // "default";q=10;w=600 (HeadersIETF, HeadersBoth).
@@ -119,18 +137,55 @@ func (q Quota) RateLimitPolicy() []string { return slice(q.ratePolicy) }
 
 // RateLimit is the IETF RateLimit field, e.g. "default";r=3;t=42
 // (HeadersIETF, HeadersBoth); not set for a cost that can never fit.
-func (q Quota) RateLimit() []string { return slice(q.rateLimit) }
+func (q Quota) RateLimit() []string { return slice(q.rateLimitValue()) }
 
 // Limit is the legacy X-RateLimit-Limit value (HeadersLegacy, HeadersBoth).
-func (q Quota) Limit() []string { return slice(q.limit) }
+func (q Quota) Limit() []string { return slice(q.limitValue()) }
 
 // Remaining is the legacy X-RateLimit-Remaining value; not set for a
 // cost that can never fit.
-func (q Quota) Remaining() []string { return slice(q.remaining) }
+func (q Quota) Remaining() []string { return slice(q.remainingValue()) }
 
 // Reset is the legacy X-RateLimit-Reset value, the Unix time in seconds
 // at which the full quota is back; not set for a cost that can never fit.
-func (q Quota) Reset() []string { return slice(q.reset) }
+func (q Quota) Reset() []string { return slice(q.resetValue()) }
+
+// The values of a Quota, formatted (or found formatted), nil when not sent.
+
+func (q *Quota) retryAfterValue() *[1]string {
+	if q.retryAfter == 0 {
+		return nil
+	}
+	return intValue(q.retryAfter)
+}
+
+func (q *Quota) rateLimitValue() *[1]string {
+	if q.has&partRateLimit == 0 {
+		return nil
+	}
+	return q.p.rateLimitField(q.remaining, q.t)
+}
+
+func (q *Quota) limitValue() *[1]string {
+	if q.has&partLegacyLimit == 0 {
+		return nil
+	}
+	return intValue(int64(q.limit))
+}
+
+func (q *Quota) remainingValue() *[1]string {
+	if q.has&partLegacyCounts == 0 {
+		return nil
+	}
+	return intValue(int64(q.remaining))
+}
+
+func (q *Quota) resetValue() *[1]string {
+	if q.has&partLegacyCounts == 0 {
+		return nil
+	}
+	return intValue(q.reset)
+}
 
 // quotaRequest is what the quota values of one decision depend on.
 type quotaRequest struct {
@@ -152,7 +207,9 @@ type quotaRequest struct {
 }
 
 // quota computes the quota values of a decision under p into q, which
-// must be zero.
+// must be zero. It formats nothing but RateLimit-Policy, which a table of
+// the policy's recent quotas holds (its window bounds t): the rest is
+// formatted when an adapter asks (Quota's methods).
 //
 // The values never lie, whatever the limiter reports: counts are clamped
 // to what they can mean (Remaining within [0, Limit]), waits saturate
@@ -162,21 +219,17 @@ type quotaRequest struct {
 // estimate across two windows, can exceed it; Retry-After keeps the
 // exact wait) — except where the key may be in debt (WithCostAfter):
 // there a wait beyond the window is the truth, and t says it.
-//
-// The values returned are shared with other responses (header values are
-// never written in place: Header.Set and Header.Add replace or reallocate
-// them), so this allocates nothing once the values of the current second
-// have been formatted.
 func (p *policy) quota(qr *quotaRequest, q *Quota) {
 	d := qr.d
-	limit := max(d.Limit, 0)
-	remaining := min(max(d.Remaining, 0), limit)
+	q.p = p
+	q.limit = max(d.Limit, 0)
+	q.remaining = min(max(d.Remaining, 0), q.limit)
 	if qr.retry {
-		q.retryAfter = intValue(RetryAfterSeconds(d.RetryAfter))
+		q.retryAfter = RetryAfterSeconds(d.RetryAfter)
 	}
 	if qr.style.ietf() {
 		var window int64
-		q.ratePolicy, window = p.policyField(limit, qr.rate)
+		q.ratePolicy, window = p.policyField(q.limit, qr.rate)
 		if !qr.costExceeded {
 			// t: on a denial, when the request can be retried; otherwise
 			// when the full quota is back.
@@ -187,23 +240,26 @@ func (p *policy) quota(qr *quotaRequest, q *Quota) {
 			if window > 0 && t > window && !qr.debts {
 				t = window
 			}
-			q.rateLimit = p.rateLimitField(remaining, t)
+			q.t = t
+			q.has |= partRateLimit
 		}
 	}
 	if qr.style.legacy() {
-		q.limit = intValue(int64(limit))
+		q.has |= partLegacyLimit
 		if !qr.costExceeded {
-			q.remaining = intValue(int64(remaining))
+			q.has |= partLegacyCounts
 			// The full quota is back after ResetAfter, whether or not this
 			// request was denied; rounded up to the second. Both terms are
 			// below 2^34 for any real clock: the sum cannot wrap.
-			q.reset = intValue(qr.now().Unix() + ceilSeconds(d.ResetAfter))
+			q.reset = qr.now().Unix() + ceilSeconds(d.ResetAfter)
 		}
 	}
 }
 
 // policyFieldCache memoizes the RateLimit-Policy value for one quota, so the
-// hot path formats it once rather than on every request.
+// hot path formats it once rather than on every request. Its values change
+// only with the policy's rate or a key's plan, not from one request to the
+// next, so the table hits under a quota that drains as well.
 type policyFieldCache struct {
 	limit  int
 	rate   Rate
@@ -221,12 +277,6 @@ const (
 	rateLimitBits  = 6
 	rateLimitSlots = 1 << rateLimitBits
 )
-
-type rateLimitValue struct {
-	remaining int
-	t         int64
-	value     [1]string
-}
 
 // policyField returns the RateLimit-Policy value for a quota of limit
 // units under rate r, and its window w in seconds (0 when unknown). The
@@ -255,17 +305,22 @@ func (p *policy) policyField(limit int, r Rate) (*[1]string, int64) {
 }
 
 // rateLimitField returns the RateLimit value for remaining units and t
-// seconds, from the policy's table when a recent request had the same.
+// seconds: from the policy's table when a recent request had the same
+// (the first requests of many clients do: r=9;t=60 for every client's
+// first of 10 a minute), else formatted into a block of values
+// (headerValue), which costs no allocation of its own, so that a miss —
+// every request of a draining quota — costs no more than having no
+// table would.
 func (p *policy) rateLimitField(remaining int, t int64) *[1]string {
 	// Fibonacci hashing of the pair: remaining and t both vary in their
 	// low bits, which the top bits of the product mix.
 	h := (uint64(remaining)*31 + uint64(t)) * 0x9e3779b97f4a7c15
 	slot := &p.rateLimit[h>>(64-rateLimitBits)]
-	if v := slot.Load(); v != nil && v.remaining == remaining && v.t == t {
+	if v := slot.Load(); v != nil && v.a == int64(remaining) && v.b == t {
 		return &v.value
 	}
-	v := &rateLimitValue{remaining: remaining, t: t}
-	v.value[0] = formatRateLimit(p.quoted, remaining, t)
+	var buf [64]byte // holds a 20-character name with the largest numbers; a longer one spills to the heap
+	v := newHeaderValue(int64(remaining), t, appendRateLimit(buf[:0], p.quoted, remaining, t))
 	slot.Store(v)
 	return &v.value
 }
@@ -273,24 +328,19 @@ func (p *policy) rateLimitField(remaining int, t int64) *[1]string {
 // intSlots is the size of the table of integer values.
 const intSlots = 256
 
-type intEntry struct {
-	n     int64
-	value [1]string
-}
-
 // intValues holds recently formatted integer values (Retry-After, the
 // legacy headers), one per slot: a denial of one second shares its
 // Retry-After with the other denials of that second.
-var intValues [intSlots]atomic.Pointer[intEntry]
+var intValues [intSlots]atomic.Pointer[headerValue]
 
 // intValue returns n formatted as a header value.
 func intValue(n int64) *[1]string {
 	slot := &intValues[uint64(n)%intSlots]
-	if v := slot.Load(); v != nil && v.n == n {
+	if v := slot.Load(); v != nil && v.a == n {
 		return &v.value
 	}
-	v := &intEntry{n: n}
-	v.value[0] = strconv.FormatInt(n, 10)
+	var buf [20]byte
+	v := newHeaderValue(n, 0, strconv.AppendInt(buf[:0], n, 10))
 	slot.Store(v)
 	return &v.value
 }
@@ -325,16 +375,12 @@ func formatPolicyField(quoted string, limit int, window int64) string {
 	return string(b)
 }
 
-// formatRateLimit formats the RateLimit value: quoted;r=remaining;t=seconds.
-// It builds the value in a stack buffer so that the only allocation is the
-// resulting string. 64 bytes hold a 20-character name with the largest
-// numbers; a longer name spills to the heap, which is only slower.
-func formatRateLimit(quoted string, remaining int, t int64) string {
-	var buf [64]byte
-	b := append(buf[:0], quoted...)
+// appendRateLimit appends the RateLimit value to b:
+// quoted;r=remaining;t=seconds.
+func appendRateLimit(b []byte, quoted string, remaining int, t int64) []byte {
+	b = append(b, quoted...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(remaining), 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, t, 10)
-	return string(b)
+	return strconv.AppendInt(b, t, 10)
 }

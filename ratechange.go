@@ -10,8 +10,7 @@ import (
 // Inherit says what a change of rate does to the units each key has
 // already used: a limiter that takes a new rate while serving (SetRate)
 // converts every key's state as it stands at the change, and from then
-// on decides under the new rate. The names follow Bucket4j's
-// replaceConfiguration strategies; the capacity is a token bucket's burst
+// on decides under the new rate. The capacity is a token bucket's burst
 // and a window's Limit.
 //
 // The default, KeepUsed, is the one that neither forgives nor punishes:
@@ -25,6 +24,19 @@ import (
 // change: ScaleUsed keeps each client's share of its quota, AddDifference
 // keeps what each client has left on a downgrade, and StartFresh gives
 // everyone the new quota at once.
+//
+// Against Bucket4j's TokensInheritanceStrategy (the strategies of its
+// replaceConfiguration), which say what a bucket's available tokens a
+// become under a new capacity: ScaleUsed is its PROPORTIONALLY (a·c′/c),
+// AddDifference its ADDITIVE (min(a, c′) + max(c′ − c, 0)) and
+// StartFresh its RESET (a new, full bucket). KeepUsed is none of them:
+// it is ADDITIVE on an upgrade, and on a downgrade takes the difference
+// away (a − (c − c′), which may leave the key owing) where ADDITIVE keeps
+// a up to c′. Bucket4j's AS_IS (min(a, c′): the tokens left, as they are)
+// has no equivalent here: it forgives on a downgrade as AddDifference
+// does, and holds an upgrade back from every key until it refills; it
+// would be a fifth conversion in each algorithm, in the Redis scripts and
+// in the reference models, for no policy the four do not serve.
 type Inherit int
 
 const (
@@ -34,12 +46,13 @@ const (
 	// times, counted under the new Limit and Period from the change on.
 	// This is the default.
 	KeepUsed Inherit = iota
-	// ScaleUsed scales the units used by c'/c (Bucket4j's
-	// PROPORTIONALLY): a key that used half of its quota has used half of
-	// the new one. A token bucket scales exactly (to a billionth of a
-	// token), a window rounds up to whole units, taken from its oldest
-	// events on the way down and added to its newest on the way up, so
-	// that no event counts for less, or for less long, than its share.
+	// ScaleUsed scales the units used by c'/c, as Bucket4j's
+	// PROPORTIONALLY scales the tokens left: a key that used half of its
+	// quota has used half of the new one. A token bucket scales exactly
+	// (to a billionth of a token), a window rounds up to whole units,
+	// taken from its oldest events on the way down and added to its
+	// newest on the way up, so that no event counts for less, or for
+	// less long, than its share.
 	// A key that owed more than its capacity (after a KeepUsed downgrade)
 	// is scaled up to what it owes at most.
 	ScaleUsed
@@ -101,9 +114,11 @@ type RateChange struct {
 // serving: the in-memory TokenBucket, SlidingLog and SlidingCounter, and
 // the Redis limiters of the redisstore module. After SetRate returns,
 // every decision is made under the new rate, each key's state converted
-// as c.Inherit says, and the Decision reports the new quota; a call that
-// fails changes nothing (an invalid change is refused before anything is
-// touched). An in-memory limiter ignores ctx.
+// as c.Inherit says, and the Decision reports the new quota. An invalid
+// change is refused before anything is touched; in memory no other call
+// fails. On Redis a write whose reply is lost leaves the outcome unknown
+// until the call is repeated (redisstore's ErrRateUnconfirmed). An
+// in-memory limiter ignores ctx.
 type RateSetter interface {
 	SetRate(ctx context.Context, c RateChange) error
 }

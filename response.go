@@ -53,23 +53,23 @@ func writeQuota(h http.Header, q *Quota) {
 	// A response without headers yet (the common case) has no list to
 	// append to: skip the lookups, which cost as much as the assignment.
 	fresh := len(h) == 0
-	if q.retryAfter != nil {
-		h[headerRetryAfter] = q.retryAfter[:]
+	if v := q.retryAfterValue(); v != nil {
+		h[headerRetryAfter] = v[:]
 	}
 	if q.ratePolicy != nil {
 		addMember(h, fresh, headerRateLimitPolicy, q.ratePolicy[:])
 	}
-	if q.rateLimit != nil {
-		addMember(h, fresh, headerRateLimit, q.rateLimit[:])
+	if v := q.rateLimitValue(); v != nil {
+		addMember(h, fresh, headerRateLimit, v[:])
 	}
-	if q.limit != nil {
-		h[headerLegacyLimit] = q.limit[:]
+	if v := q.limitValue(); v != nil {
+		h[headerLegacyLimit] = v[:]
 	}
-	if q.remaining != nil {
-		h[headerLegacyRemaining] = q.remaining[:]
+	if v := q.remainingValue(); v != nil {
+		h[headerLegacyRemaining] = v[:]
 	}
-	if q.reset != nil {
-		h[headerLegacyReset] = q.reset[:]
+	if v := q.resetValue(); v != nil {
+		h[headerLegacyReset] = v[:]
 	}
 }
 

@@ -410,10 +410,25 @@ var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}
 
 // BenchmarkMiddlewareAllowed is the allowed path on a populated store:
 // 100k client IPs, a real TokenBucket with room for all of them, IETF
-// headers, in parallel.
+// headers, in parallel. The quota is steady: refilled faster than the
+// benchmark takes it, every request sees the same values — the case
+// where the tables of formatted values always hit.
 func BenchmarkMiddlewareAllowed(b *testing.B) {
+	benchMiddlewareAllowed(b, Rate{Limit: 1 << 24, Period: time.Second}, false)
+}
+
+// BenchmarkMiddlewareAllowedDraining is BenchmarkMiddlewareAllowed under
+// a quota the clients spend, as a real per-client quota is spent (issue
+// 31): 2^24 per 30 days, and each client has spent a different amount,
+// so that consecutive requests see different remaining counts and
+// resets, and no table of formatted values can serve them.
+func BenchmarkMiddlewareAllowedDraining(b *testing.B) {
+	benchMiddlewareAllowed(b, Rate{Limit: 1 << 24, Period: 30 * 24 * time.Hour}, true)
+}
+
+func benchMiddlewareAllowed(b *testing.B, r Rate, spendApart bool) {
 	const clients = 100_000
-	tb, err := NewTokenBucket(Rate{Limit: 1 << 24, Period: time.Second})
+	tb, err := NewTokenBucket(r)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -421,9 +436,15 @@ func BenchmarkMiddlewareAllowed(b *testing.B) {
 	reqs := make([]*http.Request, clients)
 	for i := range reqs {
 		reqs[i], _ = http.NewRequest(http.MethodGet, "http://example.com/", nil)
-		reqs[i].RemoteAddr = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":1234"
+		ip := "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+		reqs[i].RemoteAddr = ip + ":1234"
 		w := &benchWriter{h: http.Header{}}
 		h.ServeHTTP(w, reqs[i]) // populate the store
+		if spendApart {
+			if _, err := tb.AllowN(context.Background(), ip, i); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	var next atomic.Uint64
 	b.ReportAllocs()

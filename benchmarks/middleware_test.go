@@ -2,19 +2,26 @@ package benchmarks
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
 // BenchmarkMiddleware times a full ServeHTTP through each library's HTTP
 // middleware keyed by client IP: the allowed path over 100,000 populated
-// client addresses, and the denied path (429) on one hot client.
+// client addresses, under a quota that never drains (allowQuota) and
+// under one the clients spend (drainQuota, each client having spent a
+// different amount: what a service sees), and the denied path (429) on
+// one hot client.
 func BenchmarkMiddleware(b *testing.B) {
 	addrs := clientIPs(populatedKeys)
 	for i := range addrs {
 		addrs[i] += ":40000"
 	}
 	for _, p := range peers() {
-		b.Run("allowed/"+p.name, func(b *testing.B) { benchMiddlewareAllowed(b, p, addrs) })
+		b.Run("allowed/"+p.name, func(b *testing.B) { benchMiddlewareAllowed(b, p, addrs, allowQuota) })
+	}
+	for _, p := range peers() {
+		b.Run("allowed-draining/"+p.name, func(b *testing.B) { benchMiddlewareAllowed(b, p, addrs, drainQuota) })
 	}
 	for _, p := range peers() {
 		b.Run("denied/"+p.name, func(b *testing.B) { benchMiddlewareDenied(b, p) })
@@ -31,15 +38,20 @@ func serve(tb testing.TB, p peer, h http.Handler, w *recorder, r *http.Request, 
 	}
 }
 
-func benchMiddlewareAllowed(b *testing.B, p peer, addrs []string) {
-	inst, fresh := reuse(b, p, allowQuota)
+func benchMiddlewareAllowed(b *testing.B, p peer, addrs []string, q quota) {
+	inst, fresh := reuse(b, p, q)
 	if inst.handler == nil {
 		b.Skipf("%s: no HTTP middleware", p.name)
 	}
 	h, w, r := inst.handler(okHandler), newRecorder(), newProbe()
 	if fresh {
-		for _, a := range addrs {
+		for i, a := range addrs {
 			serve(b, p, h, w, r, a, http.StatusOK)
+			if q == drainQuota && inst.spend != nil {
+				if err := inst.spend(strings.TrimSuffix(a, ":40000"), i); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
 	}
 	cpu := startCPU(b)

@@ -2,15 +2,17 @@ package benchmarks
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/benchmarks/internal/grpclimitv01"
 	"github.com/floodgate-go/floodgate/contrib/grpclimit"
+	"github.com/floodgate-go/floodgate/internal/benchquota"
+	"github.com/floodgate-go/floodgate/internal/interleave"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -22,23 +24,45 @@ import (
 // BenchmarkTransport spread their calls over, each a populated key.
 const transportClients = 10_000
 
+// transportQuotas are the steady and the draining quota (package
+// benchquota): the docs quote the draining figures. In the direct cases
+// each client has spent a different amount (spendApart), so that under
+// the draining quota consecutive calls, of different clients, differ
+// too.
+var transportQuotas = benchquota.Quotas
+
+// grpcModes are the ways of sending the quota over gRPC the cases
+// compare: the default, the quota on allowed calls too, and none.
+var grpcModes = []struct {
+	name string
+	opts []grpclimit.Option
+}{
+	{"grpclimit", nil},
+	{"grpclimit-quota-on-allowed", grpcQuotaOnAllowed},
+	{"grpclimit-headers-none", []grpclimit.Option{grpclimit.WithHeaders(floodgate.HeadersNone)}},
+}
+
+// grpcQuotaOnAllowed sends the quota on allowed calls. (Before issue 31
+// the default did, and this was nil.)
+var grpcQuotaOnAllowed = []grpclimit.Option{grpclimit.WithQuotaOnAllowed()}
+
 // BenchmarkTransport measures what floodgate adds to an allowed call on
-// each transport, against the same call without it, in the same run:
+// each transport, against the same call without it, in the same run,
+// under each of transportQuotas:
 //
 //   - direct/…: the adapter called as its server calls it, over 10,000
 //     populated client keys — the gRPC unary interceptor against the
 //     handler alone, and the HTTP middleware's ServeHTTP against the
 //     handler's;
-//   - e2e/…: one real client calling a real server over loopback TCP —
-//     grpc-go bare, with an interceptor that only calls the handler
-//     (what grpc-go costs for any interceptor), with grpclimit (with and
-//     without the quota metadata) and with v0.1's grpclimit (a fake
-//     *http.Request per call), and net/http bare and with the
-//     middleware; each also reports the process's CPU time per call
-//     (cpu-ns/op, client and server), steadier than wall time on a
-//     shared machine.
-//
-// The overhead of an adapter is its case minus its transport's bare case.
+//   - e2e/…: a real client calling a real server over loopback TCP, in
+//     interleaved rounds (package interleave: 100 calls to each server
+//     in turn, so that a drifting load weighs on all alike) — grpc-go
+//     bare, with an interceptor that only calls the handler (what
+//     grpc-go costs for any interceptor), with grpclimit in each mode
+//     and with v0.1's grpclimit (a fake *http.Request per call); net/http
+//     bare and with the middleware. Each case reports, over its bare
+//     server, the median of the rounds' differences in CPU time per call
+//     (client and server) and the allocations per call.
 func BenchmarkTransport(b *testing.B) {
 	b.Run("direct/grpc", benchGRPCDirect)
 	b.Run("direct/http", benchHTTPDirect)
@@ -46,31 +70,37 @@ func BenchmarkTransport(b *testing.B) {
 	b.Run("e2e/http", benchHTTPEndToEnd)
 }
 
-func newLimiter(b *testing.B) floodgate.Limiter {
-	l, err := floodgate.NewTokenBucket(floodgate.PerSecond(1 << 24))
+func newLimiter(b *testing.B, r floodgate.Rate) *floodgate.TokenBucket {
+	l, err := floodgate.NewTokenBucket(r)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return l
 }
 
+// transportAddr is the address of the i-th client of the direct cases.
+func transportAddr(i int) net.IP { return net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)) }
+
+// spendApart makes the i-th client spend i units more of l, so that
+// under the draining quota consecutive calls see different values.
+func spendApart(b *testing.B, l *floodgate.TokenBucket) {
+	for i := range transportClients {
+		if _, err := l.AllowN(context.Background(), transportAddr(i).String(), i); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func benchGRPCDirect(b *testing.B) {
 	ctxs := make([]context.Context, transportClients)
 	for i := range ctxs {
-		ctx := grpcpeer.NewContext(context.Background(), &grpcpeer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)), Port: 5000}})
+		ctx := grpcpeer.NewContext(context.Background(), &grpcpeer.Peer{Addr: &net.TCPAddr{IP: transportAddr(i), Port: 5000}})
 		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("user-agent", "bench", "content-type", "application/grpc"))
 		ctxs[i] = grpc.NewContextWithServerTransportStream(ctx, nopTransportStream{})
 	}
 	info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/EmptyCall"}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
-	interceptors := map[string]grpc.UnaryServerInterceptor{
-		"handler":               handlerOnly,
-		"grpclimit":             mustInterceptor(grpclimit.New(newLimiter(b))).Unary(),
-		"grpclimit-no-quota-md": mustInterceptor(grpclimit.New(newLimiter(b), grpclimit.WithHeaders(floodgate.HeadersNone))).Unary(),
-		"grpclimit-v0.1":        mustV01(grpclimitv01.New(newLimiter(b))).Unary(),
-	}
-	for _, name := range []string{"handler", "grpclimit", "grpclimit-no-quota-md", "grpclimit-v0.1"} {
-		unary := interceptors[name]
+	run := func(name string, unary grpc.UnaryServerInterceptor) {
 		for _, ctx := range ctxs { // populate the key set
 			if _, err := unary(ctx, nil, info, handler); err != nil {
 				b.Fatal(err)
@@ -84,6 +114,17 @@ func benchGRPCDirect(b *testing.B) {
 				}
 			}
 		})
+	}
+	run("handler", handlerOnly)
+	for _, q := range transportQuotas {
+		for _, m := range grpcModes {
+			l := newLimiter(b, q.Rate)
+			spendApart(b, l)
+			run(q.Name+"/"+m.name, mustInterceptor(grpclimit.New(l, m.opts...)).Unary())
+		}
+		l := newLimiter(b, q.Rate)
+		spendApart(b, l)
+		run(q.Name+"/grpclimit-v0.1", mustV01(grpclimitv01.New(l)).Unary())
 	}
 }
 
@@ -117,15 +158,10 @@ func (nopTransportStream) SetTrailer(metadata.MD) error { return nil }
 func benchHTTPDirect(b *testing.B) {
 	addrs := make([]string, transportClients)
 	for i := range addrs {
-		addrs[i] = net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).String() + ":5000"
+		addrs[i] = transportAddr(i).String() + ":5000"
 	}
-	mw, err := floodgate.NewMiddleware(newLimiter(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	handlers := map[string]http.Handler{"handler": okHandler, "middleware": mw(okHandler)}
-	for _, name := range []string{"handler", "middleware"} {
-		h, w, r := handlers[name], newRecorder(), newProbe()
+	run := func(name string, h http.Handler) {
+		w, r := newRecorder(), newProbe()
 		for _, a := range addrs {
 			r.RemoteAddr = a
 			w.reset()
@@ -143,6 +179,16 @@ func benchHTTPDirect(b *testing.B) {
 			}
 		})
 	}
+	run("handler", okHandler)
+	for _, q := range transportQuotas {
+		l := newLimiter(b, q.Rate)
+		spendApart(b, l)
+		mw, err := floodgate.NewMiddleware(l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(q.Name+"/middleware", mw(okHandler))
+	}
 }
 
 // emptyService answers EmptyCall.
@@ -158,80 +204,89 @@ func benchGRPCEndToEnd(b *testing.B) {
 	cases := []struct {
 		name  string
 		unary grpc.UnaryServerInterceptor
-	}{
-		{"bare", nil},
-		{"noop-interceptor", handlerOnly},
-		{"grpclimit", mustInterceptor(grpclimit.New(newLimiter(b))).Unary()},
-		{"grpclimit-no-quota-md", mustInterceptor(grpclimit.New(newLimiter(b), grpclimit.WithHeaders(floodgate.HeadersNone))).Unary()},
-		{"grpclimit-v0.1", mustV01(grpclimitv01.New(newLimiter(b))).Unary()},
+	}{{"bare", nil}, {"noop-interceptor", handlerOnly}}
+	for _, q := range transportQuotas {
+		for _, m := range grpcModes {
+			cases = append(cases, struct {
+				name  string
+				unary grpc.UnaryServerInterceptor
+			}{q.Name + "/" + m.name, mustInterceptor(grpclimit.New(newLimiter(b, q.Rate), m.opts...)).Unary()})
+		}
+		cases = append(cases, struct {
+			name  string
+			unary grpc.UnaryServerInterceptor
+		}{q.Name + "/grpclimit-v0.1", mustV01(grpclimitv01.New(newLimiter(b, q.Rate))).Unary()})
 	}
+	var calls []interleave.Case
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			var opts []grpc.ServerOption
-			if c.unary != nil {
-				opts = append(opts, grpc.UnaryInterceptor(c.unary))
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := grpc.NewServer(opts...)
-			testpb.RegisterTestServiceServer(srv, emptyService{})
-			go func() { _ = srv.Serve(ln) }() // returns when Stop is called
-			defer srv.Stop()
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
-			client, ctx := testpb.NewTestServiceClient(conn), context.Background()
-			if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
-				b.Fatal(err) // connects
-			}
-			cpu := startCPU(b)
-			for range b.N {
-				if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpu.report(b)
-		})
+		var opts []grpc.ServerOption
+		if c.unary != nil {
+			opts = append(opts, grpc.UnaryInterceptor(c.unary))
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := grpc.NewServer(opts...)
+		testpb.RegisterTestServiceServer(srv, emptyService{})
+		go func() { _ = srv.Serve(ln) }() // returns when Stop is called
+		b.Cleanup(srv.Stop)
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = conn.Close() })
+		client, ctx := testpb.NewTestServiceClient(conn), context.Background()
+		if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+			b.Fatal(err) // connects
+		}
+		calls = append(calls, interleave.Case{Name: c.name, Call: func() error {
+			_, err := client.EmptyCall(ctx, &testpb.Empty{})
+			return err
+		}})
 	}
+	interleave.Bench(b, calls, 100)
 }
 
 func benchHTTPEndToEnd(b *testing.B) {
-	mw, err := floodgate.NewMiddleware(newLimiter(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, c := range []struct {
+	handlers := []struct {
 		name string
 		h    http.Handler
-	}{{"bare", okHandler}, {"middleware", mw(okHandler)}} {
-		b.Run(c.name, func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := &http.Server{Handler: c.h}
-			go func() { _ = srv.Serve(ln) }() // returns when Close is called
-			defer func() { _ = srv.Close() }()
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-			defer client.CloseIdleConnections()
-			url := "http://" + ln.Addr().String() + "/"
-			cpu := startCPU(b)
-			for range b.N {
-				resp, err := client.Get(url)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatal("status " + strconv.Itoa(resp.StatusCode))
-				}
-			}
-			cpu.report(b)
-		})
+	}{{"bare", okHandler}}
+	for _, q := range transportQuotas {
+		mw, err := floodgate.NewMiddleware(newLimiter(b, q.Rate))
+		if err != nil {
+			b.Fatal(err)
+		}
+		handlers = append(handlers, struct {
+			name string
+			h    http.Handler
+		}{q.Name + "/middleware", mw(okHandler)})
 	}
+	var calls []interleave.Case
+	for _, c := range handlers {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := &http.Server{Handler: c.h}
+		go func() { _ = srv.Serve(ln) }() // returns when Close is called
+		b.Cleanup(func() { _ = srv.Close() })
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		b.Cleanup(client.CloseIdleConnections)
+		url := "http://" + ln.Addr().String() + "/"
+		calls = append(calls, interleave.Case{Name: c.name, Call: func() error {
+			resp, err := client.Get(url)
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		}})
+	}
+	interleave.Bench(b, calls, 100)
 }

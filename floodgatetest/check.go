@@ -213,9 +213,10 @@ const (
 	BothSchedulers Scheduler = iota
 	// Deterministic runs one call at a time, switching between calls at
 	// yield points — the call boundaries, the reads of CheckConfig.Now,
-	// the resolver's calls, and the points floodgate marks inside its
-	// compound decisions (PlanLimiter, Composite) — in an order drawn
-	// from the seed, so that a failure replays exactly from its seed.
+	// and the points floodgate marks inside its compound decisions (a
+	// Composite between its limiters, a PlanLimiter waiting for a lookup)
+	// — in an order drawn from the seed, so that a failure replays
+	// exactly from its seed.
 	Deterministic
 	// FreeRunning runs the calls of a round on their own goroutines, at
 	// once.
@@ -249,11 +250,11 @@ type CheckConfig struct {
 	Clock *Clock
 	// Now reads Clock and, under the deterministic scheduler, is a yield
 	// point. Give it to floodgate.WithClock where the limiter reads the
-	// time holding no lock (every limiter of this module); give
-	// Clock.Now where it may read the time under a lock of its own (the
-	// limiters a PlanLimiter builds), since a call parked at a yield
-	// point under a lock blocks every other (the checker then reports a
-	// deadlock).
+	// time holding no lock (the limiters of this module); give Clock.Now
+	// where it may read the time under a lock of its own (a PlanLimiter's
+	// PlanConfig.Clock and the limiters it builds), since a call parked
+	// at a yield point under a lock blocks every other (the checker then
+	// reports a deadlock).
 	Now func() time.Time
 	// Resolve is the checker's plan resolver, for Checker.Plans.
 	Resolve floodgate.PlanResolver

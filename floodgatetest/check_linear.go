@@ -219,6 +219,16 @@ func (l *linearizer) times(last time.Duration, rec *crec) []time.Duration {
 // model outcome matches what it got.
 func (l *linearizer) step(st keyState, rec *crec) []keyState {
 	var out []keyState
+	if busy(rec) {
+		// Refused for a capacity the whole service shares: the key's
+		// state is untouched.
+		for _, t := range l.times(st.last, rec) {
+			nx := st.clone()
+			nx.last = t
+			out = append(out, nx)
+		}
+		return out
+	}
 	for _, t := range l.times(st.last, rec) {
 		plans := []int{-1}
 		if pm, ok := st.m.(*planModel); ok && (rec.eff == effAllow || rec.eff == effReserve) {
@@ -291,6 +301,15 @@ func (l *linearizer) apply(st *keyState, rec *crec, t time.Duration) (bool, stri
 	return true, ""
 }
 
+// busy reports whether rec is a denial for a capacity the whole service
+// shares (Decision.Overloaded with no error), outside an in-flight limit,
+// whose full table is checked apart: a PlanLimiter's lookup refused for
+// capacity. Such a denial decides nothing for the key.
+func busy(rec *crec) bool {
+	return (rec.eff == effAllow || rec.eff == effReserve) && rec.err == nil && !rec.unknown &&
+		!rec.d.Allowed && rec.d.Overloaded && rec.d.Limit == 0
+}
+
 // roundUp rounds d up to the limiter's resolution.
 func (l *linearizer) roundUp(d time.Duration) time.Duration {
 	r := l.c.Resolution
@@ -307,6 +326,7 @@ func (l *linearizer) roundUp(d time.Duration) time.Duration {
 func (l *linearizer) matches(rec *crec, want floodgate.Decision, werr error, r floodgate.Reservation, booking bool) (ok, keep bool, why string) {
 	got := rec.d
 	want.RetryAfter, want.ResetAfter = l.roundUp(want.RetryAfter), l.roundUp(want.ResetAfter)
+	r.Wait = l.roundUp(r.Wait)
 	if werr != nil {
 		if !errors.Is(rec.err, werr) {
 			return false, false, fmt.Sprintf("the model says %v", werr)

@@ -125,10 +125,16 @@ func (s *scheduler) round(active []int, ops int, start func(w int), tickStep tim
 	defer timer.Stop()
 	for s.settle(state, timer) {
 		ready, waiting := s.ready(active, state)
-		if len(ready) == 0 {
-			if waiting > 0 { // every parked call waits for another: cannot happen
+		if len(ready) == 0 && waiting > 0 {
+			// Every parked call waits for work the limiter does on a
+			// goroutine of its own (a PlanLimiter's lookup): let it end.
+			ready = s.awaitOne(active, state)
+			if ready == nil {
 				s.abandon(state)
+				return
 			}
+		}
+		if len(ready) == 0 {
 			return
 		}
 		if tickStep > 0 && s.tick != nil && s.rng.IntN(6) == 0 {
@@ -199,6 +205,19 @@ func (s *scheduler) ready(active []int, state map[int]int) (ready []int, waiting
 		ready = append(ready, w)
 	}
 	return ready, waiting
+}
+
+// awaitOne waits, for deadlockAfter at most, until a parked worker's
+// wait is over, and returns the workers that may run then; nil if none
+// may.
+func (s *scheduler) awaitOne(active []int, state map[int]int) []int {
+	for deadline := time.Now().Add(deadlockAfter); time.Now().Before(deadline); {
+		if ready, _ := s.ready(active, state); len(ready) > 0 {
+			return ready
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	return nil
 }
 
 // order is how a round picks its next worker: uniformly, or PCT's way.

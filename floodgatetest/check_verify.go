@@ -153,7 +153,7 @@ func (r *run) checkPlans(recs []*crec) *failure {
 		}
 	}
 	for _, rec := range recs {
-		if !decided(rec) || rec.gated && rec.blocked && !rec.d.Allowed && rec.d.Limit == 0 {
+		if !decided(rec) || busy(rec) || rec.gated && rec.blocked && !rec.d.Allowed && rec.d.Limit == 0 {
 			continue
 		}
 		if strings.HasPrefix(rec.key, "u") {
@@ -182,8 +182,8 @@ func (r *run) checkPlans(recs []*crec) *failure {
 }
 
 // checkRates: once SetRate has returned, every decision reports its
-// quota or a later one's, and a key once decided under a rate is never
-// decided under an older one.
+// quota or a later one's, and a key once decided under a rate (a decision
+// that consumed, or could have) is never decided under an older one.
 func (r *run) checkRates(recs []*crec) *failure {
 	if !r.c.caps.setRate || len(r.c.Rates) == 0 {
 		return nil
@@ -243,7 +243,12 @@ func (r *run) checkRates(recs []*crec) *failure {
 					rec, vs[len(vs)-1], rec.d.Limit, s.min, s.rec, recordList(changes))}
 			}
 		}
-		byKey[rec.key] = append(byKey[rec.key], seen{rec, vs[0]})
+		if rec.n > 0 && !rec.noEffect {
+			// A report or a refused cost writes nothing: a store whose
+			// instances learn a change one by one (Redis) may answer it
+			// under a newer view than the key's state is in.
+			byKey[rec.key] = append(byKey[rec.key], seen{rec, vs[0]})
+		}
 	}
 	return nil
 }
@@ -341,7 +346,7 @@ func (r *run) checkResets(recs []*crec) *failure {
 		}
 	next:
 		for _, d := range byKey[rec.key] {
-			if !decided(d) || d.inv < rec.ret || d.d.Allowed || d.n == 0 || d.n > d.d.Limit {
+			if !decided(d) || busy(d) || d.inv < rec.ret || d.d.Allowed || d.n == 0 || d.n > d.d.Limit {
 				continue
 			}
 			if r.c.DenyCache > 0 && d.inst != rec.inst && d.t0 < rec.t1+r.c.DenyCache {

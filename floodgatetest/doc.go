@@ -158,10 +158,10 @@
 //
 // A round's calls are interleaved in one of two ways. The deterministic
 // scheduler runs one call at a time and switches at yield points: the
-// start of each operation, every read of CheckConfig.Now, the resolver's
-// calls, and the points floodgate marks inside its compound decisions (a
-// PlanLimiter between its lookup and its key's lock, a Composite between
-// its limiters); it picks the next call from the seed, half the rounds
+// start of each operation, every read of CheckConfig.Now, and the points
+// floodgate marks inside its compound decisions (a Composite between its
+// limiters, a PlanLimiter's decision before it waits for its key's
+// lookup); it picks the next call from the seed, half the rounds
 // by a random walk and half as PCT does (random priorities, two change
 // points), so a failure replays from its seed. A yield point reached
 // under a lock that another call then waits for would hang it: the

@@ -28,6 +28,20 @@ import (
 // entry starts at the local time read before the request was sent, so it
 // never outlives the true RetryAfter either.
 //
+// A change of rate (SetRate on any instance) breaks it too: an upgrade
+// lets the request in at once. So an entry is kept with the version of
+// the rate it was denied under, and answers only while the limiter
+// decides under that version and has read the rate record within its
+// refresh interval (WithRateRefresh); otherwise the request goes to
+// Redis, which reads the record first. SetRate returns one refresh
+// interval after it wrote the record, so from then on no instance answers
+// from a denial made under the old rate.
+//
+// And since a hit cannot know whether another instance reset or refunded
+// the key meanwhile, its RetryAfter is never longer than what is left of
+// the entry's own age: the wait after which this cache asks Redis again,
+// not the denial's full wait, which only Redis can give.
+//
 // An entry answers only requests of the same cost: a cheaper one may fit
 // sooner. The cache is sharded, each shard a bounded LRU behind its own
 // mutex; dropping an entry only costs a round trip.
@@ -43,6 +57,7 @@ type denyShard struct {
 }
 
 type denyEntry struct {
+	ver       int64 // the version of the rate the denial was given under
 	n         int
 	until     int64 // local ns at which the request fits
 	expires   int64 // local ns after which the entry answers no more
@@ -75,8 +90,9 @@ func (c *denyCache) shard(key string) *denyShard {
 }
 
 // lookup returns the cached denial of a request of cost n for key at local
-// time now, if one still holds.
-func (c *denyCache) lookup(key string, n int, now int64, limit int) (floodgate.Decision, bool) {
+// time now, if one given under rate version ver still holds. Its
+// RetryAfter is held to the entry's age left (see denyCache).
+func (c *denyCache) lookup(key string, n int, now, ver int64, limit int) (floodgate.Decision, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.lru.Get(key)
@@ -85,13 +101,13 @@ func (c *denyCache) lookup(key string, n int, now int64, limit int) (floodgate.D
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || e.n != n {
+	if !ok || e.n != n || e.ver != ver {
 		return floodgate.Decision{}, false
 	}
 	d := floodgate.Decision{
 		Limit:      limit,
 		Remaining:  e.remaining,
-		RetryAfter: time.Duration(e.until - now),
+		RetryAfter: time.Duration(min(e.until, e.expires) - now),
 	}
 	if e.resetAt > now {
 		d.ResetAfter = time.Duration(e.resetAt - now)
@@ -100,12 +116,13 @@ func (c *denyCache) lookup(key string, n int, now int64, limit int) (floodgate.D
 }
 
 // store caches a denial that Redis gave for a request sent at local time
-// now.
-func (c *denyCache) store(key string, n int, now int64, d floodgate.Decision) {
+// now, under rate version ver.
+func (c *denyCache) store(key string, n int, now, ver int64, d floodgate.Decision) {
 	if d.RetryAfter <= 0 {
 		return
 	}
 	e := denyEntry{
+		ver:       ver,
 		n:         n,
 		until:     now + int64(d.RetryAfter),
 		expires:   now + int64(min(d.RetryAfter, DenyCacheMaxAge)),

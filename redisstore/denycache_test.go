@@ -58,16 +58,20 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 			mustAllowed(t, l, "k", 1, true)
 			first := mustAllowed(t, l, "k", 1, false)
 			calls(3)
+			// A cached answer's wait is the entry's age left: the cache
+			// cannot know what other instances did meanwhile.
+			want := first
+			want.RetryAfter = redisstore.DenyCacheMaxAge
 			for i := 0; i < 1000; i++ {
-				if d := mustAllowed(t, l, "k", 1, false); d != first {
-					t.Fatalf("cached denial %+v, want %+v", d, first)
+				if d := mustAllowed(t, l, "k", 1, false); d != want {
+					t.Fatalf("cached denial %+v, want %+v", d, want)
 				}
 			}
 			calls(3)
 			deniedAt := clock.t
 			clock.t = clock.t.Add(redisstore.DenyCacheMaxAge - time.Microsecond)
-			if d := mustAllowed(t, l, "k", 1, false); d.RetryAfter != first.RetryAfter-redisstore.DenyCacheMaxAge+time.Microsecond {
-				t.Fatalf("cached RetryAfter %v after %v, want %v less", d.RetryAfter, redisstore.DenyCacheMaxAge-time.Microsecond, first.RetryAfter)
+			if d := mustAllowed(t, l, "k", 1, false); d.RetryAfter != time.Microsecond {
+				t.Fatalf("cached RetryAfter %v after %v, want 1µs: what is left of the entry's age", d.RetryAfter, redisstore.DenyCacheMaxAge-time.Microsecond)
 			}
 			calls(3)
 			clock.t = clock.t.Add(time.Microsecond) // the entry is DenyCacheMaxAge old: Redis again
@@ -99,7 +103,8 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 
 // TestDenyCacheIsExact runs the same random traffic, on two keys and one
 // fake timeline, through a limiter with a deny cache and one without, each
-// on its own prefix: every Allowed and RetryAfter must agree.
+// on its own prefix: every Allowed must agree, and every RetryAfter but
+// a cached one held to its entry's age left.
 func TestDenyCacheIsExact(t *testing.T) {
 	addr := redistest.Shared(t)
 	s := goRedis(t, addr).s
@@ -117,7 +122,10 @@ func TestDenyCacheIsExact(t *testing.T) {
 				n := 1 + rng.IntN(2)
 				want, err1 := plain.AllowN(ctx, key, n)
 				got, err2 := cached.AllowN(ctx, key, n)
-				if err1 != nil || err2 != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter {
+				// A cached answer's wait is Redis's, or the entry's age
+				// left when that is shorter (see TestDenyCacheRetryAfterBounded).
+				capped := got.RetryAfter < want.RetryAfter && got.RetryAfter <= redisstore.DenyCacheMaxAge
+				if err1 != nil || err2 != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter && !capped {
 					t.Fatalf("step %d, %q n=%d: cached %+v (%v), plain %+v (%v)", i, key, n, got, err2, want, err1)
 				}
 				clock.t = clock.t.Add(time.Duration(rng.IntN(700)) * time.Millisecond)
@@ -247,6 +255,119 @@ func TestDenyCacheStalenessIsBounded(t *testing.T) {
 					mustAllowed(t, instA, "k", 1, true)
 				})
 			}
+		}
+	}
+}
+
+// TestDenyCacheFollowsRaise (issue 29, finding 6): two instances on one
+// server, A with a deny cache. A caches a denial; B raises the limit. Once
+// B's SetRate has returned, A allows the key at once, on a frozen clock
+// where the entry would otherwise answer for ever: a cached denial
+// answers only under the rate version it was given under, read within
+// the refresh interval. Before, A kept denying for up to
+// DenyCacheMaxAge (on this frozen clock, for good).
+func TestDenyCacheFollowsRaise(t *testing.T) {
+	addr := redistest.Shared(t)
+	for _, c := range []func(testing.TB, string) client{goRedis, rueidisClient} {
+		for _, alg := range changingAlgos {
+			t.Run(c(t, addr).name+"/"+alg.name, func(t *testing.T) {
+				clock := &fakeClock{t0}
+				opts := []redisstore.Option{redisstore.WithPrefix(prefix(t)), redisstore.WithClock(clock.Now),
+					redisstore.WithRateRefresh(20 * time.Millisecond), patient}
+				a, err := alg.new(c(t, addr).s, floodgate.PerHour(2), append(opts, redisstore.WithDenyCache(100))...)
+				mustNot(t, err)
+				b, err := alg.new(c(t, addr).s, floodgate.PerHour(2), opts...)
+				mustNot(t, err)
+				mustAllowed(t, a, "k", 2, true)
+				mustAllowed(t, a, "k", 1, false)
+				mustAllowed(t, a, "k", 1, false) // from the cache
+				mustNot(t, b.SetRate(context.Background(), floodgate.RateChange{Rate: floodgate.PerHour(4)}))
+				if d := mustAllowed(t, a, "k", 1, true); d.Limit != 4 || d.Remaining != 1 {
+					t.Fatalf("A after B's raise returned: %+v, want Limit 4, Remaining 1", d)
+				}
+			})
+		}
+	}
+}
+
+// TestDenyCacheDenialInFlightAcrossChange: A's denial is on its way back
+// while A reads a raise (another decision of A adopts it): the denial,
+// given under the old rate, is cached after the change emptied the
+// cache, and must not answer under the new rate. Before, it did, for up
+// to DenyCacheMaxAge (on this frozen clock, for good).
+func TestDenyCacheDenialInFlightAcrossChange(t *testing.T) {
+	addr := redistest.Shared(t)
+	for _, cl := range clients(t, addr) {
+		for _, alg := range changingAlgos {
+			t.Run(cl.name+"/"+alg.name, func(t *testing.T) {
+				clock := &fakeClock{t0}
+				opts := []redisstore.Option{redisstore.WithPrefix(prefix(t)), redisstore.WithClock(clock.Now),
+					redisstore.WithRateRefresh(5 * time.Millisecond), patient}
+				b, err := alg.new(goRedis(t, addr).s, floodgate.PerHour(2), opts...)
+				mustNot(t, err)
+				var armed, fired atomic.Bool
+				var a changing
+				hook := func(r []int64) {
+					if len(r) < 4 || r[0] != 0 || !armed.CompareAndSwap(true, false) {
+						return
+					}
+					mustNot(t, b.SetRate(context.Background(), floodgate.RateChange{Rate: floodgate.PerHour(4)}))
+					mustAllowed(t, a, "other", 0, true) // A reads the raise
+					fired.Store(true)
+				}
+				a, err = alg.new(hookScripter{cl.s, hook}, floodgate.PerHour(2), append(opts, redisstore.WithDenyCache(100))...)
+				mustNot(t, err)
+				mustAllowed(t, a, "k", 2, true)
+				armed.Store(true)
+				if d := mustAllowed(t, a, "k", 1, false); d.Limit != 2 {
+					t.Fatalf("the denial in flight: %+v, want one of the old rate", d)
+				}
+				if !fired.Load() {
+					t.Fatal("no denial was stepped into: the test did not test")
+				}
+				if d := mustAllowed(t, a, "k", 1, true); d.Limit != 4 || d.Remaining != 1 {
+					t.Fatalf("A under the raise it read: %+v, want Limit 4, Remaining 1", d)
+				}
+			})
+		}
+	}
+}
+
+// TestDenyCacheRetryAfterBounded (issue 29, finding 6): a cached denial
+// never promises a wait longer than the cache can know. A caches a
+// denial whose true wait is 30 minutes; B refunds the unit. A's cached
+// answers say at most what is left of DenyCacheMaxAge, and a client that
+// waits that long is let in by Redis. Before, the cached answer said 30
+// minutes (15 measured from outside) although the unit was back and the
+// cache let the client in a second later.
+func TestDenyCacheRetryAfterBounded(t *testing.T) {
+	addr := redistest.Shared(t)
+	ctx := context.Background()
+	for _, c := range []func(testing.TB, string) client{goRedis, rueidisClient} {
+		for _, alg := range algos {
+			t.Run(c(t, addr).name+"/"+alg.name, func(t *testing.T) {
+				clock := &fakeClock{t0}
+				opts := []redisstore.Option{redisstore.WithClock(clock.Now), patient, redisstore.WithPrefix(prefix(t))}
+				a := alg.mustNew(t, c(t, addr).s, floodgate.PerHour(2), append(opts, redisstore.WithDenyCache(100))...)
+				b := alg.mustNew(t, c(t, addr).s, floodgate.PerHour(2), opts...)
+				mustAllowed(t, a, "k", 2, true)
+				if d := mustAllowed(t, a, "k", 1, false); d.RetryAfter < 29*time.Minute {
+					t.Fatalf("Redis's denial %+v, want its true wait of about 30 minutes", d)
+				}
+				if err := b.(floodgate.Refunder).RefundN(ctx, "k", 1); err != nil {
+					t.Fatal(err)
+				}
+				d := mustAllowed(t, a, "k", 1, false) // A's cache cannot know
+				if d.RetryAfter <= 0 || d.RetryAfter > redisstore.DenyCacheMaxAge {
+					t.Fatalf("cached denial %+v: RetryAfter must be within DenyCacheMaxAge %v", d, redisstore.DenyCacheMaxAge)
+				}
+				clock.t = clock.t.Add(300 * time.Millisecond)
+				if d2 := mustAllowed(t, a, "k", 1, false); d2.RetryAfter != d.RetryAfter-300*time.Millisecond {
+					t.Fatalf("cached denial 300 ms later: %+v, want RetryAfter %v", d2, d.RetryAfter-300*time.Millisecond)
+				}
+				clock.t = clock.t.Add(d.RetryAfter - 300*time.Millisecond) // the client obeys the header
+				mustAllowed(t, a, "k", 1, true)
+			})
 		}
 	}
 }

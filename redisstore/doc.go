@@ -163,12 +163,16 @@
 // README: 3 commands per denied request without the cache, about 0.01
 // with it). The answer is Redis's: until RetryAfter the request cannot fit
 // whatever other instances do, since others can only consume more, and
-// time only moves the state towards "fits". Only a Reset or a refund
-// breaks that. This process clears its own entry on both; another
-// instance's Reset or refund reaches it within DenyCacheMaxAge, which is
-// how long a client can be denied by a stale entry. The cached RetryAfter,
-// Remaining and ResetAfter are those of the denial, aged; when other
-// instances consume meanwhile, the true RetryAfter may be later.
+// time only moves the state towards "fits". Only a Reset, a refund or a
+// change of rate breaks that. This process clears its own entry on a
+// Reset or refund; another instance's reaches it within DenyCacheMaxAge,
+// which is how long a client can be denied by a stale entry. A change of
+// rate reaches it by the time SetRate returns: an entry answers only
+// under the rate version it was denied under, read within the refresh
+// interval. Since a cached answer cannot know what other instances did,
+// its RetryAfter is what is left of the entry's age (at most
+// DenyCacheMaxAge), never the denial's full wait; Remaining and
+// ResetAfter are those of the denial, aged.
 // WithCountDenied cannot be combined with it: denials answered in process
 // would not be recorded.
 //
@@ -182,8 +186,14 @@
 // so every instance decides under the new rate once it returns. Each
 // state carries the version and rate it was written under, and is
 // converted at its first decision after a change, as of the change's
-// time; a state newer than an instance knows makes it read the record at
-// once. See ratechange.go and the README for the details.
+// time, by a script that takes a conversion only under the rate it was
+// computed for; a state newer than an instance knows makes it read the
+// record at once. SetRate's write has the caller's deadline, and a lost
+// reply is ErrRateUnconfirmed, settled by calling it again with the same
+// change. A floodgate.PlanLimiter over these limiters converts a key's
+// state in place when its plan changes (AllowPlanN), as
+// PlanConfig.Inherit says. See ratechange.go and the README for the
+// details.
 //
 // # Leased quota
 //

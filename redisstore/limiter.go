@@ -178,9 +178,13 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 		return floodgate.Decision{Limit: l.limit()}, err
 	}
 	if l.deny != nil && n > 0 {
-		if d, ok := l.deny.lookup(key, n, local, l.limit()); ok {
-			l.counts.denyCacheHits.Add(1)
-			return d, nil
+		// Only under the rate read within the refresh interval: a change
+		// of rate drops every denial made before it (see denyCache).
+		if ver, fresh := l.rateRead(); fresh {
+			if d, ok := l.deny.lookup(key, n, local, ver, l.limit()); ok {
+				l.counts.denyCacheHits.Add(1)
+				return d, nil
+			}
 		}
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
@@ -202,6 +206,10 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	cctx, cancel := l.bound(ctx)
 	err = l.refreshRate(cctx)
 	var d floodgate.Decision
+	// The version before the round trip: a denial is cached under it, or
+	// under an older one than it was given under, which only drops it
+	// sooner.
+	ver, _ := l.rateRead()
 	if err == nil {
 		d, err = eval(cctx, key, n, arg)
 	}
@@ -223,7 +231,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 			// The entry starts at local, read before the request was sent:
 			// the server decided at that time or later, so the entry never
 			// outlives the true RetryAfter.
-			l.deny.store(key, n, local, d)
+			l.deny.store(key, n, local, ver, d)
 		}
 	}
 	return d, nil

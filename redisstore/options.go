@@ -239,8 +239,12 @@ func WithProbeInterval(d time.Duration) Option {
 // the package documentation for why), except after a Reset or a refund on
 // another instance, which this one cannot see: it may deny such a client
 // for up to DenyCacheMaxAge after. Its own Reset and refunds clear its
-// entry at once. Remaining and ResetAfter are those of the cached denial,
-// aged by the time passed.
+// entry at once, and a change of rate (SetRate on any instance) every
+// entry made before it, by the time SetRate returns. A cached answer's
+// RetryAfter is what is left of its entry's age, at most DenyCacheMaxAge:
+// after that the cache asks Redis again, and only Redis knows the true
+// wait. Remaining and ResetAfter are those of the cached denial, aged by
+// the time passed.
 //
 // It cannot be combined with WithCountDenied, which must see every denied
 // attempt.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // A change of rate on Redis. Every instance must decide under the same
@@ -19,17 +21,22 @@ import (
 // record per limiter (its prefix and algorithm), p:rate:tb, p:rate:tbi,
 // p:rate:log or p:rate:sc:
 //
-//	v L P B how tc iL iP iB
+//	v L P B how tc iL iP iB #id
 //
 // v is the version, 1 at the first change and one more at each; L, P (in
 // microseconds) and B the rate and burst; how the strategy of the change
 // and tc its time (on the limiter's clock, like every time here); iL, iP
-// and iB the rate the states written before the first change are in.
+// and iB the rate the states written before the first change are in; id
+// the number the SetRate call that made the version drew, so that the
+// call, sent again after its reply was lost, finds its own write instead
+// of making a second version. id is written in base 26 in the letters
+// a-z: a release that reads the nine numbers alone reads the record too.
 //
 // How a change reaches every instance. SetRate writes the record (one
 // atomic script: two instances changing at once get two versions, the
-// later one wins), then waits one refresh interval (WithRateRefresh)
-// before it returns. Every instance reads the record again before its
+// later one wins), under the caller's context rather than the decision
+// timeout, then waits one refresh interval (WithRateRefresh) before it
+// returns. Every instance reads the record again before its
 // first decision once that interval has passed since it last read it, so
 // by the time SetRate returns, every instance has read the new record, or
 // reads it before its next decision. The read is one round trip per
@@ -91,6 +98,7 @@ type rateRecord struct {
 	how     floodgate.Inherit
 	tc      int64
 	initial rateParams
+	id      int64 // the change that made it; 0 in records written before changes had one
 }
 
 // rateView is a record and the limiter's parameters compiled from it,
@@ -98,9 +106,25 @@ type rateRecord struct {
 type rateView struct {
 	rec rateRecord
 	// suffix follows the numbers of every state written under rec (see
-	// prelude_rate.lua); ver is rec.v as a script argument.
-	suffix, ver string
-	alg         any // the limiter's parameters: *tbParams, *slParams, *scParams
+	// prelude_rate.lua), and planSuffix those a plan's decision writes
+	// (AllowPlanN), which carry the rate on version 0 too; ver is rec.v as
+	// a script argument.
+	suffix, planSuffix, ver string
+	alg                     any // the limiter's parameters: *tbParams, *slParams, *scParams
+}
+
+// suffixFor returns the suffix of the states a decision of mode m writes.
+func (v *rateView) suffixFor(m planMode) string {
+	if m == plainMode {
+		return v.suffix
+	}
+	return v.planSuffix
+}
+
+// changeAt returns the conversion of a state of an older version to v:
+// as of v's change, as its strategy says.
+func (v *rateView) changeAt() convertAt {
+	return convertAt{tc: v.rec.tc, how: inherit.Strategy(v.rec.how)}
 }
 
 // rates is the part of base that follows the rate record.
@@ -108,7 +132,10 @@ type rates struct {
 	record  string // the record's key
 	compile func(rateParams) (any, error)
 	refresh time.Duration
-	mu      sync.Mutex // one record read or write at a time
+	mu      sync.Mutex // one record read at a time; guards unconfirmed
+	// unconfirmed is the change whose last write got no reply (see
+	// setRate); the next SetRate of the same change sends it again.
+	unconfirmed *pendingChange
 	// checked is the local monotonic time, since base.epoch, at which the
 	// last record read began; a read that began earlier is stale.
 	checked atomic.Int64
@@ -140,8 +167,9 @@ func (l *base) adopt(rec rateRecord) error {
 		return fmt.Errorf("%w: the rate record %s holds a rate this limiter cannot take: %w", ErrRedis, l.rates.record, err)
 	}
 	v := &rateView{rec: rec, ver: strconv.FormatInt(rec.v, 10), alg: alg}
+	v.planSuffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
 	if rec.v > 0 {
-		v.suffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
+		v.suffix = v.planSuffix
 	}
 	l.rates.view.Store(v)
 	if l.deny != nil {
@@ -162,6 +190,18 @@ func (l *base) refreshRate(ctx context.Context) error {
 		return nil
 	}
 	return l.readRate(ctx, false)
+}
+
+// rateRead returns the version of the rate the limiter decides under,
+// and whether it read the record within the refresh interval (a limiter
+// without a rate: 0, true). Without a round trip: the deny cache answers
+// only while it is fresh.
+func (l *base) rateRead() (int64, bool) {
+	if l.rates.compile == nil {
+		return 0, true
+	}
+	fresh := int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh)
+	return l.rates.view.Load().rec.v, fresh
 }
 
 // readRate reads the record, unless (force false) another caller read it
@@ -226,10 +266,52 @@ func (l *base) writeRate(ctx context.Context, args []string) (rateRecord, error)
 	return rec, err
 }
 
+// ErrRateUnconfirmed is wrapped, with ErrRedis, by the error of a
+// SetRate on Redis whose write got no reply before its context was done
+// or the connection failed: the change may or may not be in Redis. Call
+// SetRate again with the same RateChange to settle it: each change
+// carries a number of its own, and a change sent again finds its own
+// write if it was made, so it is made once, never twice (a StartFresh
+// applied twice would forgive twice).
+var ErrRateUnconfirmed = errors.New("redisstore: the change of rate may or may not have been made")
+
+// pendingChange is a change of rate whose write got no reply.
+type pendingChange struct {
+	rate rateParams
+	how  floodgate.Inherit
+	id   int64
+}
+
+// changeID returns the number of a change of p under how: the one drawn
+// for it last time if its write got no reply (see ErrRateUnconfirmed), a
+// new one otherwise, below 2^53 so that the scripts hold it exactly.
+func (r *rates) changeID(p rateParams, how floodgate.Inherit) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if u := r.unconfirmed; u != nil && u.rate == p && u.how == how {
+		return u.id
+	}
+	return 1 + rand.Int64N(1<<53-1)
+}
+
+// settle records the outcome of the write of change id: confirmed (a
+// reply came) or not.
+func (r *rates) settle(p rateParams, how floodgate.Inherit, id int64, confirmed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !confirmed:
+		r.unconfirmed = &pendingChange{rate: p, how: how, id: id}
+	case r.unconfirmed != nil && r.unconfirmed.id == id:
+		r.unconfirmed = nil
+	}
+}
+
 // setRate makes p, under strategy how, the rate of every instance: it
 // writes the record as a new version and adopts it, then waits a refresh
 // interval for every other instance to read it (see above). p must have
-// been checked.
+// been checked. The write runs under ctx alone, not the decision timeout,
+// and holds no lock meanwhile: decisions that read the record go on.
 func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit) error {
 	if _, err := l.rates.compile(p); err != nil {
 		return err
@@ -238,23 +320,28 @@ func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit)
 	if err != nil {
 		return err
 	}
-	l.rates.mu.Lock()
-	known := l.rates.view.Load().rec
+	id := l.rates.changeID(p, how)
+	initial := l.rates.view.Load().rec.initial
 	args := []string{now, "bump", itoa(p.limit), itoa(p.period), itoa(p.burst), strconv.Itoa(int(how)),
-		itoa(known.initial.limit), itoa(known.initial.period), itoa(known.initial.burst)}
-	cctx, cancel := l.bound(ctx)
-	rec, err := l.writeRate(cctx, args)
-	if cancel != nil {
-		cancel()
-	}
-	if rec.v > known.v {
-		if aerr := l.adopt(rec); aerr != nil && err == nil {
-			err = aerr
+		itoa(initial.limit), itoa(initial.period), itoa(initial.burst), itoa(id)}
+	rec, err := l.writeRate(ctx, args)
+	// A reply, even one the replicas did not acknowledge, says where the
+	// record stands; none leaves the change unconfirmed.
+	l.rates.settle(p, how, id, rec.v > 0)
+	if rec.v > 0 {
+		l.rates.mu.Lock()
+		if rec.v > l.rates.view.Load().rec.v {
+			if aerr := l.adopt(rec); aerr != nil && err == nil {
+				err = aerr
+			}
 		}
+		l.rates.mu.Unlock()
 	}
-	l.rates.mu.Unlock()
 	if err != nil {
 		l.counts.countError(err)
+		if rec.v == 0 {
+			return fmt.Errorf("%w: %w: %w", ErrRedis, ErrRateUnconfirmed, err)
+		}
 		return fmt.Errorf("%w: %w", ErrRedis, err)
 	}
 	t := time.NewTimer(l.rates.refresh)
@@ -271,7 +358,8 @@ func (l *base) setRate(ctx context.Context, p rateParams, how floodgate.Inherit)
 // fields returns the record as rate_write.lua's heal arguments.
 func (rec rateRecord) fields() []string {
 	return []string{itoa(rec.v), itoa(rec.rate.limit), itoa(rec.rate.period), itoa(rec.rate.burst),
-		strconv.Itoa(int(rec.how)), itoa(rec.tc), itoa(rec.initial.limit), itoa(rec.initial.period), itoa(rec.initial.burst)}
+		strconv.Itoa(int(rec.how)), itoa(rec.tc), itoa(rec.initial.limit), itoa(rec.initial.period), itoa(rec.initial.burst),
+		itoa(rec.id)}
 }
 
 // parseRecord reads a record from a script's reply: {0} for none.
@@ -279,18 +367,19 @@ func parseRecord(r []int64) (rateRecord, error) {
 	if len(r) == 1 && r[0] == 0 {
 		return rateRecord{}, nil
 	}
-	if len(r) != 9 || r[0] <= 0 || r[4] < int64(floodgate.KeepUsed) || r[4] > int64(floodgate.StartFresh) {
+	if len(r) != 10 || r[0] <= 0 || r[4] < int64(floodgate.KeepUsed) || r[4] > int64(floodgate.StartFresh) {
 		return rateRecord{}, fmt.Errorf("malformed rate record %v", r)
 	}
 	return rateRecord{v: r[0], rate: rateParams{r[1], r[2], r[3]}, how: floodgate.Inherit(r[4]), tc: r[5],
-		initial: rateParams{r[6], r[7], r[8]}}, nil
+		initial: rateParams{r[6], r[7], r[8]}, id: r[9]}, nil
 }
 
 // stateRate returns the rate of a state a conversion reply carried (see
-// splitState): its own, or the initial one for version 0.
+// splitState): its own, or the initial one for a state of version 0 that
+// carries none.
 func (rec rateRecord) stateRate(st []int64) rateParams {
 	_, v, p := splitState(st)
-	if v == 0 {
+	if v == 0 && p[0] == 0 {
 		return rec.initial
 	}
 	return rateParams{p[0], p[1], p[2]}
@@ -300,7 +389,64 @@ func (rec rateRecord) stateRate(st []int64) rateParams {
 const (
 	replyStale   = -1
 	replyConvert = -2
+	replyPlan    = -3
 )
+
+// planMode is how a decision treats a key's state written under another
+// rate of its own version, which only a plan's decision meets: a
+// PlanLimiter's key whose plan changed (AllowPlanN).
+type planMode uint8
+
+const (
+	// plainMode (AllowN) stamps no rate on states of version 0, and takes
+	// a state of its version as it stands.
+	plainMode planMode = iota
+	// planKeep and planScale (AllowPlanN) stamp their rate on every state
+	// and convert one of another rate, as of now, under KeepUsed or
+	// ScaleUsed (PlanConfig.Inherit): in the script when the rates share
+	// their period (as a PlanLimiter's plans do), in Go otherwise.
+	planKeep
+	planScale
+)
+
+// planModeOf returns the mode of a plan's decision under strategy how.
+func planModeOf(how floodgate.Inherit) (planMode, error) {
+	switch how {
+	case floodgate.KeepUsed:
+		return planKeep, nil
+	case floodgate.ScaleUsed:
+		return planScale, nil
+	}
+	return plainMode, fmt.Errorf("%w: a plan change takes KeepUsed or ScaleUsed, not %v", floodgate.ErrInvalidOption, how)
+}
+
+// strategy returns the strategy m converts a plan change with; a plain
+// decision that meets one (a state another limiter of the prefix wrote
+// under its own rate) keeps what the key used.
+func (m planMode) strategy() inherit.Strategy {
+	if m == planScale {
+		return inherit.ScaleUsed
+	}
+	return inherit.KeepUsed
+}
+
+// arg returns the plan strategy argument of the decision scripts: ""
+// for a plain decision, else the strategy's number.
+func (m planMode) arg() string {
+	switch m {
+	case planKeep:
+		return "0"
+	case planScale:
+		return "1"
+	}
+	return ""
+}
+
+// convertAt is the time as of which a state is converted, and how.
+type convertAt struct {
+	tc  int64 // microseconds on the limiter's clock
+	how inherit.Strategy
+}
 
 // maxRateTries bounds the round trips of one decision that meets changes
 // of rate: a conversion, a record read, and the decision.
@@ -311,32 +457,63 @@ var errRateChurn = errors.New("the rate kept changing during the decision")
 
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
 
-// conversion is what a decision sends after it converted a state: the
-// state it saw (expect) and the converted one (with, "" for a fresh
-// state), both "" otherwise.
+// conversion is what a decision sends: the suffix of the states it
+// writes, and after it converted a state, the state it saw (expect) and
+// the converted one (with), its numbers ("" for a fresh state) followed by
+// the suffix of the view it was converted for; both "" otherwise.
 type conversion struct {
-	expect, with string
+	suffix, expect, with string
 }
 
-// evalRated runs a decision script that may meet a change of rate:
+// ratedScript is an algorithm's decision script as evalRated runs it:
 // build returns the script and its arguments under a view and a
 // conversion, convert converts a state the script replied with (its
-// numbers, version and rate), and read turns the script's reply of want
-// integers into the Decision. A reply that the state is newer than the
-// view makes it read the record again; one that it is older, convert it
-// and send it with the next try.
-func (l *base) evalRated(ctx context.Context, keys []string, n int,
-	build func(v *rateView, conv conversion) (*script, []string),
-	convert func(v *rateView, st []int64) string, want int,
-	read func(v *rateView, r []int64, n int) (floodgate.Decision, error),
-) (floodgate.Decision, error) {
-	var conv conversion
+// numbers, version and rate) to the view's rate as at says and returns
+// its numbers, and read turns the script's reply of want integers into
+// the Decision.
+//
+// The keys travel apart: escape analysis follows a struct as a whole, and
+// the keys, handed to the Scripter, escape, which would move the
+// functions to the heap with them (three allocations a decision).
+type ratedScript struct {
+	build   func(v *rateView, conv conversion) (*script, []string)
+	convert func(v *rateView, st []int64, at convertAt) string
+	want    int
+	read    func(v *rateView, r []int64, n int) (floodgate.Decision, error)
+}
+
+// evalRated runs the decision script rs on keys, of mode m, that may meet a
+// change of rate or of plan. A reply that the state is newer than the
+// view makes it read the record again; one that it is older, or of
+// another plan, convert it and send it with the next try. If that try is
+// under a newer view (another decision read the record meanwhile), a
+// state of an older version is converted again for that view, and one of
+// another plan is asked for again (under the newer view it may be of an
+// older version): the script takes a conversion only under the view it
+// names (prelude_rate.lua).
+func (l *base) evalRated(ctx context.Context, keys []string, n int, m planMode, rs ratedScript) (floodgate.Decision, error) {
+	var (
+		conv    conversion
+		seen    []int64   // the state conv converts, as the script replied it
+		convFor *rateView // the view conv was computed for
+		plan    bool      // seen is of another plan, not of an older version
+	)
 	for range maxRateTries {
 		v := l.rates.view.Load()
 		if n > int(v.rec.rate.burst) { // a change read since AllowN checked the cost
 			return floodgate.Decision{Limit: int(v.rec.rate.burst)}, checkCost(n, int(v.rec.rate.burst))
 		}
-		s, args := build(v, conv)
+		conv.suffix = v.suffixFor(m)
+		switch {
+		case seen == nil || convFor == v:
+		case plan:
+			conv.expect, conv.with, seen = "", "", nil
+		default:
+			// Another decision read a newer record since: convert again,
+			// for this view, rather than have the script refuse it.
+			conv.with, convFor = rs.convert(v, seen, v.changeAt())+conv.suffix, v
+		}
+		s, args := rs.build(v, conv)
 		r, unrepl, err := l.reply(ctx, s, keys, args, -1)
 		if err != nil {
 			return floodgate.Decision{Limit: l.limit()}, err
@@ -346,13 +523,21 @@ func (l *base) evalRated(ctx context.Context, keys []string, n int,
 			if err := l.readRate(ctx, true); err != nil {
 				return floodgate.Decision{Limit: l.limit()}, err
 			}
-			conv = conversion{}
+			conv.expect, conv.with, seen = "", "", nil
 		case len(r) >= 7 && r[0] == replyConvert:
-			conv = conversion{expect: stateString(r[1:]), with: convert(v, r[1:])}
-		case len(r) != want:
-			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, want)
+			// The conversion names the view it was computed for: the
+			// script refuses it under any other (prelude_rate.lua).
+			seen, convFor, plan = r[1:], v, false
+			conv.expect, conv.with = stateString(seen), rs.convert(v, seen, v.changeAt())+conv.suffix
+		case len(r) >= 8 && r[0] == replyPlan:
+			// As of the script's now (r[1]): the plan changes when its key
+			// is first decided under the new one.
+			seen, convFor, plan = r[2:], v, true
+			conv.expect, conv.with = stateString(seen), rs.convert(v, seen, convertAt{tc: r[1], how: m.strategy()})+conv.suffix
+		case len(r) != rs.want:
+			return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("unexpected script reply %v: want %d integers", r, rs.want)
 		default:
-			d, err := read(v, r, n)
+			d, err := rs.read(v, r, n)
 			if err != nil {
 				return d, err
 			}
@@ -392,7 +577,7 @@ func (l *base) refundRated(ctx context.Context, keys []string, now string,
 
 // stateString returns the state a conversion reply carried (its numbers,
 // then version, rate and burst) as the script stored it: the numbers
-// alone for version 0.
+// alone for a state of version 0 that carries no rate.
 func stateString(st []int64) string {
 	body, v, rate := splitState(st)
 	var b strings.Builder
@@ -405,7 +590,7 @@ func stateString(st []int64) string {
 		}
 	}
 	join(body)
-	if v > 0 {
+	if v > 0 || rate[0] > 0 {
 		b.WriteByte('|')
 		join(append([]int64{v}, rate...))
 	}

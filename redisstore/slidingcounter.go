@@ -8,7 +8,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/estimate"
-	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // SlidingCounter is a sliding-window counter whose counts live in Redis, so
@@ -171,12 +170,46 @@ func (sc *SlidingCounter) keys(key string) []string {
 	return []string{clientTag(sc.prefix, key) + "sc"}
 }
 
+// AllowPlanN is AllowN for a floodgate.PlanLimiter, as
+// TokenBucket.AllowPlanN: the counts it writes carry this counter's rate,
+// and counts last written under another plan's are first converted, as of
+// now, as how says (KeepUsed or ScaleUsed), as SetRate converts them.
+func (sc *SlidingCounter) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
+	m, err := planModeOf(how)
+	p := sc.params()
+	if err == nil {
+		err = checkCost(n, p.rate.Limit)
+	}
+	switch {
+	case err != nil:
+		return floodgate.Decision{Limit: p.rate.Limit}, err
+	case sc.lease != nil:
+		return sc.allowLeased(ctx, key, n)
+	case m == planScale:
+		return sc.decide(ctx, key, n, sc.evalPlanScale)
+	}
+	return sc.decide(ctx, key, n, sc.evalPlanKeep)
+}
+
 func (sc *SlidingCounter) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	return sc.evalRated(ctx, sc.keys(key), n, func(v *rateView, conv conversion) (*script, []string) {
+	return sc.evalMode(ctx, key, n, now, plainMode)
+}
+
+func (sc *SlidingCounter) evalPlanKeep(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return sc.evalMode(ctx, key, n, now, planKeep)
+}
+
+func (sc *SlidingCounter) evalPlanScale(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return sc.evalMode(ctx, key, n, now, planScale)
+}
+
+// evalMode decides key's counts in mode m (see planMode).
+func (sc *SlidingCounter) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
+	return sc.evalRated(ctx, sc.keys(key), n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*scParams)
 		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
-			v.ver, v.suffix, conv.expect, conv.with}
-	}, sc.convert, 4, sc.decision)
+			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
+	}, convert: sc.convert, want: 4, read: sc.decision})
 }
 
 // decision reads the counter's reply.
@@ -217,14 +250,15 @@ func ceilMicros(ns int64) time.Duration {
 }
 
 // convert converts a counter's state, replied as {w, prev, cur,
-// [leased,] v, L, P, B}, to v's rate as of its change, as floodgate.SlidingCounter does in
+// [leased,] v, L, P, B}, to v's rate as at says (as of a change of rate,
+// or of plan), as floodgate.SlidingCounter does in
 // memory: with the period unchanged the counts stay in their windows,
 // with a new one the units the estimate counts at the change become the
 // count of the new period's current window.
-func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
+func (sc *SlidingCounter) convert(v *rateView, st []int64, at convertAt) string {
 	from, to := v.rec.stateRate(st), v.rec.rate
-	how := inherit.Strategy(v.rec.how)
-	tc := v.rec.tc - sc.origin
+	how := at.how
+	tc := at.tc - sc.origin
 	w := tc / from.period
 	var prev, cur uint64
 	switch {
@@ -240,7 +274,7 @@ func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
 		est := estimate.Counter{Limit: uint32(from.limit), Period: from.period}
 		used := cur + uint64(est.Share(uint32(prev), from.period-(tc-w*from.period)))
 		if u := how.Units(used, uint64(from.limit), uint64(to.limit)); u > 0 {
-			return fmt.Sprintf("%d 0 %d", tc/to.period, u) + v.suffix
+			return fmt.Sprintf("%d 0 %d", tc/to.period, u)
 		}
 		return ""
 	}
@@ -258,5 +292,5 @@ func (sc *SlidingCounter) convert(v *rateView, st []int64) string {
 	if prev+cur == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d %d", w, prev, cur) + v.suffix
+	return fmt.Sprintf("%d %d %d", w, prev, cur)
 }

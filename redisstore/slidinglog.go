@@ -187,11 +187,52 @@ func logRateArgs(v *rateView) []string {
 	return []string{v.ver, member, itoa(v.rec.tc), strconv.Itoa(int(v.rec.how)), itoa(v.rec.initial.limit), itoa(v.rec.initial.period)}
 }
 
+// AllowPlanN is AllowN for a floodgate.PlanLimiter, as
+// TokenBucket.AllowPlanN: the log it writes names this log's rate, and a
+// log last written under another plan's is first converted in the
+// script, as of now, as how says (KeepUsed or ScaleUsed), as SetRate
+// converts it.
+func (l *SlidingLog) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
+	m, err := planModeOf(how)
+	p := l.params()
+	if err == nil {
+		err = checkCost(n, p.rate.Limit)
+	}
+	switch {
+	case err != nil:
+		return floodgate.Decision{Limit: p.rate.Limit}, err
+	case m == planScale:
+		return l.decide(ctx, key, n, l.evalPlanScale)
+	}
+	return l.decide(ctx, key, n, l.evalPlanKeep)
+}
+
 func (l *SlidingLog) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	return l.evalRated(ctx, l.keys(key), n, func(v *rateView, _ conversion) (*script, []string) {
+	return l.evalMode(ctx, key, n, now, plainMode)
+}
+
+func (l *SlidingLog) evalPlanKeep(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return l.evalMode(ctx, key, n, now, planKeep)
+}
+
+func (l *SlidingLog) evalPlanScale(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return l.evalMode(ctx, key, n, now, planScale)
+}
+
+// evalMode decides key's log in mode m (see planMode): the script
+// converts the log itself.
+func (l *SlidingLog) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
+	return l.evalRated(ctx, l.keys(key), n, m, ratedScript{build: func(v *rateView, _ conversion) (*script, []string) {
 		p := v.alg.(*slParams)
-		return slidingLogScript, append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL}, logRateArgs(v)...)
-	}, nil, 4, l.decision)
+		args := make([]string, 0, 13) // 12, and the plan's strategy
+		args = append(args, now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL)
+		args = append(args, logRateArgs(v)...)
+		if m != plainMode {
+			// The plan's rate named on version 0 too.
+			args[7] = fmt.Sprintf("v %d %d %d", v.rec.v, v.rec.rate.limit, v.rec.rate.period)
+		}
+		return slidingLogScript, append(args, m.arg())
+	}, want: 4, read: l.decision})
 }
 
 // decision reads the log's reply.

@@ -172,11 +172,26 @@ func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.
 // interval (WithRateRefresh, DefaultRateRefresh) so that every instance
 // has read it before it returns. Each key is converted at its first
 // decision after the change, as of the change's time, from the rate it
-// was last decided under. A context done during the wait returns an error
-// although the change is made: the other instances then learn it within
-// the interval. Invalid changes are refused before anything is written,
-// with the constructor's errors. The fallback (WithFallback) keeps its
-// own rate.
+// was last decided under.
+//
+// The write has the caller's deadline (ctx), not the decision timeout
+// (WithTimeout), and its outcome is always told apart:
+//   - nil: the change is made, and every instance decides under it.
+//   - the constructor's errors: an invalid change, refused before
+//     anything is written.
+//   - an error wrapping ErrRedis and ErrRateUnconfirmed: no reply came
+//     (the connection failed, or ctx was done first); the change may or
+//     may not be made. Call SetRate again with the same RateChange to
+//     settle it: the change carries a number of its own and is made once,
+//     never twice.
+//   - an error wrapping ErrRedis alone: Redis answered and the change is
+//     made, on the master at least (ErrNotReplicated), or the record it
+//     replied with cannot be taken.
+//   - an error wrapping ctx's error alone: the change is made, but ctx
+//     was done during the wait; the other instances learn it within the
+//     interval.
+//
+// The fallback (WithFallback) keeps its own rate.
 func (b *TokenBucket) SetRate(ctx context.Context, c floodgate.RateChange) error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
@@ -252,11 +267,49 @@ func (b *TokenBucket) key(key string) string {
 	return clientTag(b.prefix, key) + "tb"
 }
 
-func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	if b.interval {
-		return b.evalInterval(ctx, key, n, now)
+// AllowPlanN is AllowN for a floodgate.PlanLimiter, which calls it on the
+// bucket of key's plan, every plan's bucket on one prefix (see
+// floodgate.PlanLimiter): the bucket it writes carries this bucket's rate
+// and burst, and a bucket last written under another plan's is first
+// converted, as of now, as how says, KeepUsed or ScaleUsed
+// (PlanConfig.Inherit), with the arithmetic of SetRate: under KeepUsed an
+// upgrade gives the difference at once, as in memory. With WithLease it
+// is AllowN: the leased bucket is read under the new plan as it stands.
+func (b *TokenBucket) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
+	m, err := planModeOf(how)
+	p := b.params()
+	if err == nil {
+		err = checkCost(n, p.burst)
 	}
-	return b.evalRated(ctx, []string{b.key(key)}, n, func(v *rateView, conv conversion) (*script, []string) {
+	switch {
+	case err != nil:
+		return floodgate.Decision{Limit: p.burst}, err
+	case b.lease != nil:
+		return b.allowLeased(ctx, key, n)
+	case m == planScale:
+		return b.decide(ctx, key, n, b.evalPlanScale)
+	}
+	return b.decide(ctx, key, n, b.evalPlanKeep)
+}
+
+func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return b.evalMode(ctx, key, n, now, plainMode)
+}
+
+func (b *TokenBucket) evalPlanKeep(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return b.evalMode(ctx, key, n, now, planKeep)
+}
+
+func (b *TokenBucket) evalPlanScale(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	return b.evalMode(ctx, key, n, now, planScale)
+}
+
+// evalMode decides key's bucket in mode m (see planMode).
+func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
+	if b.interval {
+		return b.evalInterval(ctx, key, n, now, m)
+	}
+	return b.evalRated(ctx, []string{b.key(key)}, n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		// n·Period/Limit: n <= burst, so the quotient is at most tau and
 		// the division cannot overflow (checked in compileTB).
@@ -264,8 +317,9 @@ func (b *TokenBucket) eval(ctx context.Context, key string, n int, now string) (
 		incQ, incR := bits.Div64(hi, lo, p.limit)
 		return tokenBucketScript, []string{now, strconv.Itoa(n),
 			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, v.suffix, conv.expect, conv.with}
-	}, b.convertGreedy, 5, b.greedyDecision)
+			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, conv.suffix, conv.expect, conv.with,
+			p.periodArg, p.burstArg, m.arg()}
+	}, convert: b.convertGreedy, want: 5, read: b.greedyDecision})
 }
 
 // greedyDecision reads a greedy bucket's reply.
@@ -289,14 +343,14 @@ func (b *TokenBucket) greedyDecision(v *rateView, r []int64, _ int) (floodgate.D
 // rolls the period over and counts; Remaining, RetryAfter and ResetAfter
 // are derived here as floodgate.TokenBucket derives them in memory: the
 // request fits once enough whole periods have each given Limit back.
-func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	return b.evalRated(ctx, []string{b.key(key)}, n, func(v *rateView, conv conversion) (*script, []string) {
+func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
+	return b.evalRated(ctx, []string{b.key(key)}, n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
 		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
-			v.ver, v.suffix, conv.expect, conv.with}
-	}, b.convertInterval, 4, func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
+			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
+	}, convert: b.convertInterval, want: 4, read: func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 		return v.alg.(*tbParams).intervalDecision(r[1:], n, r[0] == 1)
-	})
+	}})
 }
 
 // intervalDecision derives the Decision of an intervally refilled bucket
@@ -360,34 +414,34 @@ func checkCost(n, max int) error {
 }
 
 // convertGreedy converts a greedy bucket's state, replied as
-// {tat, frac, [lease mark,] v, L, P, B}, to v's rate as of its change (see
-// inherit.Greedy), and returns the converted state, "" for a full
-// bucket.
-func (b *TokenBucket) convertGreedy(v *rateView, st []int64) string {
+// {tat, frac, [lease mark,] v, L, P, B}, to v's rate as at says (see
+// inherit.Greedy), and returns the converted state's numbers, "" for a
+// full bucket.
+func (b *TokenBucket) convertGreedy(v *rateView, st []int64, at convertAt) string {
 	tat, frac := st[0], st[1]
-	if tat < v.rec.tc {
+	if tat < at.tc {
 		return ""
 	}
 	from := v.rec.stateRate(st)
-	q, r := inherit.Greedy(uint64(tat-v.rec.tc), uint64(frac), from.bucket(), v.rec.rate.bucket(), inherit.Strategy(v.rec.how), maxHorizon)
+	q, r := inherit.Greedy(uint64(tat-at.tc), uint64(frac), from.bucket(), v.rec.rate.bucket(), at.how, maxHorizon)
 	if q == 0 && r == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d", v.rec.tc+int64(q), r) + v.suffix
+	return fmt.Sprintf("%d %d", at.tc+int64(q), r)
 }
 
 // convertInterval converts an intervally refilled bucket's state,
 // replied as {start, used, v, L, P, B}: it keeps the start of its
-// current period as of the change, with its tokens used converted (see
+// current period as of at.tc, with its tokens used converted (see
 // inherit.IntervalUsed).
-func (b *TokenBucket) convertInterval(v *rateView, st []int64) string {
+func (b *TokenBucket) convertInterval(v *rateView, st []int64, at convertAt) string {
 	from := v.rec.stateRate(st).interval()
-	start, used := from.Roll(st[0], st[1], v.rec.tc)
-	u := inherit.IntervalUsed(uint64(used), from, v.rec.rate.interval(), inherit.Strategy(v.rec.how), maxHorizon)
+	start, used := from.Roll(st[0], st[1], at.tc)
+	u := inherit.IntervalUsed(uint64(used), from, v.rec.rate.interval(), at.how, maxHorizon)
 	if u == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d %d", start, u) + v.suffix
+	return fmt.Sprintf("%d %d", start, u)
 }
 
 func (p rateParams) bucket() inherit.Bucket {

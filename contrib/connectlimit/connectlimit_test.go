@@ -3,6 +3,7 @@ package connectlimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -126,70 +127,87 @@ func retryDelay(err error) (time.Duration, bool) {
 }
 
 // TestThreeProtocols: with a real connect-go client on the Connect,
-// gRPC and gRPC-Web protocols against a real HTTP/2 server, an allowed
-// call carries the quota headers the HTTP middleware would send; a
-// denial is CodeResourceExhausted with a RetryInfo detail holding the
-// exact wait, the quota and Retry-After in its metadata, and on the gRPC
-// protocols grpc-retry-pushback-ms; waiting it out (on the fake clock)
-// succeeds. A stream is decided once, when it opens.
+// gRPC and gRPC-Web protocols against a real HTTP/2 server, a denial is
+// CodeResourceExhausted with a RetryInfo detail holding the exact wait,
+// the quota and Retry-After in its metadata, and on the gRPC protocols
+// grpc-retry-pushback-ms; waiting it out (on the fake clock) succeeds.
+// An allowed call carries no quota header by default, and under
+// WithQuotaOnAllowed the quota headers the HTTP middleware would send. A
+// stream is decided once, when it opens.
 func TestThreeProtocols(t *testing.T) {
 	for _, p := range protocols {
-		t.Run(p.name, func(t *testing.T) {
-			clk := newClock()
-			lim := must(connectlimit.New(bucket(t, floodgate.Rate{Limit: 2, Period: time.Minute}, clk.option())))
-			srv, svc := serve(t, lim)
-			client := echoClient(srv, p.opts)
-			for i, want := range []string{`"default";r=1;t=30`, `"default";r=0;t=60`} {
-				resp, err := client.CallUnary(ctxTimeout(t), connect.NewRequest(wrapperspb.String("hi")))
-				if err != nil || resp.Header().Get("RateLimit") != want || resp.Header().Get("RateLimit-Policy") != `"default";q=2;w=60` {
-					t.Fatalf("call %d: %v, headers %v; want RateLimit %s", i, err, resp.Header(), want)
+		for _, quotaOnAllowed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/quota-on-allowed=%v", p.name, quotaOnAllowed), func(t *testing.T) {
+				var opts []connectlimit.Option
+				if quotaOnAllowed {
+					opts = append(opts, connectlimit.WithQuotaOnAllowed())
 				}
-			}
-			_, err := client.CallUnary(ctxTimeout(t), connect.NewRequest(wrapperspb.String("hi")))
-			var ce *connect.Error
-			if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
-				t.Fatalf("third call: %v, want CodeResourceExhausted", err)
-			}
-			if d, ok := retryDelay(err); !ok || d != 30*time.Second {
-				t.Errorf("RetryInfo %v (present %v), want exactly 30s", d, ok)
-			}
-			meta := ce.Meta()
-			if meta.Get("RateLimit") != `"default";r=0;t=30` || meta.Get("Retry-After") != "30" || meta.Get("RateLimit-Policy") != `"default";q=2;w=60` {
-				t.Errorf("denial metadata %v: want the quota and Retry-After 30", meta)
-			}
-			pushback := meta.Get("Grpc-Retry-Pushback-Ms")
-			if wantGRPC := p.name != connect.ProtocolConnect; wantGRPC && pushback != "30000" || !wantGRPC && pushback != "" {
-				t.Errorf("grpc-retry-pushback-ms %q on %s", pushback, p.name)
-			}
-			clk.advance(30 * time.Second)
-			if _, err := client.CallUnary(ctxTimeout(t), connect.NewRequest(wrapperspb.String("hi"))); err != nil {
-				t.Errorf("after the wait: %v", err)
-			}
-			if got := svc.echoes.Load(); got != 3 {
-				t.Errorf("handler ran %d times, want 3", got)
-			}
+				threeProtocols(t, p.name, p.opts, quotaOnAllowed, opts...)
+			})
+		}
+	}
+}
 
-			stream := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](srv.Client(), srv.URL+streamProcedure, p.opts...)
-			clk.advance(time.Minute)
-			for i, wantOK := range []bool{true, true, false} {
-				ss, err := stream.CallServerStream(ctxTimeout(t), connect.NewRequest(wrapperspb.String("s")))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := 0
-				for ss.Receive() {
-					got++
-				}
-				err = ss.Err()
-				if wantOK && (err != nil || got != 1 || ss.ResponseHeader().Get("RateLimit-Policy") == "") || !wantOK && connect.CodeOf(err) != connect.CodeResourceExhausted {
-					t.Errorf("stream %d: %d messages, %v, headers %v; want allowed %v", i, got, err, ss.ResponseHeader(), wantOK)
-				}
-				_ = ss.Close()
-			}
-			if got := svc.streams.Load(); got != 2 {
-				t.Errorf("stream handler ran %d times, want 2", got)
-			}
-		})
+func threeProtocols(t *testing.T, protocol string, clientOpts []connect.ClientOption, quotaOnAllowed bool, opts ...connectlimit.Option) {
+	clk := newClock()
+	lim := must(connectlimit.New(bucket(t, floodgate.Rate{Limit: 2, Period: time.Minute}, clk.option()), opts...))
+	srv, svc := serve(t, lim)
+	client := echoClient(srv, clientOpts)
+	for i, want := range []string{`"default";r=1;t=30`, `"default";r=0;t=60`} {
+		wantPolicy := `"default";q=2;w=60`
+		if !quotaOnAllowed {
+			want, wantPolicy = "", ""
+		}
+		resp, err := client.CallUnary(ctxTimeout(t), connect.NewRequest(wrapperspb.String("hi")))
+		if err != nil || resp.Header().Get("RateLimit") != want || resp.Header().Get("RateLimit-Policy") != wantPolicy ||
+			resp.Trailer().Get("RateLimit") != "" || resp.Trailer().Get("RateLimit-Policy") != "" {
+			t.Fatalf("call %d: %v, headers %v, trailers %v; want RateLimit %q in the headers", i, err, resp.Header(), resp.Trailer(), want)
+		}
+	}
+	_, err := client.CallUnary(ctxTimeout(t), connect.NewRequest(wrapperspb.String("hi")))
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		t.Fatalf("third call: %v, want CodeResourceExhausted", err)
+	}
+	if d, ok := retryDelay(err); !ok || d != 30*time.Second {
+		t.Errorf("RetryInfo %v (present %v), want exactly 30s", d, ok)
+	}
+	meta := ce.Meta()
+	if meta.Get("RateLimit") != `"default";r=0;t=30` || meta.Get("Retry-After") != "30" || meta.Get("RateLimit-Policy") != `"default";q=2;w=60` {
+		t.Errorf("denial metadata %v: want the quota and Retry-After 30", meta)
+	}
+	pushback := meta.Get("Grpc-Retry-Pushback-Ms")
+	if wantGRPC := protocol != connect.ProtocolConnect; wantGRPC && pushback != "30000" || !wantGRPC && pushback != "" {
+		t.Errorf("grpc-retry-pushback-ms %q on %s", pushback, protocol)
+	}
+	clk.advance(30 * time.Second)
+	if _, err := client.CallUnary(ctxTimeout(t), connect.NewRequest(wrapperspb.String("hi"))); err != nil {
+		t.Errorf("after the wait: %v", err)
+	}
+	if got := svc.echoes.Load(); got != 3 {
+		t.Errorf("handler ran %d times, want 3", got)
+	}
+
+	stream := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](srv.Client(), srv.URL+streamProcedure, clientOpts...)
+	clk.advance(time.Minute)
+	for i, wantOK := range []bool{true, true, false} {
+		ss, err := stream.CallServerStream(ctxTimeout(t), connect.NewRequest(wrapperspb.String("s")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for ss.Receive() {
+			got++
+		}
+		err = ss.Err()
+		quotaSent := ss.ResponseHeader().Get("RateLimit-Policy") != ""
+		if wantOK && (err != nil || got != 1 || quotaSent != quotaOnAllowed) || !wantOK && connect.CodeOf(err) != connect.CodeResourceExhausted {
+			t.Errorf("stream %d: %d messages, %v, headers %v; want allowed %v, quota sent %v", i, got, err, ss.ResponseHeader(), wantOK, quotaOnAllowed && wantOK)
+		}
+		_ = ss.Close()
+	}
+	if got := svc.streams.Load(); got != 2 {
+		t.Errorf("stream handler ran %d times, want 2", got)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package connectlimit rate-limits connect-go handlers with floodgate: a
-// connect.Interceptor over any floodgate.Limiter or selector of policies,
-// for unary and streaming handlers, on all three of connect's protocols
-// (Connect, gRPC, gRPC-Web).
+// connect.Interceptor over any floodgate.Limiter, selector of policies,
+// or table of per-procedure routes, for unary and streaming handlers, on
+// all three of connect's protocols (Connect, gRPC, gRPC-Web).
 //
 //	clientIP, err := connectlimit.KeyByIP(floodgate.TrustProxies(lb), floodgate.FromXForwardedFor())
 //	limit, err := connectlimit.New(limiter, connectlimit.WithKeyFunc(clientIP))
@@ -14,10 +14,14 @@
 // floodgate's admission core decides (floodgate.Gate), and the
 // interceptor answers in connect's error model:
 //
-//   - an allowed call gets the quota headers (RateLimit-Policy and
-//     RateLimit by default, as the HTTP middleware sends them) on its
-//     response, or in the metadata of the *connect.Error its handler
-//     returns;
+//   - an allowed call runs its handler and, by default, carries no
+//     header of the limit's: the quota goes with denials, which is all a
+//     retry policy or a client reading RetryInfo needs, and an allowed
+//     call formats and sends nothing. WithQuotaOnAllowed sends the quota
+//     headers (RateLimit-Policy and RateLimit by default, as the HTTP
+//     middleware sends them) with allowed calls too, on the response or
+//     in the metadata of the *connect.Error its handler returns, for
+//     clients that pace themselves by them;
 //   - a denied call fails with connect.CodeResourceExhausted and a
 //     google.rpc.RetryInfo detail holding the exact wait; the error's
 //     metadata carries the quota headers and Retry-After, and on the gRPC
@@ -30,7 +34,9 @@
 //     a misconfigured key function CodeInternal; a call whose client went
 //     away during the decision CodeCanceled, without its handler running.
 //
-// The health service, grpc.health.v1.Health, is not limited unless
+// NewRoutes limits by a per-procedure table (a procedure, a service
+// "/pkg.Service/", or "/"), and WithSkip exempts the calls a predicate
+// names. The health service, grpc.health.v1.Health, is not limited unless
 // WithLimitHealth is given. A stream is decided once, when it opens.
 // WithCountCodes counts only some outcomes (failed sign-ins), with the
 // cost reserved before the handler and given back after it.

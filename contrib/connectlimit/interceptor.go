@@ -26,11 +26,24 @@ import (
 // the interceptor does nothing. An Interceptor is safe for concurrent
 // use.
 type Interceptor struct {
-	sel         *floodgate.SelectorFor[Call]
-	gate        *floodgate.Gate
+	// all limits every call (New, NewPolicy); nil for a route table.
+	all *limit
+	// routes maps procedures, services ("/pkg.Service/") and "/" to
+	// their limits (NewRoutes).
+	routes      map[string]*limit
+	skip        []func(Call) bool
 	counts      func(connect.Code) bool    // nil: every code counts
 	cost        func(Response) (int, bool) // nil: no cost after the call
 	limitHealth bool
+	// quotaOnAllowed: send the quota on allowed calls too
+	// (WithQuotaOnAllowed), not only on denials.
+	quotaOnAllowed bool
+}
+
+// limit is one selector and the admission core deciding its calls.
+type limit struct {
+	sel  *floodgate.SelectorFor[Call]
+	gate *floodgate.Gate
 }
 
 var _ connect.Interceptor = (*Interceptor)(nil)
@@ -80,36 +93,79 @@ func NewPolicy(sel *floodgate.SelectorFor[Call], opts ...Option) (*Interceptor, 
 	if err != nil {
 		return nil, err
 	}
-	if c.given["WithKeyFunc"] || c.given["WithPolicyName"] {
-		return nil, fmt.Errorf("%w: WithKeyFunc and WithPolicyName do not apply to a policy selector; set them on each Policy", floodgate.ErrInvalidOption)
+	if err := c.selectorOnly(); err != nil {
+		return nil, err
 	}
 	return newInterceptor(c, sel)
 }
 
 func newInterceptor(c *config, sel *floodgate.SelectorFor[Call]) (*Interceptor, error) {
+	l, err := newLimit(c, sel)
+	if err != nil {
+		return nil, err
+	}
+	i := c.interceptor()
+	i.all = l
+	return i, nil
+}
+
+// interceptor returns an interceptor with the options of c, and no limit.
+func (c *config) interceptor() *Interceptor {
+	return &Interceptor{skip: c.skip, counts: c.counts, cost: c.cost, limitHealth: c.limitHealth, quotaOnAllowed: c.quotaOnAllowed}
+}
+
+func newLimit(c *config, sel *floodgate.SelectorFor[Call]) (*limit, error) {
 	gate, err := floodgate.NewGate(sel, c.gate...)
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptor{sel: sel, gate: gate, counts: c.counts, cost: c.cost, limitHealth: c.limitHealth}, nil
+	return &limit{sel: sel, gate: gate}, nil
 }
 
-// exempt reports a procedure of grpc.health.v1.Health itself, unless
-// WithLimitHealth.
-func (i *Interceptor) exempt(procedure string) bool {
-	rest, ok := strings.CutPrefix(procedure, "/grpc.health.v1.Health/")
-	return ok && !i.limitHealth && strings.IndexByte(rest, '/') < 0
+// healthService is the prefix of the standard health service's
+// procedures.
+const healthService = "/grpc.health.v1.Health/"
+
+// limitOf returns the limit of a call, or nil when the call is exempt:
+// a procedure of the health service (unless WithLimitHealth), a call a
+// skip predicate exempts, or one no route takes.
+func (i *Interceptor) limitOf(c Call) *limit {
+	if !i.limitHealth && isHealth(c.Spec.Procedure) {
+		return nil
+	}
+	for _, skip := range i.skip {
+		if skip(c) {
+			return nil
+		}
+	}
+	if i.routes == nil {
+		return i.all
+	}
+	return i.route(c.Spec.Procedure)
+}
+
+// isHealth reports a procedure of grpc.health.v1.Health itself: the
+// service name exactly, so that no procedure of another service can pass
+// for one.
+func isHealth(procedure string) bool {
+	rest, ok := strings.CutPrefix(procedure, healthService)
+	return ok && strings.IndexByte(rest, '/') < 0
 }
 
 // WrapUnary limits a unary call on the handler side.
 func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		spec := req.Spec()
-		if spec.IsClient || i.exempt(spec.Procedure) {
+		if spec.IsClient {
 			return next(ctx, req)
 		}
 		peer := req.Peer()
-		out := i.admit(Call{Context: ctx, Spec: spec, Peer: peer, Header: req.Header()})
+		c := Call{Context: ctx, Spec: spec, Peer: peer, Header: req.Header()}
+		l := i.limitOf(c)
+		if l == nil {
+			return next(ctx, req)
+		}
+		out := l.admit(c)
 		if out.Blocked {
 			return nil, refuse(ctx, peer.Protocol, &out)
 		}
@@ -125,10 +181,12 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			}
 			return nil, nil
 		}
-		err := i.run(ctx, &out, run, sent)
-		if err != nil {
+		err := i.run(ctx, l, &out, run, sent)
+		switch {
+		case !i.quotaOnAllowed:
+		case err != nil:
 			setErrorQuota(err, &out.Quota)
-		} else {
+		default:
 			out.Quota.SetHeaders(resp.Header())
 		}
 		return resp, err
@@ -144,27 +202,30 @@ func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 // not counted.
 func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		spec := conn.Spec()
-		if i.exempt(spec.Procedure) {
+		peer := conn.Peer()
+		c := Call{Context: ctx, Spec: conn.Spec(), Peer: peer, Header: conn.RequestHeader()}
+		l := i.limitOf(c)
+		if l == nil {
 			return next(ctx, conn)
 		}
-		peer := conn.Peer()
-		out := i.admit(Call{Context: ctx, Spec: spec, Peer: peer, Header: conn.RequestHeader()})
+		out := l.admit(c)
 		if out.Blocked {
 			return refuse(ctx, peer.Protocol, &out)
 		}
-		out.Quota.SetHeaders(conn.ResponseHeader())
+		if i.quotaOnAllowed {
+			out.Quota.SetHeaders(conn.ResponseHeader())
+		}
 		ctx = out.Context(ctx)
 		sent := func() (http.Header, http.Header) { return conn.ResponseHeader(), conn.ResponseTrailer() }
-		return i.run(ctx, &out, func() error { return next(ctx, conn) }, sent)
+		return i.run(ctx, l, &out, func() error { return next(ctx, conn) }, sent)
 	}
 }
 
 // admit keys the call and hands it to the admission core.
-func (i *Interceptor) admit(c Call) floodgate.Outcome {
-	fc := i.sel.Call(c)
+func (l *limit) admit(c Call) floodgate.Outcome {
+	fc := l.sel.Call(c)
 	fc.Method, fc.Path = "POST", c.Spec.Procedure
-	return i.gate.Admit(c.Context, fc)
+	return l.gate.Admit(c.Context, fc)
 }
 
 // run runs the handler of an admitted call and, if the admission core
@@ -172,19 +233,19 @@ func (i *Interceptor) admit(c Call) floodgate.Outcome {
 // what it sent (WithCountCodes, WithCostAfter), or as counted if the
 // handler panics: the panic goes on up. A call that only holds in-flight
 // slots releases them either way.
-func (i *Interceptor) run(ctx context.Context, out *floodgate.Outcome, handler func() error, sent func() (header, trailer http.Header)) error {
+func (i *Interceptor) run(ctx context.Context, l *limit, out *floodgate.Outcome, handler func() error, sent func() (header, trailer http.Header)) error {
 	if !out.NeedsSettle {
 		return handler()
 	}
 	returned := false
 	defer func() {
 		if !returned {
-			i.gate.Settle(ctx, *out, floodgate.Result{Panicked: true})
+			l.gate.Settle(ctx, *out, floodgate.Result{Panicked: true})
 		}
 	}()
 	err := handler()
 	returned = true
-	i.gate.Settle(ctx, *out, i.result(out, err, sent))
+	l.gate.Settle(ctx, *out, i.result(out, err, sent))
 	return err
 }
 

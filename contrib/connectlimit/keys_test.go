@@ -122,7 +122,10 @@ func (l failingLimiter) AllowN(ctx context.Context, _ string, _ int) (floodgate.
 func TestOptionErrors(t *testing.T) {
 	lim := bucket(t, floodgate.PerMinute(1))
 	sel := must(floodgate.NewSelectorFor(connectlimit.Policy{Name: "p", Limiter: lim, Key: connectlimit.KeyByProcedure()}))
-	for name, f := range map[string]func() error{
+	route := func(p string) connectlimit.Route {
+		return connectlimit.Route{Procedure: p, Policies: []connectlimit.Policy{{Name: "p", Limiter: lim, Key: connectlimit.KeyByProcedure()}}}
+	}
+	cases := map[string]func() error{
 		"nil option":  func() error { _, err := connectlimit.New(lim, nil); return err },
 		"nil limiter": func() error { _, err := connectlimit.New(nil); return err },
 		"twice": func() error {
@@ -145,7 +148,37 @@ func TestOptionErrors(t *testing.T) {
 		"JoinKeys nil":    func() error { _, err := connectlimit.JoinKeys(nil); return err },
 		"untrusted xff":   func() error { _, err := connectlimit.KeyByIP(floodgate.FromXForwardedFor()); return err },
 		"bad policy name": func() error { _, err := connectlimit.New(lim, connectlimit.WithPolicyName("")); return err },
-	} {
+		"nil skip":        func() error { _, err := connectlimit.New(lim, connectlimit.WithSkip(nil)); return err },
+		"quota on allowed, no headers": func() error {
+			_, err := connectlimit.New(lim, connectlimit.WithHeaders(floodgate.HeadersNone), connectlimit.WithQuotaOnAllowed())
+			return err
+		},
+		"quota on allowed twice": func() error {
+			_, err := connectlimit.New(lim, connectlimit.WithQuotaOnAllowed(), connectlimit.WithQuotaOnAllowed())
+			return err
+		},
+		"no routes": func() error { _, err := connectlimit.NewRoutes(nil); return err },
+		"route twice": func() error {
+			_, err := connectlimit.NewRoutes([]connectlimit.Route{route("/"), route("/")})
+			return err
+		},
+		"route no policy": func() error {
+			_, err := connectlimit.NewRoutes([]connectlimit.Route{{Procedure: "/a.B/C"}})
+			return err
+		},
+		"key func on routes": func() error {
+			_, err := connectlimit.NewRoutes([]connectlimit.Route{route("/")}, connectlimit.WithKeyFunc(connectlimit.KeyByProcedure()))
+			return err
+		},
+		"route bad policy": func() error {
+			_, err := connectlimit.NewRoutes([]connectlimit.Route{{Procedure: "/", Policies: []connectlimit.Policy{{Name: "p", Limiter: lim}}}})
+			return err
+		},
+	}
+	for _, p := range []string{"", "a.B/C", "/a.B", "//C", "/a.B/C/D", "/a.B/C/"} {
+		cases["route procedure "+p] = func() error { _, err := connectlimit.NewRoutes([]connectlimit.Route{route(p)}); return err }
+	}
+	for name, f := range cases {
 		if err := f(); !errors.Is(err, floodgate.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
 		}

@@ -9,19 +9,23 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Option configures an Interceptor (New, NewPolicy). Each may be given
-// once; a repeated, invalid or conflicting option is an error wrapping
-// floodgate.ErrInvalidOption.
+// Option configures an Interceptor (New, NewPolicy, NewRoutes). Each may
+// be given once (WithSkip accumulates); a repeated, invalid or
+// conflicting option is an error wrapping floodgate.ErrInvalidOption.
 type Option func(*config) error
 
 type config struct {
 	gate        []floodgate.MiddlewareOption // the admission core's options
 	key         KeyFunc
 	policyName  string
+	skip        []func(Call) bool
 	counts      func(connect.Code) bool
 	cost        func(Response) (int, bool)
 	limitHealth bool
-	given       map[string]bool
+	headers     floodgate.HeaderStyle
+	// quotaOnAllowed: WithQuotaOnAllowed.
+	quotaOnAllowed bool
+	given          map[string]bool
 }
 
 func (c *config) once(name string) error {
@@ -40,7 +44,8 @@ func gateOption(name string, o floodgate.MiddlewareOption) Option {
 }
 
 // WithKeyFunc sets how New keys a call (default KeyByIP(): the peer's
-// address only). NewPolicy does not take it.
+// address only). NewPolicy and NewRoutes do not take it: their policies
+// carry their key functions.
 func WithKeyFunc(f KeyFunc) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -52,7 +57,8 @@ func WithKeyFunc(f KeyFunc) Option {
 }
 
 // WithPolicyName sets the policy name New sends in the quota headers
-// (default floodgate.DefaultPolicyName). NewPolicy does not take it.
+// (default floodgate.DefaultPolicyName); printable ASCII. NewPolicy and
+// NewRoutes do not take it.
 func WithPolicyName(name string) Option {
 	return func(c *config) error {
 		if name == "" {
@@ -67,10 +73,37 @@ func WithPolicyName(name string) Option {
 // once, when it opens.
 func WithCost(n int) Option { return gateOption("WithCost", floodgate.WithCost(n)) }
 
-// WithHeaders selects the quota headers (default floodgate.HeadersIETF),
-// as floodgate.WithHeaders does.
+// WithHeaders selects the quota headers a denial carries, and under
+// WithQuotaOnAllowed an allowed call (default floodgate.HeadersIETF:
+// RateLimit-Policy and RateLimit; HeadersLegacy sends X-RateLimit-Limit,
+// -Remaining and -Reset; HeadersNone sends none but Retry-After and, on
+// the gRPC protocols, grpc-retry-pushback-ms on a denial), as
+// floodgate.WithHeaders does.
 func WithHeaders(style floodgate.HeaderStyle) Option {
-	return gateOption("WithHeaders", floodgate.WithHeaders(style))
+	set := gateOption("WithHeaders", floodgate.WithHeaders(style))
+	return func(c *config) error {
+		c.headers = style
+		return set(c)
+	}
+}
+
+// WithQuotaOnAllowed sends the quota headers on allowed calls as well as
+// on denials: on a unary call's response, or in the metadata of the
+// *connect.Error its handler returns, and on a stream's response headers,
+// set when it opens. By default only a denial carries the quota, in its
+// error's metadata beside the RetryInfo (and, on the gRPC protocols, the
+// pushback) — all a retry policy or a client reading RetryInfo needs —
+// and an allowed call sends no header of the limit's and formats none.
+// Turn it on for clients that pace themselves by the remaining quota;
+// each allowed call then carries two more headers (HeadersIETF), which
+// connect-go and net/http copy on their way (docs/adapters.md has the
+// figures). It conflicts with WithHeaders(floodgate.HeadersNone), which
+// sends no quota.
+func WithQuotaOnAllowed() Option {
+	return func(c *config) error {
+		c.quotaOnAllowed = true
+		return c.once("WithQuotaOnAllowed")
+	}
 }
 
 // WithLogger logs denials and failures as floodgate.WithLogger does; the
@@ -81,6 +114,23 @@ func WithLogger(l *slog.Logger) Option { return gateOption("WithLogger", floodga
 // floodgate.WithDecisionHook does; DecisionEvent.Request is nil.
 func WithDecisionHook(hook func(floodgate.DecisionEvent)) Option {
 	return gateOption("WithDecisionHook", floodgate.WithDecisionHook(hook))
+}
+
+// WithSkip exempts the calls for which skip returns true: they reach the
+// handler without a decision or quota headers. Several WithSkip options
+// exempt a call if any of them does. The health service is exempt
+// already (see WithLimitHealth). skip sees the call before it is keyed:
+// a predicate on what the client sends (a header) lets every client that
+// sends it go unlimited, so exempt by what the client cannot choose (the
+// procedure, a peer on a private network behind no proxy).
+func WithSkip(skip func(Call) bool) Option {
+	return func(c *config) error {
+		if skip == nil {
+			return fmt.Errorf("%w: nil skip predicate", floodgate.ErrInvalidOption)
+		}
+		c.skip = append(c.skip, skip)
+		return nil
+	}
 }
 
 // WithLimitHealth limits the procedures of the standard health service,
@@ -104,9 +154,10 @@ func WithLimitHealth() Option {
 // are let through.
 func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
 
-// WithDryRun decides, sends the quota headers, logs and calls the hook,
-// but never refuses a call (see floodgate.WithDryRun). It conflicts with
-// WithFailOpen, which it implies.
+// WithDryRun decides, logs and calls the hook, but never refuses a call
+// (see floodgate.WithDryRun): every call runs, and so carries the quota
+// headers only under WithQuotaOnAllowed, a call the limit would have
+// denied included. It conflicts with WithFailOpen, which it implies.
 func WithDryRun() Option { return gateOption("WithDryRun", floodgate.WithDryRun()) }
 
 // WithCountCodes counts only the calls whose code makes counts return
@@ -158,5 +209,16 @@ func newConfig(opts []Option) (*config, error) {
 	if c.given["WithDryRun"] && c.given["WithFailOpen"] {
 		return nil, fmt.Errorf("%w: WithFailOpen has no effect in dry-run, which never refuses", floodgate.ErrInvalidOption)
 	}
+	if c.quotaOnAllowed && c.given["WithHeaders"] && c.headers == floodgate.HeadersNone {
+		return nil, fmt.Errorf("%w: WithQuotaOnAllowed has no effect with WithHeaders(HeadersNone), which sends no quota", floodgate.ErrInvalidOption)
+	}
 	return c, nil
+}
+
+// selectorOnly refuses the options a selector's policies replace.
+func (c *config) selectorOnly() error {
+	if c.given["WithKeyFunc"] || c.given["WithPolicyName"] {
+		return fmt.Errorf("%w: WithKeyFunc and WithPolicyName do not apply to a policy selector; set them on each Policy", floodgate.ErrInvalidOption)
+	}
+	return nil
 }

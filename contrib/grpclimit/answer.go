@@ -59,17 +59,18 @@ func quotaMD(q *floodgate.Quota, extra int) metadata.MD {
 }
 
 // answerQuota sends the quota values of an admitted unary call once its
-// handler has returned: as response headers when it succeeded, in the
-// trailers when it failed, so that a failure the handler returns stays
-// Trailers-Only, retryable by a client's retry policy as a denial is.
+// handler has returned (WithQuotaOnAllowed; md is nil otherwise): as
+// response headers when it succeeded, in the trailers when it failed, so
+// that a failure the handler returns stays Trailers-Only, retryable by a
+// client's retry policy as a denial is.
 //
 // The headers are sent, not set, because that costs four allocations
 // less on two keys: SetHeader merges the values into a new map
 // (metadata.Join), SendHeader on headers not yet set hands the transport
-// md as it is (md is shared, see mdCache). grpc-go would send them right
-// after anyway, with the response. When the headers are gone already
-// (the handler sent them, or another limit inside this one did), the
-// quota goes in the trailers.
+// md as it is. grpc-go would send them right after anyway, with the
+// response. When the headers are gone already (the handler sent them,
+// or another limit inside this one did), the quota goes in the
+// trailers.
 func answerQuota(stream grpc.ServerTransportStream, md metadata.MD, failed bool) {
 	if md == nil || stream == nil {
 		return

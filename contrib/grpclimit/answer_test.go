@@ -1,8 +1,8 @@
 package grpclimit_test
 
 import (
-	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,45 +31,57 @@ const unavailableRetry = `{"methodConfig": [{
 
 // TestHandlerFailureStaysRetryable: an allowed call whose handler fails
 // with a code the client's retry policy retries is retried, as it would
-// be without the limit: the quota goes in the trailers of a failed call,
+// be without the limit: by default no quota goes with an allowed call,
+// and under WithQuotaOnAllowed it goes in the trailers of a failed call,
 // so that its answer stays Trailers-Only, the only failure grpc-go's
 // retry policy retries. (Quota metadata sent as headers ahead of the
 // handler made it one attempt.) Every attempt is a call, and counted.
 func TestHandlerFailureStaysRetryable(t *testing.T) {
-	var decisions sync.Map
-	ic := must(grpclimit.New(bucket(t, floodgate.Rate{Limit: 100, Period: time.Hour}, newClock().option()),
-		grpclimit.WithDecisionHook(func(e floodgate.DecisionEvent) { decisions.Store(e.Decision.Remaining, true) })))
-	s := serveOn(t, ic)
-	client := testpb.NewTestServiceClient(s.dial(t, grpc.WithDefaultServiceConfig(unavailableRetry)))
-	var header, trailer metadata.MD
-	req := &testpb.SimpleRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.Unavailable), Message: "backend down"}}
-	_, err := client.UnaryCall(ctxTimeout(t), req, grpc.Header(&header), grpc.Trailer(&trailer))
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("UnaryCall: %v, want the handler's Unavailable", err)
-	}
-	if got := s.svc.unaries.Load(); got != 4 {
-		t.Errorf("the handler ran %d times, want 4: the retry policy did not retry the handler's failure", got)
-	}
-	if len(header) != 0 {
-		t.Errorf("a failed call sent headers %v: it must be Trailers-Only", header)
-	}
-	if got := trailer.Get("ratelimit"); len(got) != 1 || got[0] != `"default";r=96;t=144` {
-		t.Errorf("trailer ratelimit = %q, want the last attempt's quota", got)
-	}
-	for r := 96; r <= 99; r++ {
-		if _, ok := decisions.Load(r); !ok {
-			t.Errorf("no decision left %d units: each attempt must be counted", r)
+	for _, tt := range []struct {
+		name         string
+		opts         []grpclimit.Option
+		trailerQuota []string
+	}{
+		{"default", nil, nil},
+		{"quota on allowed calls", []grpclimit.Option{grpclimit.WithQuotaOnAllowed()}, []string{`"default";r=96;t=144`}},
+	} {
+		var decisions sync.Map
+		opts := append(tt.opts, grpclimit.WithDecisionHook(func(e floodgate.DecisionEvent) { decisions.Store(e.Decision.Remaining, true) }))
+		ic := must(grpclimit.New(bucket(t, floodgate.Rate{Limit: 100, Period: time.Hour}, newClock().option()), opts...))
+		s := serveOn(t, ic)
+		client := testpb.NewTestServiceClient(s.dial(t, grpc.WithDefaultServiceConfig(unavailableRetry)))
+		var header, trailer metadata.MD
+		req := &testpb.SimpleRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.Unavailable), Message: "backend down"}}
+		_, err := client.UnaryCall(ctxTimeout(t), req, grpc.Header(&header), grpc.Trailer(&trailer))
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("%s: UnaryCall: %v, want the handler's Unavailable", tt.name, err)
+		}
+		if got := s.svc.unaries.Load(); got != 4 {
+			t.Errorf("%s: the handler ran %d times, want 4: the retry policy did not retry the handler's failure", tt.name, got)
+		}
+		if len(header) != 0 {
+			t.Errorf("%s: a failed call sent headers %v: it must be Trailers-Only", tt.name, header)
+		}
+		if got := trailer.Get("ratelimit"); !slices.Equal(got, tt.trailerQuota) {
+			t.Errorf("%s: trailer ratelimit = %q, want %q", tt.name, got, tt.trailerQuota)
+		}
+		for r := 96; r <= 99; r++ {
+			if _, ok := decisions.Load(r); !ok {
+				t.Errorf("%s: no decision left %d units: each attempt must be counted", tt.name, r)
+			}
 		}
 	}
 }
 
-// TestQuotaWhenHeadersAreGone: the quota of an allowed call is sent with
-// its response headers once the handler returns; where the headers have
-// gone already (the handler sent them, or another limit inside this one
-// did), it goes in the trailers, and the client still gets every value.
+// TestQuotaWhenHeadersAreGone: under WithQuotaOnAllowed, the quota of an
+// allowed call is sent with its response headers once the handler
+// returns; where the headers have gone already (the handler sent them, or
+// another limit inside this one did), it goes in the trailers, and the
+// client still gets every value.
 func TestQuotaWhenHeadersAreGone(t *testing.T) {
 	newLimit := func(name string) *grpclimit.Interceptors {
-		return must(grpclimit.New(bucket(t, floodgate.Rate{Limit: 10, Period: time.Hour}, newClock().option()), grpclimit.WithPolicyName(name)))
+		return must(grpclimit.New(bucket(t, floodgate.Rate{Limit: 10, Period: time.Hour}, newClock().option()),
+			grpclimit.WithPolicyName(name), grpclimit.WithQuotaOnAllowed()))
 	}
 	single := newLimit("one")
 	outer, inner := newLimit("outer"), newLimit("inner")
@@ -116,28 +128,23 @@ func serveChain(t *testing.T, chain []grpc.UnaryServerInterceptor) *server {
 	return serveWith(t, grpc.ChainUnaryInterceptor(chain...))
 }
 
-// fixedLimiter allows every call with the same decision, so that every
-// call sends the same quota values.
-type fixedLimiter struct{}
-
-func (fixedLimiter) AllowN(context.Context, string, int) (floodgate.Decision, error) {
-	return floodgate.Decision{Allowed: true, Limit: 10, Remaining: 5, ResetAfter: 30 * time.Second}, nil
-}
-
-// TestSharedQuotaMetadataUnderLoad: calls with the same quota values
-// share one metadata map (see mdCache); concurrent calls, some whose
+// TestQuotaMetadataUnderLoad: under WithQuotaOnAllowed and a quota that
+// drains, every call gets its own values: concurrent calls, some whose
 // handler sets or sends its own header (grpc-go then merges or copies
-// the map), each get exactly their values, and the race detector sees
-// nobody write into the shared map.
-func TestSharedQuotaMetadataUnderLoad(t *testing.T) {
-	s := serveWith(t, grpc.ChainUnaryInterceptor(must(grpclimit.New(fixedLimiter{})).Unary()))
+// the map), each get exactly one ratelimit value, and no two calls the
+// same — a value shared or overwritten between calls would show here,
+// and to the race detector.
+func TestQuotaMetadataUnderLoad(t *testing.T) {
+	lim := bucket(t, floodgate.Rate{Limit: 1000, Period: time.Hour}, newClock().option())
+	s := serveWith(t, grpc.ChainUnaryInterceptor(must(grpclimit.New(lim, grpclimit.WithQuotaOnAllowed())).Unary()))
 	client := testpb.NewTestServiceClient(s.dial(t))
-	const want = `"default";r=5;t=30`
+	const goroutines, calls = 8, 25
 	var wg sync.WaitGroup
-	errs := make(chan error, 8*25)
-	for g := range 8 {
+	errs := make(chan error, goroutines*calls)
+	values := make(chan string, goroutines*calls)
+	for g := range goroutines {
 		wg.Go(func() {
-			for i := range 25 {
+			for i := range calls {
 				ctx := ctxTimeout(t)
 				mode := [...]string{"", "set", "send"}[(g+i)%3]
 				ctx = metadata.AppendToOutgoingContext(ctx, "x-set-header", mode)
@@ -147,15 +154,34 @@ func TestSharedQuotaMetadataUnderLoad(t *testing.T) {
 					return
 				}
 				got := append(header.Get("ratelimit"), trailer.Get("ratelimit")...)
-				if len(got) != 1 || got[0] != want || len(header.Get("x-handler")) != min(len(mode), 1) {
+				if len(got) != 1 || len(header.Get("x-handler")) != min(len(mode), 1) {
 					errs <- fmt.Errorf("call %d/%d (%q): ratelimit %q, header %v", g, i, mode, got, header)
+					continue
 				}
+				values <- got[0]
 			}
 		})
 	}
 	wg.Wait()
 	close(errs)
+	close(values)
 	for err := range errs {
 		t.Error(err)
+	}
+	seen := map[string]bool{}
+	for v := range values {
+		if seen[v] {
+			t.Errorf("two calls got ratelimit %q: each call spends a unit, so each must see its own remaining count", v)
+		}
+		seen[v] = true
+	}
+	if len(seen) != goroutines*calls {
+		t.Errorf("%d distinct values of %d calls", len(seen), goroutines*calls)
+	}
+	for r := 1000 - goroutines*calls; r < 1000; r++ {
+		t3 := ((1000-r)*36 + 9) / 10 // 3.6 s a unit spent, rounded up
+		if !seen[fmt.Sprintf(`"default";r=%d;t=%d`, r, t3)] {
+			t.Errorf("no call saw r=%d", r)
+		}
 	}
 }

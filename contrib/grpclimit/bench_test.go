@@ -2,11 +2,15 @@ package grpclimit_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/contrib/grpclimit"
+	"github.com/floodgate-go/floodgate/internal/benchquota"
+	"github.com/floodgate-go/floodgate/internal/interleave"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -14,14 +18,34 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// benchPeers is the number of client addresses the benchmarks spread
-// their calls over, each one a populated key of the limiter.
+// benchPeers is the number of client addresses the direct benchmarks
+// spread their calls over, each one a populated key of the limiter.
 const benchPeers = 10_000
 
-// BenchmarkUnaryInterceptor measures what the interceptor adds to an
-// allowed unary call, called as the server calls it, over 10,000 peers:
-// against the handler alone in the same run, with the quota metadata
-// (the default) and without (HeadersNone).
+// benchQuotas are the steady and the draining quota (package
+// benchquota): the docs quote the draining figures.
+var benchQuotas = benchquota.Quotas
+
+// benchModes are the ways of sending the quota the benchmarks compare:
+// the default, the quota on allowed calls too, and none at all.
+var benchModes = []struct {
+	name string
+	opts []grpclimit.Option
+}{
+	{"default", nil},
+	{"quota-on-allowed", quotaOnAllowed},
+	{"headers-none", []grpclimit.Option{grpclimit.WithHeaders(floodgate.HeadersNone)}},
+}
+
+// quotaOnAllowed sends the quota on allowed calls. (Before issue 31 the
+// default did, and this was nil.)
+var quotaOnAllowed = []grpclimit.Option{grpclimit.WithQuotaOnAllowed()}
+
+// BenchmarkUnaryInterceptor measures what the interceptor itself adds to
+// an allowed unary call, called as the server calls it, over 10,000
+// peers (populated keys), against the handler alone in the same run:
+// each quota in each mode. The transport stream does nothing, so what
+// is counted is floodgate's own work, the metadata it builds included.
 func BenchmarkUnaryInterceptor(b *testing.B) {
 	ctxs := make([]context.Context, benchPeers)
 	for i := range ctxs {
@@ -39,24 +63,30 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 			}
 		}
 	})
-	for _, c := range []struct {
-		name string
-		opts []grpclimit.Option
-	}{{"interceptor", nil}, {"interceptor-no-quota-metadata", []grpclimit.Option{grpclimit.WithHeaders(floodgate.HeadersNone)}}} {
-		unary := must(grpclimit.New(bucket(b, floodgate.PerSecond(1<<24)), c.opts...)).Unary()
-		for _, ctx := range ctxs { // populate the key set
-			if _, err := unary(ctx, nil, info, handler); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for i := range b.N {
-				if _, err := unary(ctxs[i%len(ctxs)], nil, info, handler); err != nil {
+	for _, q := range benchQuotas {
+		for _, m := range benchModes {
+			lim := bucket(b, q.Rate)
+			unary := must(grpclimit.New(lim, m.opts...)).Unary()
+			for i, ctx := range ctxs { // populate the key set
+				if _, err := unary(ctx, nil, info, handler); err != nil {
+					b.Fatal(err)
+				}
+				// Each peer spends a different amount, so that under the
+				// draining quota consecutive calls (of different peers)
+				// see different values, as a peer's own calls do.
+				if _, err := lim.AllowN(ctx, net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).String(), i); err != nil {
 					b.Fatal(err)
 				}
 			}
-		})
+			b.Run(q.Name+"/"+m.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for i := range b.N {
+					if _, err := unary(ctxs[i%len(ctxs)], nil, info, handler); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -69,37 +99,71 @@ func (nopStream) SetHeader(metadata.MD) error  { return nil }
 func (nopStream) SendHeader(metadata.MD) error { return nil }
 func (nopStream) SetTrailer(metadata.MD) error { return nil }
 
-// BenchmarkUnaryServer measures an allowed unary call end to end, a real
-// grpc-go client calling a real server over loopback TCP: a bare server,
-// one with an interceptor that only calls the handler (what grpc-go
-// itself costs for any interceptor: 2 allocations), and the same with
-// the interceptors, with and without the quota metadata, in the same
-// run. The difference is the interceptor's cost as a user sees it, the
-// metadata's transport and decoding included. Besides wall time, each
-// reports the process's CPU time per call (cpu-ns/op, client and server
-// together), which does not count the time spent waiting for a core on a
-// shared machine.
-func BenchmarkUnaryServer(b *testing.B) {
+// serverCase is one way of serving the benchmarks' calls.
+type serverCase struct {
+	name string
+	opts []grpc.ServerOption
+}
+
+// serverCases are the servers the end-to-end benchmarks call: a bare
+// one; one with an interceptor that only calls the handler (what
+// grpc-go costs for any interceptor); the same sending two metadata
+// keys of the quota's length as the handler returns — from one map
+// shared by every call, from a new map a call, and from a new map a
+// call with a value that changes on every call, taken from values made
+// beforehand (what grpc-go charges for carrying two keys, without and
+// with the map a call whose values change must make, and for a value
+// its HPACK tables have not seen) — and the limited ones, each quota in
+// each mode.
+func serverCases(b *testing.B) []serverCase {
 	noop := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		return h(ctx, req)
 	}
-	for _, c := range []struct {
-		name string
-		opts []grpclimit.Option
-		with []grpc.ServerOption // instead of the interceptors
-	}{
-		{"bare", nil, []grpc.ServerOption{}},
-		{"noop-interceptor", nil, []grpc.ServerOption{grpc.ChainUnaryInterceptor(noop)}},
-		{"limited", nil, nil},
-		{"limited-no-quota-metadata", []grpclimit.Option{grpclimit.WithHeaders(floodgate.HeadersNone)}, nil},
-	} {
+	policy, limit := []string{`"default";q=16777216;w=1`}, []string{`"default";r=16777215;t=1`}
+	shared := metadata.MD{"ratelimit-policy": policy, "ratelimit": limit}
+	changing := make([][]string, 1<<16)
+	for i := range changing {
+		changing[i] = []string{fmt.Sprintf(`"default";r=%d;t=%d`, 16777215-i, 1+i/8)}
+	}
+	var turn atomic.Uint32
+	sending := func(md func() metadata.MD) grpc.UnaryServerInterceptor {
+		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			_ = grpc.SendHeader(ctx, md()) // the benchmark reads the header back
+			return resp, err
+		}
+	}
+	cases := []serverCase{
+		{"bare", nil},
+		{"noop-interceptor", []grpc.ServerOption{grpc.ChainUnaryInterceptor(noop)}},
+		{"two-keys-shared-map", []grpc.ServerOption{grpc.ChainUnaryInterceptor(sending(func() metadata.MD { return shared }))}},
+		{"two-keys-new-map", []grpc.ServerOption{grpc.ChainUnaryInterceptor(sending(func() metadata.MD {
+			return metadata.MD{"ratelimit-policy": policy, "ratelimit": limit}
+		}))}},
+		{"two-keys-new-map-changing", []grpc.ServerOption{grpc.ChainUnaryInterceptor(sending(func() metadata.MD {
+			return metadata.MD{"ratelimit-policy": policy, "ratelimit": changing[turn.Add(1)%uint32(len(changing))]}
+		}))}},
+	}
+	for _, q := range benchQuotas {
+		for _, m := range benchModes {
+			ic := must(grpclimit.New(bucket(b, q.Rate), m.opts...))
+			cases = append(cases, serverCase{q.Name + "/" + m.name, []grpc.ServerOption{grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream())}})
+		}
+	}
+	return cases
+}
+
+// BenchmarkUnaryServer measures an allowed unary call end to end, a real
+// grpc-go client calling a real server over loopback TCP, on each of
+// serverCases, one after the other. Besides wall time, each reports the
+// process's CPU time per call (cpu-ns/op, client and server together),
+// which does not count the time spent waiting for a core on a shared
+// machine; BenchmarkUnaryOverhead sets them against each other in
+// interleaved rounds, which a drifting load cannot tilt.
+func BenchmarkUnaryServer(b *testing.B) {
+	for _, c := range serverCases(b) {
 		b.Run(c.name, func(b *testing.B) {
-			opts := c.with
-			if opts == nil {
-				ic := must(grpclimit.New(bucket(b, floodgate.PerSecond(1<<24)), c.opts...))
-				opts = append(opts, grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
-			}
-			client := benchServer(b, opts...)
+			client := benchServer(b, c.opts...)
 			ctx := context.Background()
 			if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
 				b.Fatal(err) // connects
@@ -134,38 +198,26 @@ func benchServer(b *testing.B, opts ...grpc.ServerOption) testpb.TestServiceClie
 	return testpb.NewTestServiceClient(conn)
 }
 
-// BenchmarkUnaryOverhead measures the same calls as BenchmarkUnaryServer,
-// paired: one client each for a bare server, a limited one and one
-// limited without the quota metadata, called in turn, 100 calls at a
-// time, so that the load of a shared machine, which drifts over seconds,
-// weighs on the three alike. It reports each one's CPU time per call
-// (client and server) and the limited ones' overhead over the bare one:
-// overhead-cpu-ns is what an allowed call costs more with the limit.
+// BenchmarkUnaryOverhead measures the calls of BenchmarkUnaryServer in
+// interleaved rounds (package interleave): one client for each of
+// serverCases, called in turn 100 calls at a time, so that the load of
+// a shared machine, which drifts over seconds, weighs on all alike. For
+// each case it reports, over the bare server, the median of the rounds'
+// differences in CPU time per call (<case>-cpu-ns/call, client and
+// server together) and the allocations per call (<case>-allocs/call,
+// exact). Run it with -benchtime 20000x or more: b.N calls of each case.
 func BenchmarkUnaryOverhead(b *testing.B) {
-	clients := []testpb.TestServiceClient{benchServer(b)}
-	for _, opts := range [][]grpclimit.Option{nil, {grpclimit.WithHeaders(floodgate.HeadersNone)}} {
-		ic := must(grpclimit.New(bucket(b, floodgate.PerSecond(1<<24)), opts...))
-		clients = append(clients, benchServer(b, grpc.ChainUnaryInterceptor(ic.Unary())))
-	}
 	ctx := context.Background()
-	var cpu [3]int64
-	const batch = 100
-	b.ResetTimer()
-	for n := 0; n < b.N; n += batch {
-		for i, client := range clients {
-			start, _ := processCPU()
-			for range batch {
-				if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			end, _ := processCPU()
-			cpu[i] += end - start
+	var cases []interleave.Case
+	for _, c := range serverCases(b) {
+		client := benchServer(b, c.opts...)
+		if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+			b.Fatal(err) // connects
 		}
+		cases = append(cases, interleave.Case{Name: c.name, Call: func() error {
+			_, err := client.EmptyCall(ctx, &testpb.Empty{})
+			return err
+		}})
 	}
-	b.StopTimer()
-	calls := float64((b.N + batch - 1) / batch * batch)
-	b.ReportMetric(float64(cpu[0])/calls, "bare-cpu-ns/call")
-	b.ReportMetric(float64(cpu[1]-cpu[0])/calls, "overhead-cpu-ns/call")
-	b.ReportMetric(float64(cpu[2]-cpu[0])/calls, "overhead-no-quota-md-cpu-ns/call")
+	interleave.Bench(b, cases, 100)
 }

@@ -145,33 +145,52 @@ func equalCodes(a, b []codes.Code) bool {
 // and reads the frames of a denied call: one HEADERS frame that ends the
 // stream (Trailers-Only), holding :status 200, grpc-status 8, the
 // RetryInfo (grpc-status-details-bin), grpc-retry-pushback-ms,
-// retry-after and the quota fields; no DATA, no second HEADERS.
+// retry-after and the quota fields; no DATA, no second HEADERS. The
+// allowed call before it carries no quota field in any frame by default,
+// and the quota in its headers under WithQuotaOnAllowed.
 func TestDenialIsTrailersOnlyOnTheWire(t *testing.T) {
-	ic, err := grpclimit.New(bucket(t, floodgate.Rate{Limit: 1, Period: time.Minute}, newClock().option()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := serveOn(t, ic)
-	allowed := rawCall(t, s.addr)
-	denied := rawCall(t, s.addr)
-
-	if len(allowed) < 2 || allowed[0].endStream || allowed[0].fields["ratelimit"] == "" {
-		t.Errorf("allowed call: frames %+v; want headers with the quota, then data and trailers", allowed)
-	}
-	if len(denied) != 1 || !denied[0].endStream {
-		t.Fatalf("denied call: frames %+v; want one HEADERS frame ending the stream", denied)
-	}
-	f := denied[0].fields
-	for name, want := range map[string]string{
-		":status": "200", "grpc-status": "8", "grpc-retry-pushback-ms": "60000", "retry-after": "60",
-		"ratelimit": `"default";r=0;t=60`, "ratelimit-policy": `"default";q=1;w=60`,
-	} {
-		if f[name] != want {
-			t.Errorf("denied call: %s = %q, want %q (fields %v)", name, f[name], want, f)
+	for _, quotaOnAllowed := range []bool{false, true} {
+		var opts []grpclimit.Option
+		if quotaOnAllowed {
+			opts = append(opts, grpclimit.WithQuotaOnAllowed())
 		}
-	}
-	if f["grpc-status-details-bin"] == "" {
-		t.Errorf("denied call: no grpc-status-details-bin (RetryInfo): %v", f)
+		ic, err := grpclimit.New(bucket(t, floodgate.Rate{Limit: 1, Period: time.Minute}, newClock().option()), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := serveOn(t, ic)
+		allowed := rawCall(t, s.addr)
+		denied := rawCall(t, s.addr)
+
+		if len(allowed) < 2 || allowed[0].endStream {
+			t.Fatalf("allowed call: frames %+v; want headers, then data and trailers", allowed)
+		}
+		for i, f := range allowed {
+			want := map[string]string{}
+			if quotaOnAllowed && i == 0 {
+				want = map[string]string{"ratelimit": `"default";r=0;t=60`, "ratelimit-policy": `"default";q=1;w=60`}
+			}
+			for _, name := range []string{"ratelimit", "ratelimit-policy"} {
+				if f.fields[name] != want[name] {
+					t.Errorf("quota on allowed calls %v: allowed call's frame %d: %s = %q, want %q (frames %+v)", quotaOnAllowed, i, name, f.fields[name], want[name], allowed)
+				}
+			}
+		}
+		if len(denied) != 1 || !denied[0].endStream {
+			t.Fatalf("denied call: frames %+v; want one HEADERS frame ending the stream", denied)
+		}
+		f := denied[0].fields
+		for name, want := range map[string]string{
+			":status": "200", "grpc-status": "8", "grpc-retry-pushback-ms": "60000", "retry-after": "60",
+			"ratelimit": `"default";r=0;t=60`, "ratelimit-policy": `"default";q=1;w=60`,
+		} {
+			if f[name] != want {
+				t.Errorf("denied call: %s = %q, want %q (fields %v)", name, f[name], want, f)
+			}
+		}
+		if f["grpc-status-details-bin"] == "" {
+			t.Errorf("denied call: no grpc-status-details-bin (RetryInfo): %v", f)
+		}
 	}
 }
 

@@ -19,16 +19,21 @@
 // floodgate's admission core decides (floodgate.Gate), and the
 // interceptors answer in gRPC's terms:
 //
-//   - an allowed call gets the quota in its response header metadata,
-//     under floodgate's HTTP header names in lower case (ratelimit-policy
-//     and ratelimit by default), formatted as the HTTP middleware formats
-//     them. A unary call's are sent as its handler returns, just before
-//     grpc-go would send them with the response; if the handler failed,
-//     they go in the trailers instead, so that the failure stays
-//     Trailers-Only and a client's retry policy retries it as it would
-//     without the limit; where the headers have gone already (the handler
-//     sent them, or a limit inside this one did), in the trailers too. A
-//     stream's are set when it opens, and go with its first message;
+//   - an allowed call runs its handler and, by default, carries no
+//     metadata of the limit's: the quota goes with denials, which is all
+//     grpc-go's retry policy and a client reading RetryInfo need, and an
+//     allowed call formats and sends nothing. WithQuotaOnAllowed sends
+//     it with allowed calls too, in their response header metadata, for
+//     clients that pace themselves by it: under floodgate's HTTP header
+//     names in lower case (ratelimit-policy and ratelimit by default),
+//     formatted as the HTTP middleware formats them. A unary call's are
+//     sent as its handler returns, just before grpc-go would send them
+//     with the response; if the handler failed, they go in the trailers
+//     instead, so that the failure stays Trailers-Only and a client's
+//     retry policy retries it as it would without the limit; where the
+//     headers have gone already (the handler sent them, or a limit
+//     inside this one did), in the trailers too. A stream's are set when
+//     it opens, and go with its first message;
 //   - a denied call is Trailers-Only: codes.ResourceExhausted with a
 //     google.rpc.RetryInfo detail holding the exact wait, and in the
 //     trailers the quota metadata, retry-after and grpc-retry-pushback-ms,
@@ -38,8 +43,9 @@
 //     limit names; a call that costs more than the limit can ever hold
 //     gets -1 ("do not retry") and no RetryInfo. Put the interceptors
 //     first in the chain: headers sent before them would end the
-//     Trailers-Only form, and an interceptor outside them cannot set
-//     headers once an allowed unary call returns (they are sent);
+//     Trailers-Only form, and under WithQuotaOnAllowed an interceptor
+//     outside them cannot set headers once an allowed unary call returns
+//     (they are sent);
 //   - a limiter that fails is codes.Unavailable (fail closed) unless
 //     WithFailOpen; a key error the caller caused (no key, an unusable
 //     address, a key too long) is codes.InvalidArgument under every

@@ -19,16 +19,28 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestUnaryQuotaAndDenial: allowed calls carry the quota in their
-// response headers, byte for byte what the HTTP middleware sends for the
-// same sequence; a denial carries no headers at all and everything in the
-// trailers — ratelimit, ratelimit-policy, retry-after and
-// grpc-retry-pushback-ms, the exact wait in ms — with a RetryInfo detail
-// holding the exact wait. Waiting it out (on the fake clock) succeeds.
+// TestUnaryQuotaAndDenial: a denial carries no headers at all and
+// everything in the trailers — ratelimit, ratelimit-policy, retry-after
+// and grpc-retry-pushback-ms, the exact wait in ms — byte for byte what
+// the HTTP middleware sends for the same sequence, with a RetryInfo
+// detail holding the exact wait; waiting it out (on the fake clock)
+// succeeds. An allowed call carries no quota metadata by default, and
+// under WithQuotaOnAllowed the quota in its response headers, as the
+// middleware's headers.
 func TestUnaryQuotaAndDenial(t *testing.T) {
+	for _, quotaOnAllowed := range []bool{false, true} {
+		var opts []grpclimit.Option
+		if quotaOnAllowed {
+			opts = append(opts, grpclimit.WithQuotaOnAllowed())
+		}
+		unaryQuotaAndDenial(t, quotaOnAllowed, opts...)
+	}
+}
+
+func unaryQuotaAndDenial(t *testing.T, quotaOnAllowed bool, opts ...grpclimit.Option) {
 	clk := newClock()
 	rate := floodgate.Rate{Limit: 2, Period: time.Minute}
-	ic, err := grpclimit.New(bucket(t, rate, clk.option()))
+	ic, err := grpclimit.New(bucket(t, rate, clk.option()), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +63,7 @@ func TestUnaryQuotaAndDenial(t *testing.T) {
 		var header, trailer metadata.MD
 		_, err := client.EmptyCall(ctxTimeout(t), &testpb.Empty{}, grpc.Header(&header), grpc.Trailer(&trailer))
 		if got := status.Code(err); got != s.code {
-			t.Fatalf("step %d: code %v (%v), want %v", i, got, err, s.code)
+			t.Fatalf("quota on allowed calls %v, step %d: code %v (%v), want %v", quotaOnAllowed, i, got, err, s.code)
 		}
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -64,11 +76,21 @@ func TestUnaryQuotaAndDenial(t *testing.T) {
 			}
 			quota = trailer
 		}
+		if s.code == codes.OK && !quotaOnAllowed {
+			for _, md := range []metadata.MD{header, trailer} {
+				for _, name := range []string{"ratelimit-policy", "ratelimit", "retry-after", "grpc-retry-pushback-ms"} {
+					if got := md.Get(name); len(got) != 0 {
+						t.Errorf("step %d: an allowed call sent %s %q by default", i, name, got)
+					}
+				}
+			}
+			continue
+		}
 		for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
 			want := w.Header().Values(name)
 			got := quota.Get(name) // metadata keys are lower case; Get folds
 			if len(got) != len(want) || len(want) > 0 && got[0] != want[0] {
-				t.Errorf("step %d: metadata %s = %q, HTTP header %q", i, name, got, want)
+				t.Errorf("quota on allowed calls %v, step %d: metadata %s = %q, HTTP header %q", quotaOnAllowed, i, name, got, want)
 			}
 		}
 		if len(quota.Get("ratelimit")) != 1 {
@@ -146,45 +168,53 @@ func (tooCostly) AllowN(context.Context, string, int) (floodgate.Decision, error
 	return floodgate.Decision{Limit: 1}, floodgate.ErrCostExceedsLimit
 }
 
-// TestStreamDecidedOnce: a stream is decided when it opens, and its
-// messages are not counted; a denied stream gets the denial in its
-// trailers, without headers.
+// TestStreamDecidedOnce: a stream is decided once, when it opens; its
+// messages are not counted; a denied stream gets the denial, with the
+// quota, in its trailers, without headers. An allowed stream carries no
+// quota metadata by default, and the quota in its headers under
+// WithQuotaOnAllowed.
 func TestStreamDecidedOnce(t *testing.T) {
-	ic, err := grpclimit.New(bucket(t, floodgate.Rate{Limit: 1, Period: time.Hour}, newClock().option()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, svc := serve(t, ic)
-	for i, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
-		stream, err := client.StreamingOutputCall(ctxTimeout(t), &testpb.StreamingOutputCallRequest{})
+	for _, quotaOnAllowed := range []bool{false, true} {
+		var opts []grpclimit.Option
+		if quotaOnAllowed {
+			opts = append(opts, grpclimit.WithQuotaOnAllowed())
+		}
+		ic, err := grpclimit.New(bucket(t, floodgate.Rate{Limit: 1, Period: time.Hour}, newClock().option()), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = stream.Recv()
-		if want == codes.OK {
-			_, err = stream.Recv() // the end of the stream
-		}
-		header, _ := stream.Header()
-		trailer := stream.Trailer()
-		if got := status.Code(err); got != want && !(want == codes.OK && err != nil && err.Error() == "EOF") {
-			t.Fatalf("stream %d: %v, want %v", i, err, want)
-		}
-		quota := header
-		if want == codes.ResourceExhausted {
-			quota = trailer
-			if len(header) != 0 {
-				t.Errorf("stream %d: denial sent headers %v", i, header)
+		client, svc := serve(t, ic)
+		for i, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+			stream, err := client.StreamingOutputCall(ctxTimeout(t), &testpb.StreamingOutputCallRequest{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if d, ok := retryDelay(err); !ok || d != time.Hour {
-				t.Errorf("stream %d: RetryInfo %v %v, want 1h", i, d, ok)
+			_, err = stream.Recv()
+			if want == codes.OK {
+				_, err = stream.Recv() // the end of the stream
+			}
+			header, _ := stream.Header()
+			trailer := stream.Trailer()
+			if got := status.Code(err); got != want && !(want == codes.OK && err != nil && err.Error() == "EOF") {
+				t.Fatalf("stream %d: %v, want %v", i, err, want)
+			}
+			quota, wantQuota := header, quotaOnAllowed
+			if want == codes.ResourceExhausted {
+				quota, wantQuota = trailer, true
+				if len(header) != 0 {
+					t.Errorf("stream %d: denial sent headers %v", i, header)
+				}
+				if d, ok := retryDelay(err); !ok || d != time.Hour {
+					t.Errorf("stream %d: RetryInfo %v %v, want 1h", i, d, ok)
+				}
+			}
+			if got := len(quota.Get("ratelimit-policy")) + len(quota.Get("ratelimit")); got != 2 && wantQuota || got != 0 && !wantQuota {
+				t.Errorf("quota on allowed calls %v, stream %d: quota metadata %v: header %v trailer %v", quotaOnAllowed, i, wantQuota, header, trailer)
 			}
 		}
-		if len(quota.Get("ratelimit-policy")) != 1 {
-			t.Errorf("stream %d: quota metadata missing: header %v trailer %v", i, header, trailer)
+		if got := svc.streams.Load(); got != 1 {
+			t.Errorf("stream handler ran %d times, want 1", got)
 		}
-	}
-	if got := svc.streams.Load(); got != 1 {
-		t.Errorf("stream handler ran %d times, want 1", got)
 	}
 }
 
@@ -208,6 +238,14 @@ func TestOptionErrors(t *testing.T) {
 		},
 		"dry run and open": func() error {
 			_, err := grpclimit.New(lim, grpclimit.WithDryRun(), grpclimit.WithFailOpen())
+			return err
+		},
+		"quota on allowed, no headers": func() error {
+			_, err := grpclimit.New(lim, grpclimit.WithHeaders(floodgate.HeadersNone), grpclimit.WithQuotaOnAllowed())
+			return err
+		},
+		"quota on allowed twice": func() error {
+			_, err := grpclimit.New(lim, grpclimit.WithQuotaOnAllowed(), grpclimit.WithQuotaOnAllowed())
 			return err
 		},
 		"key func on selector": func() error {

@@ -16,8 +16,9 @@ import (
 // them first in the chain, so that streams are limited as well as unary
 // calls and no interceptor before them sends response headers (which
 // would turn a denial from Trailers-Only into a response the client does
-// not retry) or sets them after an allowed unary call (the limit has
-// sent them with its quota as the call returned):
+// not retry) or, under WithQuotaOnAllowed, sets them after an allowed
+// unary call (the limit has sent them with its quota as the call
+// returned):
 //
 //	lim, err := grpclimit.New(limiter, grpclimit.WithKeyFunc(clientIP))
 //	srv := grpc.NewServer(
@@ -39,14 +40,15 @@ type Interceptors struct {
 	limitHealth bool
 	counts      func(codes.Code) bool      // nil: every code counts
 	cost        func(Response) (int, bool) // nil: no cost after the call
+	// quotaOnAllowed: send the quota on allowed calls too
+	// (WithQuotaOnAllowed), not only on denials.
+	quotaOnAllowed bool
 }
 
-// limit is one selector, the admission core deciding its calls, and the
-// quota metadata its admitted calls were sent.
+// limit is one selector and the admission core deciding its calls.
 type limit struct {
 	sel  *floodgate.SelectorFor[Call]
 	gate *floodgate.Gate
-	md   *mdCache
 }
 
 // New returns interceptors that limit every call with l, keyed by
@@ -111,7 +113,14 @@ func newInterceptors(c *config, sel *floodgate.SelectorFor[Call]) (*Interceptors
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptors{all: l, skip: c.skip, limitHealth: c.limitHealth, counts: c.counts, cost: c.cost}, nil
+	i := c.interceptors()
+	i.all = l
+	return i, nil
+}
+
+// interceptors returns interceptors with the options of c, and no limit.
+func (c *config) interceptors() *Interceptors {
+	return &Interceptors{skip: c.skip, limitHealth: c.limitHealth, counts: c.counts, cost: c.cost, quotaOnAllowed: c.quotaOnAllowed}
 }
 
 func newLimit(c *config, sel *floodgate.SelectorFor[Call]) (*limit, error) {
@@ -119,7 +128,7 @@ func newLimit(c *config, sel *floodgate.SelectorFor[Call]) (*limit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &limit{sel: sel, gate: gate, md: newMDCache()}, nil
+	return &limit{sel: sel, gate: gate}, nil
 }
 
 // healthService is the prefix of the standard health service's methods.
@@ -167,9 +176,21 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		} else {
 			resp, err = handler(ctx, req)
 		}
-		answerQuota(stream, l.md.get(&out.Quota), err != nil)
+		answerQuota(stream, i.allowedQuota(&out.Quota), err != nil)
 		return resp, err
 	}
+}
+
+// allowedQuota returns the quota metadata of an allowed call: none by
+// default, which formats nothing; under WithQuotaOnAllowed a new map of
+// the call's values (a map a call: a map shared between calls would
+// serve only a quota whose values repeat, which a client's spending
+// quota does not).
+func (i *Interceptors) allowedQuota(q *floodgate.Quota) metadata.MD {
+	if !i.quotaOnAllowed {
+		return nil
+	}
+	return quotaMD(q, 0)
 }
 
 // unaryRun is the request of a unary call, the handler it goes to and
@@ -212,7 +233,7 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		if out.Blocked {
 			return refuse(ctx, ss.SetTrailer, &out)
 		}
-		if md := l.md.get(&out.Quota); md != nil {
+		if md := i.allowedQuota(&out.Quota); md != nil {
 			// SetHeader fails only once the header has been sent, and
 			// the handler, the only one who could send it, has not run.
 			_ = ss.SetHeader(md)

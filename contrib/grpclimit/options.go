@@ -23,7 +23,10 @@ type config struct {
 	counts      func(codes.Code) bool
 	cost        func(Response) (int, bool)
 	limitHealth bool
-	given       map[string]bool
+	headers     floodgate.HeaderStyle
+	// quotaOnAllowed: WithQuotaOnAllowed.
+	quotaOnAllowed bool
+	given          map[string]bool
 }
 
 func (c *config) once(name string) error {
@@ -72,12 +75,38 @@ func WithPolicyName(name string) Option {
 // floodgate.WithCost does; a stream costs it once, when it opens.
 func WithCost(n int) Option { return gateOption("WithCost", floodgate.WithCost(n)) }
 
-// WithHeaders selects the quota metadata (default floodgate.HeadersIETF:
+// WithHeaders selects the quota metadata a denial carries, and under
+// WithQuotaOnAllowed an allowed call (default floodgate.HeadersIETF:
 // ratelimit and ratelimit-policy; HeadersLegacy sends x-ratelimit-limit,
 // x-ratelimit-remaining and x-ratelimit-reset; HeadersNone sends none but
 // retry-after and grpc-retry-pushback-ms on a denial).
 func WithHeaders(style floodgate.HeaderStyle) Option {
-	return gateOption("WithHeaders", floodgate.WithHeaders(style))
+	set := gateOption("WithHeaders", floodgate.WithHeaders(style))
+	return func(c *config) error {
+		c.headers = style
+		return set(c)
+	}
+}
+
+// WithQuotaOnAllowed sends the quota metadata on allowed calls as well
+// as on denials: a unary call's in its response headers as its handler
+// returns (in the trailers if the handler failed, so that its failure
+// stays Trailers-Only and a client's retry policy retries it, or if the
+// headers have gone already), a stream's with its headers, set when it
+// opens. By default only a denial carries the quota, in its
+// Trailers-Only answer beside the RetryInfo and the pushback — all a
+// grpc-go retry policy or a client reading RetryInfo needs — and an
+// allowed call sends no metadata and formats none. Turn it on for
+// clients that pace themselves by the remaining quota; each allowed call
+// then carries two more keys (HeadersIETF), which cost a metadata map a
+// call and what grpc-go charges for carrying them (docs/adapters.md has
+// the figures). It conflicts with WithHeaders(floodgate.HeadersNone),
+// which sends no quota.
+func WithQuotaOnAllowed() Option {
+	return func(c *config) error {
+		c.quotaOnAllowed = true
+		return c.once("WithQuotaOnAllowed")
+	}
 }
 
 // WithLogger logs denials and failures to decide as floodgate.WithLogger
@@ -131,9 +160,10 @@ func WithLimitHealth() Option {
 // through.
 func WithFailOpen() Option { return gateOption("WithFailOpen", floodgate.WithFailOpen()) }
 
-// WithDryRun decides, sends the quota metadata, logs and calls the hook,
-// but never refuses a call (see floodgate.WithDryRun). It conflicts with
-// WithFailOpen, which it implies.
+// WithDryRun decides, logs and calls the hook, but never refuses a call
+// (see floodgate.WithDryRun): every call runs, and so carries the quota
+// metadata only under WithQuotaOnAllowed, a call the limit would have
+// denied included. It conflicts with WithFailOpen, which it implies.
 func WithDryRun() Option { return gateOption("WithDryRun", floodgate.WithDryRun()) }
 
 // WithCountCodes counts only the calls whose status code makes counts
@@ -185,6 +215,9 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.given["WithDryRun"] && c.given["WithFailOpen"] {
 		return nil, fmt.Errorf("%w: WithFailOpen has no effect in dry-run, which never refuses", floodgate.ErrInvalidOption)
+	}
+	if c.quotaOnAllowed && c.given["WithHeaders"] && c.headers == floodgate.HeadersNone {
+		return nil, fmt.Errorf("%w: WithQuotaOnAllowed has no effect with WithHeaders(HeadersNone), which sends no quota", floodgate.ErrInvalidOption)
 	}
 	return c, nil
 }

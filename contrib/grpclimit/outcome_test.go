@@ -144,7 +144,9 @@ func TestCountCodesWithAPanic(t *testing.T) {
 }
 
 // TestRoutesAndPolicies: NewRoutes limits a method, a service and the
-// rest by their own policies; NewPolicy picks a policy per call.
+// rest by their own policies, and sends each route's quota (here on
+// allowed calls too: the option reaches every route); NewPolicy picks a
+// policy per call.
 func TestRoutesAndPolicies(t *testing.T) {
 	byIP := must(grpclimit.KeyByIP())
 	one := func() floodgate.Limiter {
@@ -153,7 +155,7 @@ func TestRoutesAndPolicies(t *testing.T) {
 	ic := must(grpclimit.NewRoutes([]grpclimit.Route{
 		{Method: "/grpc.testing.TestService/EmptyCall", Policies: []grpclimit.Policy{{Name: "empty", Limiter: one(), Key: byIP}}},
 		{Method: "/grpc.testing.TestService/", Policies: []grpclimit.Policy{{Name: "service", Limiter: one(), Key: byIP}}},
-	}))
+	}, grpclimit.WithQuotaOnAllowed()))
 	client, _ := serve(t, ic)
 	for i, want := range []struct {
 		code   codes.Code

@@ -1,10 +1,8 @@
 package grpclimit
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/routetable"
 )
 
 // Route is one rule of a per-method table (NewRoutes): the calls of
@@ -34,9 +32,6 @@ type Route struct {
 //		{Method: "/", Policies: []grpclimit.Policy{{Name: "default", Limiter: general, Key: clientIP}}},
 //	})
 func NewRoutes(routes []Route, opts ...Option) (*Interceptors, error) {
-	if len(routes) == 0 {
-		return nil, fmt.Errorf("%w: no routes", floodgate.ErrInvalidOption)
-	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
@@ -44,51 +39,19 @@ func NewRoutes(routes []Route, opts ...Option) (*Interceptors, error) {
 	if err := c.selectorOnly(); err != nil {
 		return nil, err
 	}
-	i := &Interceptors{routes: make(map[string]*limit, len(routes)), skip: c.skip, limitHealth: c.limitHealth, counts: c.counts, cost: c.cost}
-	for _, r := range routes {
-		if err := validRouteMethod(r.Method); err != nil {
-			return nil, err
-		}
-		if i.routes[r.Method] != nil {
-			return nil, fmt.Errorf("%w: route %q given twice", floodgate.ErrInvalidOption, r.Method)
-		}
-		if len(r.Policies) == 0 {
-			return nil, fmt.Errorf("%w: route %q has no policy", floodgate.ErrInvalidOption, r.Method)
-		}
-		sel, err := floodgate.NewSelectorFor(r.Policies...)
-		if err != nil {
-			return nil, fmt.Errorf("route %q: %w", r.Method, err)
-		}
-		if i.routes[r.Method], err = newLimit(c, sel); err != nil {
-			return nil, fmt.Errorf("route %q: %w", r.Method, err)
-		}
+	i := c.interceptors()
+	i.routes, err = routetable.Build("method", len(routes),
+		func(j int) (string, []Policy) { return routes[j].Method, routes[j].Policies },
+		func(sel *floodgate.SelectorFor[Call]) (*limit, error) { return newLimit(c, sel) })
+	if err != nil {
+		return nil, err
 	}
 	return i, nil
-}
-
-// validRouteMethod accepts "/", "/pkg.Service/" and "/pkg.Service/Method".
-func validRouteMethod(m string) error {
-	if m == "/" {
-		return nil
-	}
-	rest, ok := strings.CutPrefix(m, "/")
-	service, method, two := strings.Cut(rest, "/")
-	if !ok || !two || service == "" || strings.Contains(method, "/") {
-		return fmt.Errorf("%w: route method %q: give \"/package.Service/Method\", \"/package.Service/\" or \"/\"", floodgate.ErrInvalidOption, m)
-	}
-	return nil
 }
 
 // route returns the limit of a method: its own route, its service's, or
 // the default; nil when none applies.
 func (i *Interceptors) route(method string) *limit {
-	if l := i.routes[method]; l != nil {
-		return l
-	}
-	if j := strings.LastIndexByte(method, '/'); j > 0 {
-		if l := i.routes[method[:j+1]]; l != nil {
-			return l
-		}
-	}
-	return i.routes["/"]
+	l, _ := routetable.Lookup(i.routes, method)
+	return l
 }

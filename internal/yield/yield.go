@@ -1,8 +1,9 @@
 // Package yield marks the points inside floodgate's compound decisions
 // where floodgatetest's deterministic scheduler may switch to another
-// call: between a PlanLimiter's cache lookup and its key's lock, between
-// the limiters of a Composite, before a decision waits for another's
-// lookup. A point holds no lock, so a call parked there blocks no other.
+// call: between the limiters of a Composite, and before a PlanLimiter's
+// decision waits for its key's lookup (run on a goroutine of the
+// limiter's own, which the scheduler lets finish). A point holds no lock,
+// so a call parked there blocks no other.
 //
 // A point costs one atomic load and a branch not taken while no
 // deterministic check runs in the process (the count of enabled checks is

@@ -17,10 +17,10 @@ import (
 // Tiers on Redis: the same PlanLimiter as the in-memory tiers example,
 // with each plan's limiter on Redis, every plan on one prefix, so every
 // instance of the service shares each customer's quota and a key keeps
-// its state when its plan changes. On Redis the state is read under the
-// new plan as it stands: a token bucket keeps the share of its quota
-// used (ScaleUsed), so Ann, who spent her 3 and got half a unit back,
-// has 5/6 of pro's 10 used after her upgrade, and one request left.
+// its state when its plan changes. As in memory, what Ann spent stays
+// spent (PlanConfig.Inherit, KeepUsed by default): she spent her 3 and
+// got half a unit back, so after her upgrade she has pro's 10 less 2.5,
+// and the answers are the in-memory example's.
 func Example_tiers() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer func() { _ = rdb.Close() }()
@@ -111,6 +111,6 @@ func Example_tiers() {
 	// key-eve   200 "anonymous";q=2;w=60 "anonymous";r=1;t=30
 	//           200 "anonymous";q=2;w=60 "anonymous";r=0;t=60
 	//           429 "anonymous";q=2;w=60 "anonymous";r=0;t=30
-	// key-ann   200 "customer";q=10;w=60 "customer";r=0;t=56
-	// key-ann   429 "customer";q=10;w=60 "customer";r=0;t=2
+	// key-ann   200 "customer";q=10;w=60 "customer";r=6;t=21
+	// key-ann   200 "customer";q=10;w=60 "customer";r=5;t=27
 }

@@ -13,10 +13,11 @@
 --   before the oldest unit the log still counts. Its negative score keeps
 --   it out of every time range and first by rank.
 --
---   once the rate has changed (see ratechange.go), the member
---   'v <version> <limit> <period>', scored LOG_VSCORE, below 'low': the
---   rate the log was written under. A log without it was written before
---   the first change.
+--   once the rate has changed (see ratechange.go), or when a plan's
+--   decision wrote it (AllowPlanN), the member 'v <version> <limit>
+--   <period>', scored LOG_VSCORE, below 'low': the rate the log was
+--   written under. A log without it was written before the first change,
+--   outside a plan.
 --
 -- An entry counts the units between its predecessor's total (or low) and
 -- its own. It is dead once its total is at or below low: low moves up to
@@ -185,8 +186,11 @@ end
 -- rate iL, iP before the first change) to limit, period, as how says:
 -- the events still counted at tc keep counting until their time plus the
 -- new period; units are taken from the oldest events, or added to the
--- newest (see floodgate.SlidingLog.SetRate).
-local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor)
+-- newest (see floodgate.SlidingLog.SetRate). A plan's decision (phow the
+-- strategy of its plan changes, '0' KeepUsed or '1' ScaleUsed; nil
+-- otherwise) also converts a log of its version written under another
+-- rate, another plan's, the same way as of now.
+local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow, now)
   ver = tonumber(ver)
   local m = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', LOG_VSCORE, 'LIMIT', 0, 1)
   local sv, sL, sP = 0, tonumber(iL), tonumber(iP)
@@ -197,10 +201,13 @@ local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor)
     end
     sv, sL, sP = tonumber(sv), tonumber(sL), tonumber(sP)
   end
-  if sv == ver or redis.call('EXISTS', KEYS[1]) == 0 then
+  local plan = sv == ver and phow and phow ~= '' and (sL ~= limit or sP ~= period)
+  if sv == ver and not plan or redis.call('EXISTS', KEYS[1]) == 0 then
     return nil
   end
-  if sv > ver then
+  if plan then
+    tc, how = now, phow
+  elseif sv > ver then
     return {-1}
   end
   local L = log_open(tonumber(tc), sP, sL)

@@ -9,6 +9,8 @@
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
 -- ARGV[7..10] the rate's version, suffix, and the caller's conversion,
 --          as ARGV[9..12] of tokenbucket.lua
+-- ARGV[11] the strategy of a plan's decision, as ARGV[15] of
+--          tokenbucket.lua
 --
 -- The sliding window's estimate is prev·(period - elapsed)/period + cur;
 -- the request fits if cur + n <= limit and
@@ -25,11 +27,28 @@
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
-local s, converted = rate_get(3, ARGV[7], ARGV[9], ARGV[10])
+local clock = clock_us(ARGV[1])
+local s, converted, prate = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8], clock, period)
 if type(s) == 'table' then
   return s
 end
-local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[5]), period)
+local w, now, start, prev, cur = counter_windows(s, clock - tonumber(ARGV[5]), period)
+if prate then
+  -- Written under another plan of this period: its counts as of now,
+  -- converted as the plan says (taken from the previous window first,
+  -- added to the newest), and written whatever this decision does.
+  local used = prev + cur
+  local u = rate_units(tonumber(ARGV[11]), used, prate[1], limit)
+  if u < used then
+    local take = math.min(prev, used - u)
+    prev, cur = prev - take, cur - (used - u - take)
+  elseif u > used and cur > 0 then
+    cur = cur + u - used
+  elseif u > used then
+    prev = prev + u - used
+  end
+  converted = true
+end
 local elapsed = now - start
 
 local B = 16777216 -- 2^24

@@ -14,7 +14,8 @@
 -- ARGV[7]  the version of the rate the caller decides under, ARGV[8] the
 --          log's member naming it ('' for version 0), ARGV[9] the time of
 --          its change, ARGV[10] its strategy, ARGV[11], ARGV[12] the rate
---          logs of version 0 are in (see log_rate)
+--          logs of version 0 are in, ARGV[13] the strategy of a plan's
+--          decision, '' for any other (see log_rate)
 --
 -- A report, and a denial not recorded, write nothing.
 --
@@ -26,7 +27,7 @@ local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local now = clock_us(ARGV[1])
-local stale = log_rate(ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], limit, period, ARGV[6])
+local stale = log_rate(ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], limit, period, ARGV[6], ARGV[13], now)
 if stale then
   return stale
 end

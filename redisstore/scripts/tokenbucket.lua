@@ -11,7 +11,13 @@
 -- ARGV[9]  the version of the rate the caller decides under, and
 -- ARGV[10] what follows the numbers of a state written under it
 -- ARGV[11] the state the caller converted, or "", and
--- ARGV[12] the converted state ("": a full bucket) (prelude_rate.lua)
+-- ARGV[12] the converted state followed by the suffix of the view it was
+--          converted for (the suffix alone: a full bucket), taken only
+--          if that is ARGV[10] (prelude_rate.lua)
+-- ARGV[13] period in microseconds, ARGV[14] burst, and ARGV[15] the
+--          strategy of a plan's decision ('0' KeepUsed, '1' ScaleUsed; ''
+--          for any other), with which it converts a bucket of another
+--          plan (plan_greedy)
 --
 -- Every number stays an integer below 2^53 (checked by the caller's bounds),
 -- so Lua's doubles hold it exactly; the caller does every multiplication
@@ -28,8 +34,92 @@ local incq, incr = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 
+-- plan_greedy converts, as of now, a bucket whose arrival time is ahead +
+-- frac/L us after now, written under another plan's limit L and burst B
+-- of the same period P, to limit and burst B2, as strategy how says (0
+-- KeepUsed, 1 ScaleUsed), with inherit.Greedy's arithmetic: the key has
+-- used u = (ahead*L + frac)/P tokens, and its new arrival time is how(u)
+-- times P/limit after now, rounded up to 1/limit us, held at 2^50 us. It
+-- returns that time as q + r/limit. The products pass 2^53, so they are
+-- taken on limbs of 2^24, least significant first.
+local function plan_greedy(ahead, frac, L, B, P, B2, how)
+  local W = 16777216
+  local function of(x)
+    local t = {}
+    while x > 0 do
+      local l = x % W
+      t[#t + 1] = l
+      x = (x - l) / W
+    end
+    return t
+  end
+  -- a*m + c, for m and c at most 2^24
+  local function mul(a, m, c)
+    local t = {}
+    for i = 1, #a do
+      local p = a[i] * m + c
+      t[i] = p % W
+      c = (p - t[i]) / W
+    end
+    while c > 0 do
+      t[#t + 1] = c % W
+      c = (c - t[#t]) / W
+    end
+    return t
+  end
+  -- floor(a/d) and a mod d, for d at most 2^24
+  local function div(a, d)
+    local q, r = {}, 0
+    for i = #a, 1, -1 do
+      local x = r * W + a[i]
+      r = x % d
+      q[i] = (x - r) / d
+    end
+    while #q > 0 and q[#q] == 0 do
+      q[#q] = nil
+    end
+    return q, r
+  end
+  local function less(a, b)
+    if #a ~= #b then
+      return #a < #b
+    end
+    for i = #a, 1, -1 do
+      if a[i] ~= b[i] then
+        return a[i] < b[i]
+      end
+    end
+    return false
+  end
+  local x = mul(of(ahead), L, frac) -- u*P, which KeepUsed keeps
+  if how == 1 then
+    -- ceil(u*P*B2/B), but no more than max(u, B2)*P
+    local s, r = div(mul(x, B2, 0), B)
+    if r > 0 then
+      s = mul(s, 1, 1)
+    end
+    local most = mul(of(P), B2, 0)
+    if less(most, x) then
+      most = x
+    end
+    if less(most, s) then
+      s = most
+    end
+    x = s
+  end
+  local q, r = div(x, limit)
+  local h = 0
+  for i = #q, 1, -1 do
+    h = h * W + q[i]
+    if h >= 1125899906842624 then -- 2^50
+      return 1125899906842624, 0
+    end
+  end
+  return h, r
+end
+
 local tat, frac = now, 0
-local s, converted = rate_get(2, ARGV[9], ARGV[11], ARGV[12])
+local s, converted, prate = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10], now, tonumber(ARGV[13]))
 if type(s) == 'table' then
   return s
 end
@@ -42,6 +132,14 @@ if s then
   if a >= now then
     tat, frac = a, b
   end
+end
+if prate then
+  -- Written under another plan: converted here, as of now.
+  local q, r = 0, 0
+  if tat > now or frac > 0 then
+    q, r = plan_greedy(tat - now, frac, prate[1], prate[3], prate[2], tonumber(ARGV[14]), tonumber(ARGV[15]))
+  end
+  tat, frac, converted = now + q, r, true
 end
 if converted then
   -- Keep the conversion whatever this decision does.

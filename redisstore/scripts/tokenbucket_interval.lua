@@ -12,6 +12,8 @@
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
 -- ARGV[7..10] the rate's version, suffix, and the caller's conversion,
 --          as ARGV[9..12] of tokenbucket.lua
+-- ARGV[11] the strategy of a plan's decision, as ARGV[15] of
+--          tokenbucket.lua
 --
 -- Every number stays an integer below 2^53: the caller bounds
 -- ceil(burst/limit) periods below 2^51 us.
@@ -24,11 +26,24 @@ local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local s, converted = rate_get(2, ARGV[7], ARGV[9], ARGV[10])
+local s, converted, prate = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8], now, period)
 if type(s) == 'table' then
   return s
 end
-local start, used = interval_at(s, now, limit, period)
+local start, used
+if prate then
+  -- Written under another plan: its period as of now at its limit, its
+  -- tokens used converted (inherit.IntervalUsed), held so that they come
+  -- back within 2^50 us.
+  start, used = interval_at(s, now, prate[1], period)
+  used = math.min(rate_units(tonumber(ARGV[11]), used, prate[3], burst), limit * floordiv(1125899906842624, period))
+  if used == 0 then
+    start = now
+  end
+  converted = true
+else
+  start, used = interval_at(s, now, limit, period)
+end
 
 local allowed = 0
 if n == 0 or used + n <= burst then
