@@ -209,7 +209,9 @@
 //
 // What it cannot do: replay a free-running program exactly (Replay tries
 // it 20 times); replay a failure that depends on a store's random hash
-// seed (the in-memory store's eviction order); hold the interval bound on
+// seed (the in-memory store's eviction order), or on work a limiter does
+// on goroutines of its own (a PlanLimiter's lookups, which the scheduler
+// lets run free); hold the interval bound on
 // a history whose clock moved during calls (MovingClock), where only the
 // model is checked; or search beyond 100,000 states of one key, which a
 // key of a few hundred calls in rounds of a few never needs (a key that
