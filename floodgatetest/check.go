@@ -315,8 +315,9 @@ func Check(t *testing.T, c Checker) {
 			programs++
 			ops += p.size()
 			if f != nil {
+				took := time.Since(began) // before shrinking
 				t.Fatalf("%v\n(the check had run %d programs, %d operations, for %.1f s when it failed)",
-					ch.fail(t, p, f), programs, ops, time.Since(began).Seconds())
+					ch.fail(t, p, f), programs, ops, took.Seconds())
 			}
 		}
 	}

@@ -229,23 +229,34 @@ func (l *linearizer) step(st keyState, rec *crec) []keyState {
 		}
 		return out
 	}
-	for _, t := range l.times(st.last, rec) {
+	times := l.times(st.last, rec)
+	for i, t := range times {
 		plans := []int{-1}
 		if pm, ok := st.m.(*planModel); ok && (rec.eff == effAllow || rec.eff == effReserve) {
 			plans = pm.plansOf(rec.d.Limit)
 		}
 		for _, plan := range plans {
-			nx := st.clone()
-			nx.last = t
-			if nx.pend != nil && rec.eff != effSetRate {
-				nx.m.change(nx.pend.at, nx.pend.to, nx.pend.how)
-				nx.pend = nil
+			// A PlanLimiter moves a key's state to its new plan when it
+			// decides for it, reading the clock for the move and again
+			// for the decision: the move may be at any time of the call
+			// up to the decision's.
+			moves := times[i : i+1]
+			if pm, ok := st.m.(*planModel); ok && plan >= 0 && pm.cur >= 0 && plan != pm.cur {
+				moves = times[:i+1]
 			}
-			if plan >= 0 {
-				nx.m.(*planModel).use(t, plan)
-			}
-			if ok, _ := l.apply(&nx, rec, t); ok {
-				out = append(out, nx)
+			for _, tm := range moves {
+				nx := st.clone()
+				nx.last = t
+				if nx.pend != nil && rec.eff != effSetRate {
+					nx.m.change(nx.pend.at, nx.pend.to, nx.pend.how)
+					nx.pend = nil
+				}
+				if plan >= 0 {
+					nx.m.(*planModel).use(tm, plan)
+				}
+				if ok, _ := l.apply(&nx, rec, t); ok {
+					out = append(out, nx)
+				}
 			}
 		}
 	}
