@@ -229,19 +229,31 @@ func (l *linearizer) step(st keyState, rec *crec) []keyState {
 		}
 		return out
 	}
-	times := l.times(st.last, rec)
-	for i, t := range times {
-		plans := []int{-1}
-		if pm, ok := st.m.(*planModel); ok && (rec.eff == effAllow || rec.eff == effReserve) {
-			plans = pm.plansOf(rec.d.Limit)
+	l.tries(st, rec, func(nx keyState, t time.Duration) {
+		if ok, _ := l.apply(&nx, rec, t); ok {
+			out = append(out, nx)
 		}
+	})
+	return out
+}
+
+// tries calls try with each state rec may be applied to from st, and the
+// time it takes effect at: one per clock value of its call, per plan it
+// may have been decided under, and — for a key a PlanLimiter moves to
+// another plan — per time of the move. The move reads the clock before
+// the decision does, under the same lock, so it may be at any time of
+// the call up to the decision's.
+func (l *linearizer) tries(st keyState, rec *crec, try func(nx keyState, t time.Duration)) {
+	times := l.times(st.last, rec)
+	pm, _ := st.m.(*planModel)
+	plans := []int{-1}
+	if pm != nil && (rec.eff == effAllow || rec.eff == effReserve) {
+		plans = pm.plansOf(rec.d.Limit)
+	}
+	for i, t := range times {
 		for _, plan := range plans {
-			// A PlanLimiter moves a key's state to its new plan when it
-			// decides for it, reading the clock for the move and again
-			// for the decision: the move may be at any time of the call
-			// up to the decision's.
 			moves := times[i : i+1]
-			if pm, ok := st.m.(*planModel); ok && plan >= 0 && pm.cur >= 0 && plan != pm.cur {
+			if plan >= 0 && pm.cur >= 0 && plan != pm.cur {
 				moves = times[:i+1]
 			}
 			for _, tm := range moves {
@@ -254,13 +266,10 @@ func (l *linearizer) step(st keyState, rec *crec) []keyState {
 				if plan >= 0 {
 					nx.m.(*planModel).use(tm, plan)
 				}
-				if ok, _ := l.apply(&nx, rec, t); ok {
-					out = append(out, nx)
-				}
+				try(nx, t)
 			}
 		}
 	}
-	return out
 }
 
 // apply runs rec on the model at t; false (with why) when the outcome it
@@ -466,30 +475,14 @@ func (l *linearizer) explain(ops []*crec, res *linResult) string {
 			continue
 		}
 		var whys []string
-		for _, t := range l.times(res.bestSt.last, rec) {
-			nx := res.bestSt.clone()
-			nx.last = t
-			if nx.pend != nil && rec.eff != effSetRate {
-				nx.m.change(nx.pend.at, nx.pend.to, nx.pend.how)
-				nx.pend = nil
-			}
-			plans := []int{-1}
-			if pm, ok := nx.m.(*planModel); ok && (rec.eff == effAllow || rec.eff == effReserve) {
-				plans = pm.plansOf(rec.d.Limit)
-				if len(plans) == 0 {
-					whys = append(whys, fmt.Sprintf("no plan has capacity %d", rec.d.Limit))
-				}
-			}
-			for _, plan := range plans {
-				try := nx.clone()
-				if plan >= 0 {
-					try.m.(*planModel).use(t, plan)
-				}
-				if ok, why := l.apply(&try, rec, t); !ok {
-					whys = append(whys, fmt.Sprintf("at t=%v: %s", t, why))
-				}
-			}
+		if pm, ok := res.bestSt.m.(*planModel); ok && (rec.eff == effAllow || rec.eff == effReserve) && len(pm.plansOf(rec.d.Limit)) == 0 {
+			whys = append(whys, fmt.Sprintf("no plan has capacity %d", rec.d.Limit))
 		}
+		l.tries(res.bestSt, rec, func(try keyState, t time.Duration) {
+			if ok, why := l.apply(&try, rec, t); !ok {
+				whys = append(whys, fmt.Sprintf("at t=%v: %s", t, why))
+			}
+		})
 		if len(l.times(res.bestSt.last, rec)) == 0 {
 			whys = append(whys, fmt.Sprintf("its time (%v..%v) is before the last call placed (%v)", rec.t0, rec.t1, res.bestSt.last))
 		}
