@@ -52,9 +52,13 @@ func (v debt) max(w debt) debt {
 //
 // Entries whose debt has run out are free again, so the memory heals as
 // the debts end. An entry with the marker amount shields a key from the
-// shared bounds of its buckets while they last: it is written when the
-// key is reset, or comes back owing nothing of its own, while a shared
-// bound binds its buckets.
+// shared bounds of its buckets until every debt the memory held when it
+// was written has ended (so also from those debts merged there later):
+// it is written when the key is reset while the memory holds any running
+// debt (Reset is durable), and when the key comes back owing nothing of
+// its own, or less than a shared bound that binds its buckets. A shield
+// is never dropped while a debt of its buckets can give way instead, and
+// no debt is dropped to keep a shield (see overflow).
 type debts struct {
 	buckets []debtBucket
 	// until is the latest time written: from then on every entry has run
@@ -204,17 +208,42 @@ func (d *debts) scan(b *debtBucket, fp uint64, now int64, f *found) {
 }
 
 // put makes v h's debt at now: h's own entry when v owes; otherwise no
-// entry, or a shield while a shared bound binds h.
+// entry, or a shield while a shared bound binds h (a key that comes back
+// owing nothing of its own, or less than its buckets' bounds).
 func (d *debts) put(h uint64, v debt, now int64) {
 	f := d.lookup(h, now)
-	if !v.owes(now) {
-		if !f.bound.owes(now) {
-			if f.own != nil {
-				*f.own = debtEntry{}
-			}
-			return
+	if !v.owes(now) && !f.bound.owes(now) {
+		if f.own != nil {
+			*f.own = debtEntry{}
 		}
-		v = debt{at: f.bound.at, amt: markerAmt} // shield h while the bound lasts
+		return
+	}
+	d.write(h, f, v, now)
+}
+
+// reset frees h at now for good: no debt the memory holds now binds it
+// later, even one that loses its entry and is merged into a bound of h's
+// buckets after the reset. While the memory holds any running debt, h
+// gets a shield lasting until the last of them ends; a bound made only
+// of debts that come later may bind it, as it may bind any new key.
+func (d *debts) reset(h uint64, now int64) {
+	f := d.lookup(h, now)
+	if d.forget || now >= d.until {
+		if f.own != nil {
+			*f.own = debtEntry{}
+		}
+		return
+	}
+	d.write(h, f, debt{}, now)
+}
+
+// write makes v h's own entry, or a shield if v owes nothing. A shield
+// lasts until every debt the memory holds now has ended (until): every
+// debt that may ever be merged into a bound of h's buckets, up to the
+// next one written.
+func (d *debts) write(h uint64, f found, v debt, now int64) {
+	if !v.owes(now) {
+		v = debt{at: d.until, amt: markerAmt}
 	}
 	d.until = max(d.until, v.at)
 	b1, b2, fp := d.place(h)
@@ -243,8 +272,8 @@ func (d *debts) take(b *debtBucket, e debtEntry, now int64) bool {
 // all running. At each step it looks for an entry of b whose other bucket
 // has room, and moves it there to make room for e; if none has, it moves
 // a random one out for e and goes on with that entry from its other
-// bucket, up to maxKicks steps, then lets the debt that ends soonest lose
-// its entry (see overflow).
+// bucket, up to maxKicks steps, then lets a debt lose its entry (see
+// overflow).
 func (d *debts) insert(b uint32, e debtEntry, now int64) {
 	for range maxKicks >> d.failed {
 		if d.shift(b, e, now) {
@@ -263,7 +292,7 @@ func (d *debts) insert(b uint32, e debtEntry, now int64) {
 		}
 	}
 	d.failed = min(d.failed+1, 4)
-	d.overflow(&d.buckets[b], e)
+	d.overflow(b, e)
 }
 
 // shift makes room for e in b, a full bucket, by moving one of its
@@ -296,41 +325,81 @@ func (d *debts) victim(b *debtBucket) int {
 }
 
 // overflow disposes of e, an entry for which no room was found in b, a
-// full bucket of its: the debt that ends soonest among e and b's own
-// debts loses its entry, merged into b's shared bound or, with
-// WithForgetOverflow, forgotten. A bucket without a bound first turns its
-// soonest debt into one. A shield is never merged (it owes nothing): it
-// is dropped if no debt can make room for it.
-func (d *debts) overflow(b *debtBucket, e debtEntry) {
-	if !d.forget && b.bound() < 0 {
-		s := b.soonest()
-		if s < 0 { // only shields: nothing can make room
-			if !e.marker() {
-				d.forgotten++
-			}
-			return
-		}
-		b[s].word &= amtMask // the soonest debt becomes the bound
-		d.merged++
-	}
-	s := b.soonest()
-	switch {
-	case s >= 0 && (e.marker() || e.at > b[s].at):
-		lost := b[s].debt()
-		b[s] = e
-		d.lose(b, lost)
-	case !e.marker():
-		d.lose(b, e.debt())
-	}
-}
-
-// lose merges v, a debt that lost its entry in b, into b's shared bound,
-// or forgets it.
-func (d *debts) lose(b *debtBucket, v debt) {
+// full bucket of its. With WithForgetOverflow, the debt that ends soonest
+// among e and b's is forgotten. Otherwise nothing is forgotten: a debt
+// loses its entry by being merged into a shared bound of one of e's
+// buckets (see merge), and a shield keeps its key free. Only when
+// neither of e's buckets holds a debt that can give way — both are full
+// of shields, and for a shield e of a bound and shields too — does a
+// shield give way: the one that ends soonest (see unshield).
+func (d *debts) overflow(b uint32, e debtEntry) {
+	bk := &d.buckets[b]
 	if d.forget {
+		if s := bk.soonest(); s >= 0 && e.at > bk[s].at {
+			e, bk[s] = bk[s], e
+		}
 		d.forgotten++
 		return
 	}
+	if d.merge(bk, e) {
+		return
+	}
+	if alt := d.other(b, e.fp()); alt != b && d.merge(&d.buckets[alt], e) {
+		return
+	}
+	d.unshield(bk, e)
+}
+
+// merge makes room for e in b, a full bucket of e's, by merging a debt
+// into b's shared bound, and reports whether it could: b's soonest debt
+// first becomes its bound if it has none; then the debt that ends sooner
+// of e (a debt) and b's soonest loses its entry into the bound. A shield
+// e needs an entry: it takes the soonest debt's.
+func (d *debts) merge(b *debtBucket, e debtEntry) bool {
+	bound, s := b.bound(), b.soonest()
+	switch {
+	case e.marker() && (s < 0 || bound < 0 && b.debts() < 2):
+		return false // no debt can give its entry and still be bound
+	case s < 0 && bound < 0:
+		return false // only shields
+	case bound < 0:
+		b[s].word &= amtMask // the soonest debt becomes the bound
+		d.merged++
+		s = b.soonest()
+	}
+	if s >= 0 && (e.marker() || e.at > b[s].at) {
+		e, b[s] = b[s], e
+	}
+	d.lose(b, e.debt())
+	return true
+}
+
+// unshield makes room in b, a full bucket of shields and possibly a
+// bound, for e, when no debt of e's buckets can give way (see overflow):
+// the shield that ends soonest, e's or b's, is dropped, and a debt e takes
+// its entry as b's shared bound. The
+// key of the dropped shield may then be bound by the bounds of its
+// buckets, as any new key is: the price of forgetting no debt.
+func (d *debts) unshield(b *debtBucket, e debtEntry) {
+	s := -1
+	for i := range b {
+		if b[i].marker() && (s < 0 || b[i].at < b[s].at) {
+			s = i
+		}
+	}
+	switch {
+	case e.marker():
+		if s >= 0 && e.at > b[s].at {
+			b[s] = e
+		}
+	default: // b holds nothing but shields (else merge would have made room)
+		b[s] = debtEntry{e.at, e.word & amtMask}
+		d.merged++
+	}
+}
+
+// lose merges v, a debt that lost its entry in b, into b's shared bound.
+func (d *debts) lose(b *debtBucket, v debt) {
 	d.merged++
 	i := b.bound()
 	m := v.max(b[i].debt())
@@ -360,11 +429,23 @@ func (b *debtBucket) soonest() int {
 	return s
 }
 
+// debts returns how many of b's entries are own debts.
+func (b *debtBucket) debts() int {
+	n := 0
+	for i := range b {
+		if b[i].fp() != 0 && !b[i].marker() {
+			n++
+		}
+	}
+	return n
+}
+
 // remap replaces every debt the memory holds, its own entries' and its
 // shared bounds', by f of it (a bound is passed with shared set), at now:
 // after a change of rate, each in the units of the new one. An entry that
-// owes nothing afterwards is freed; a shield lasts as long as the bounds
-// of its buckets do afterwards, and goes with them.
+// owes nothing afterwards is freed; a shield lasts, as when it was
+// written, until every debt the memory holds afterwards has ended (see
+// write), and goes when none runs.
 func (d *debts) remap(f func(debt) debt, now int64) {
 	d.until = math.MinInt64
 	for b := range d.buckets {
@@ -386,28 +467,13 @@ func (d *debts) remap(f func(debt) debt, now int64) {
 	}
 	for b := range d.buckets {
 		for i := range d.buckets[b] {
-			if e := &d.buckets[b][i]; e.live(now) && e.marker() {
-				d.reshield(uint32(b), e, now)
+			switch e := &d.buckets[b][i]; {
+			case !e.live(now) || !e.marker():
+			case d.until > now:
+				e.at = d.until
+			default:
+				*e = debtEntry{}
 			}
 		}
 	}
-}
-
-// reshield sets the shield e of bucket b to last as long as the shared
-// bounds of its two buckets, or frees it if neither binds any more.
-func (d *debts) reshield(b uint32, e *debtEntry, now int64) {
-	var bound debt
-	for _, bk := range [2]uint32{b, d.other(b, e.fp())} {
-		for _, x := range d.buckets[bk] {
-			if x.fp() == 0 && x.live(now) {
-				bound = bound.max(x.debt())
-			}
-		}
-	}
-	if !bound.owes(now) {
-		*e = debtEntry{}
-		return
-	}
-	e.at = bound.at
-	d.until = max(d.until, bound.at)
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -147,6 +149,28 @@ func mustNot(t *testing.T, err error) {
 	}
 }
 
+// storeSeed returns the seed a randomized test's bounded stores hash their
+// keys with (floodgate.WithStoreSeed, for tests only): where keys land in
+// the store and its debt memory depends on it, so a failure is replayed
+// with the same seed. It is FLOODGATE_STORE_SEED when set, else a new
+// random one, printed if the test fails.
+func storeSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := rand.Uint64()
+	if s := os.Getenv("FLOODGATE_STORE_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("FLOODGATE_STORE_SEED=%q: %v", s, err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("store seed %d: replay with FLOODGATE_STORE_SEED=%d go test -run '^%s$' .", seed, seed, t.Name())
+		}
+	})
+	return seed
+}
+
 // TestBoundedStoreNeverForgives replays random histories on every
 // algorithm and option against an unbounded store of the same kind: the
 // bounded one, four keys for twenty-four, evicting live keys all the
@@ -173,11 +197,12 @@ func TestBoundedStoreNeverForgives(t *testing.T) {
 	for _, k := range everyKind() {
 		for _, st := range stores {
 			t.Run(k.name+"/"+st.name, func(t *testing.T) {
+				seed := storeSeed(t)
 				forgiven, steps := 0, 0
 				for trial := 0; trial < trials; trial++ {
 					clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
 					opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
-					bounded, err := k.build(k.rate, append(opts, append([]floodgate.Option{floodgate.WithMaxKeys(4), floodgate.WithShards(1)}, st.opts...)...)...)
+					bounded, err := k.build(k.rate, append(opts, append([]floodgate.Option{floodgate.WithMaxKeys(4), floodgate.WithShards(1), floodgate.WithStoreSeed(seed)}, st.opts...)...)...)
 					mustNot(t, err)
 					reference, err := k.build(k.rate, opts...)
 					mustNot(t, err)
@@ -209,7 +234,9 @@ func TestBoundedStoreNeverForgives(t *testing.T) {
 // the units of the rate they were recorded under, are converted with its
 // keys, and a key that comes back after one or several changes is never
 // allowed what the exact store, which kept the key and converted it
-// exactly, would deny.
+// exactly, would deny. Each subtest hashes keys with a random store seed,
+// printed if it fails (storeSeed); the seeds that found forgiveness are
+// replayed by TestBoundedStoreForgaveAtTheseSeeds.
 func TestBoundedStoreNeverForgivesAcrossRateChanges(t *testing.T) {
 	trials := 20
 	if testing.Short() || raceEnabled {
@@ -219,16 +246,11 @@ func TestBoundedStoreNeverForgivesAcrossRateChanges(t *testing.T) {
 		for _, how := range []floodgate.Inherit{floodgate.KeepUsed, floodgate.ScaleUsed, floodgate.AddDifference, floodgate.StartFresh} {
 			for _, mem := range []int{floodgate.DefaultDebtsPerKey, 1} {
 				t.Run(fmt.Sprintf("%s/%v/debts%d", k.name, how, mem), func(t *testing.T) {
-					changes := rateChanges(k, how)
+					seed := storeSeed(t)
 					evicted := uint64(0)
 					for trial := 0; trial < trials; trial++ {
-						clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
-						opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
-						bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(4), floodgate.WithShards(1), floodgate.WithDebtMemory(mem))...)
-						mustNot(t, err)
-						reference, err := k.build(k.rate, opts...)
-						mustNot(t, err)
-						if why, ok := replayChanging(t, k, uint64(trial), bounded, reference, clk, changes); !ok {
+						bounded, why, ok := replayRateChanges(t, k, how, mem, seed, uint64(trial))
+						if !ok {
 							t.Fatalf("trial %d: the bounded store forgave: %s", trial, why)
 						}
 						evicted += bounded.Stats().EvictedLive
@@ -239,6 +261,61 @@ func TestBoundedStoreNeverForgivesAcrossRateChanges(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// replayRateChanges replays trial of k's history with changes of rate
+// under how on a 4-key store, with a debt memory of mem debts per key,
+// hashing keys with seed, against an unbounded store (see replayChanging).
+func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem int, seed, trial uint64) (keyedLimiter, string, bool) {
+	t.Helper()
+	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(4), floodgate.WithShards(1),
+		floodgate.WithDebtMemory(mem), floodgate.WithStoreSeed(seed))...)
+	mustNot(t, err)
+	reference, err := k.build(k.rate, opts...)
+	mustNot(t, err)
+	why, ok := replayChanging(t, k, trial, bounded, reference, clk, rateChanges(k, how))
+	return bounded, why, ok
+}
+
+// TestBoundedStoreForgaveAtTheseSeeds replays the histories, and the
+// store seeds, at which TestBoundedStoreNeverForgivesAcrossRateChanges
+// found forgiveness (issue 29, item 12: it failed about once in thirty
+// runs, as the process's random seed placed the keys). Each was a real
+// forgiveness:
+//   - the sliding counter's conversion lost the order of states: a key
+//     restored from a shared bound and spent on counted (6, 3) in its two
+//     windows where the exact store counted (2, 3); raised from 5 to 10
+//     under ScaleUsed, the sum of 9 was capped at 10, so (6, 3) gained one
+//     unit in its current window and (2, 3) five: (6, 4) against (2, 8),
+//     and lowered to 5 again, (1, 4) against (0, 5) — one unit forgiven
+//     once the window turned (inherit.Strategy.Counts);
+//   - a full bucket of the debt memory holding only shields forgot the
+//     debt it had no room for (debts.overflow).
+func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
+	kinds := map[string]limiterKind{}
+	for _, k := range everyKind() {
+		kinds[k.name] = k
+	}
+	for _, c := range []struct {
+		kind  string
+		how   floodgate.Inherit
+		seed  uint64
+		trial uint64
+	}{
+		{"SlidingCounter", floodgate.ScaleUsed, 24, 13},
+		{"SlidingCounter", floodgate.ScaleUsed, 89, 13},
+		{"SlidingCounter", floodgate.ScaleUsed, 106, 13},
+		{"TokenBucket", floodgate.ScaleUsed, 190, 4},
+		{"TokenBucket/fraction,Burst7", floodgate.KeepUsed, 22, 2},
+	} {
+		t.Run(fmt.Sprintf("%s/%v/seed%d/trial%d", c.kind, c.how, c.seed, c.trial), func(t *testing.T) {
+			if _, why, ok := replayRateChanges(t, kinds[c.kind], c.how, 1, c.seed, c.trial); !ok {
+				t.Fatalf("the bounded store forgave: %s", why)
+			}
+		})
 	}
 }
 
@@ -352,6 +429,62 @@ func TestResetDurable(t *testing.T) {
 				t.Errorf("a reset key was limited again after the spray went on: %+v, %v; %+v", d, err, l.Stats())
 			}
 		})
+	}
+}
+
+// TestResetDurableDuringSpray (issue 29, item 13): a key reset while a
+// spray is filling the debt memory stays free as the spray goes on and
+// overflows it, on every algorithm and several store seeds. The reset
+// comes when the spray is just past the memory's size (Stats().Merged
+// may still be zero), so the key's buckets may hold no shared bound yet;
+// the spray then merges debts that were running at the reset into
+// bounds there. Before the fix, the reset left no mark when no bound
+// bound the key at that moment, and a mark could be dropped by a full
+// bucket: the key was limited again, for a whole period, without
+// having sent anything.
+func TestResetDurableDuringSpray(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys = 1024
+	seeds := []uint64{1, 2, 3, 4}
+	if testing.Short() || raceEnabled {
+		seeds = seeds[:2]
+	}
+	for _, k := range everyKind() {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed%d", k.name, seed), func(t *testing.T) {
+				clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+				l, err := k.build(k.rate, append(k.opts, floodgate.WithClock(clk.now), floodgate.WithMaxKeys(maxKeys),
+					floodgate.WithShards(1), floodgate.WithStoreSeed(seed))...)
+				mustNot(t, err)
+				// The spray's keys each spend their whole quota, a
+				// microsecond apart: their debts end one after another.
+				spray := func(tag string, n int) {
+					for i := 0; i < n; i++ {
+						clk.t = clk.t.Add(time.Microsecond)
+						if _, err := l.AllowN(ctx, fmt.Sprintf("spray-%s-%d", tag, i), k.capacity); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if d, err := l.AllowN(ctx, "victim", k.capacity); err != nil || !d.Allowed {
+					t.Fatalf("victim: %+v, %v", d, err)
+				}
+				spray("a", 9*maxKeys)
+				mustNot(t, l.Reset(ctx, "victim"))
+				spray("b", 4*maxKeys)
+				if st := l.Stats(); st.Merged == 0 {
+					t.Fatalf("the spray did not overflow the debt memory: %+v", st)
+				}
+				d, err := l.AllowN(ctx, "victim", 0)
+				mustNot(t, err)
+				if d.Remaining != k.capacity {
+					t.Fatalf("the reset key was limited again by the spray, without having sent anything: %+v; %+v", d, l.Stats())
+				}
+				if d, err := l.AllowN(ctx, "victim", k.capacity); err != nil || !d.Allowed {
+					t.Fatalf("the reset key was denied its quota: %+v, %v; %+v", d, err, l.Stats())
+				}
+			})
+		}
 	}
 }
 

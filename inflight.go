@@ -52,9 +52,16 @@ type Releaser interface {
 // Memory: a key costs an entry (about 40 bytes) only while it holds a
 // slot; it is dropped when its last slot is released, so the table holds
 // at most as many keys as there are calls in flight, and at most
-// WithMaxKeys (default DefaultMaxKeys): a call of a new key beyond that is
-// denied as Overloaded. A decision is one lock of one shard (per key) or
-// one atomic operation (service-wide), O(1) whatever n.
+// WithMaxKeys (default DefaultMaxKeys), exactly: the bound is one count
+// for the whole table, not a share per shard, so a table of n keys
+// admits n keys holding slots however they hash, and a call of a new key
+// beyond that is denied as Overloaded. A shard's map keeps the room of
+// the most keys it held at once; the keys are hashed with a seed of the
+// limiter's own, which no client knows, so they spread evenly and the
+// maps together stay close to n entries. A decision is one lock of one
+// shard and, for a key entering or leaving the table, one atomic
+// operation (per key), or one atomic operation (service-wide), O(1)
+// whatever n.
 //
 // An InFlight is safe for concurrent use. It takes WithMaxKeys,
 // WithMaxKeyLength and WithShards (per key only); the other options do not
@@ -66,7 +73,8 @@ type InFlight struct {
 	seed        maphash.Seed
 	shards      []inflightShard
 	mask        uint64
-	keysPer     int // the bound on keys of each shard
+	maxKeys     int64        // WithMaxKeys: the bound on keys holding slots
+	keys        atomic.Int64 // keys holding slots, in every shard
 	maxKeyLen   int
 	hold        holdTime
 }
@@ -116,7 +124,7 @@ func newInFlight(limit int, serviceWide bool, opts []Option) (*InFlight, error) 
 	if !serviceWide {
 		l.shards = make([]inflightShard, c.shards)
 		l.mask = uint64(c.shards - 1)
-		l.keysPer = max(c.maxKeys/c.shards, 1)
+		l.maxKeys = int64(c.maxKeys)
 		for i := range l.shards {
 			l.shards[i].held = make(map[uint64]int32)
 		}
@@ -170,9 +178,9 @@ func (l *InFlight) AllowN(_ context.Context, key string, n int) (Decision, error
 	sh, h := l.shard(key)
 	sh.mu.Lock()
 	held := int(sh.held[h])
-	full := held == 0 && n > 0 && len(sh.held) >= l.keysPer
-	allowed := n <= l.max && held+n <= l.max && !full
-	if allowed && n > 0 {
+	allowed := n <= l.max && held+n <= l.max
+	full := allowed && n > 0 && held == 0 && !l.enter()
+	if allowed = allowed && !full; allowed && n > 0 {
 		held += n
 		sh.held[h] = int32(held)
 	}
@@ -240,13 +248,32 @@ func (l *InFlight) ReleaseN(_ context.Context, key string, n int, held time.Dura
 	}
 	sh, h := l.shard(key)
 	sh.mu.Lock()
-	if left := int(sh.held[h]) - n; left > 0 {
+	if held, ok := sh.held[h]; !ok {
+		// Not held: nothing to give back.
+	} else if left := int(held) - n; left > 0 {
 		sh.held[h] = int32(left)
 	} else {
 		delete(sh.held, h)
+		l.keys.Add(-1)
 	}
 	sh.mu.Unlock()
 	return nil
+}
+
+// enter counts a key entering the table, if it has room. It is called
+// under the key's shard lock, and a key leaves (keys.Add(-1)) under it
+// too, so the count is never below the keys in the table, and is above
+// it only while a key is entering or leaving.
+func (l *InFlight) enter() bool {
+	for {
+		k := l.keys.Load()
+		if k >= l.maxKeys {
+			return false
+		}
+		if l.keys.CompareAndSwap(k, k+1) {
+			return true
+		}
+	}
 }
 
 // releaseService gives n slots back to the service, never below zero.

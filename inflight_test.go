@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,4 +302,166 @@ func mustTokenBucketX(t *testing.T, r floodgate.Rate, opts ...floodgate.Option) 
 		t.Fatal(err)
 	}
 	return b
+}
+
+// WithMaxKeys(n) holds n keys holding slots, whatever the shards: n
+// distinct keys each taking a slot are all allowed, the next new key is
+// refused as Overloaded (a key already in the table is not), and a key
+// that gives back its last slot makes room for one more. The bound was
+// per shard, so a table with keys hashed unevenly refused new keys at
+// 72–76 % of n.
+func TestInFlightTableHoldsMaxKeys(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ keys, shards int }{{1000, 0}, {1000, 64}, {4096, 0}, {100, 1}, {7, 4}, {1, 1}} {
+		opts := []floodgate.Option{floodgate.WithMaxKeys(c.keys)}
+		if c.shards > 0 {
+			opts = append(opts, floodgate.WithShards(c.shards))
+		}
+		l := mustInFlight(t, 2, opts...)
+		key := func(i int) string { return "client-" + strconv.Itoa(i) }
+		for i := range c.keys {
+			if d, err := l.AllowN(ctx, key(i), 1); err != nil || !d.Allowed {
+				t.Fatalf("WithMaxKeys(%d), %d shards: key %d of %d refused: %+v %v", c.keys, c.shards, i+1, c.keys, d, err)
+			}
+		}
+		if d, _ := l.AllowN(ctx, "one-more", 1); d.Allowed || !d.Overloaded {
+			t.Fatalf("WithMaxKeys(%d): key %d: %+v; want refused, Overloaded", c.keys, c.keys+1, d)
+		}
+		if d, _ := l.AllowN(ctx, key(0), 1); !d.Allowed {
+			t.Fatalf("WithMaxKeys(%d): a key in the full table refused its second slot: %+v", c.keys, d)
+		}
+		_ = l.ReleaseN(ctx, key(c.keys-1), 2, 0)
+		if d, _ := l.AllowN(ctx, "one-more", 1); !d.Allowed {
+			t.Fatalf("WithMaxKeys(%d): a new key refused after a key left: %+v", c.keys, d)
+		}
+		if d, _ := l.AllowN(ctx, "two-more", 1); d.Allowed || !d.Overloaded {
+			t.Fatalf("WithMaxKeys(%d): a second new key after one left: %+v; want refused, Overloaded", c.keys, d)
+		}
+	}
+}
+
+// Many goroutines taking and releasing slots of many keys against a small
+// table never put more than WithMaxKeys keys in it: 8 workers each hold
+// up to 16 keys of their own at once, 128 in all against a bound of 64,
+// all asked for at once before they go on at random.
+// When they are done the table holds its bound again, no more, no less.
+func TestInFlightTableBoundConcurrent(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys, workers, perWorker, rounds = 64, 8, 16, 3000
+	l := mustInFlight(t, 3, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(8))
+	// inTable is at most the keys in the table: a worker counts a key
+	// after it entered and uncounts it before it leaves.
+	var inTable, peak, full atomic.Int64
+	var wg, filled sync.WaitGroup
+	filled.Add(workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 30))
+			var held []string
+			// Every worker first asks for its 16 keys, before any gives
+			// one back: 128 asked of a table of 64.
+			for i := range rounds {
+				if i == perWorker {
+					filled.Done()
+					filled.Wait()
+				}
+				if i >= perWorker && len(held) > 0 && (len(held) == perWorker || rng.IntN(4) == 0) {
+					j := rng.IntN(len(held))
+					k := held[j]
+					held[j] = held[len(held)-1]
+					held = held[:len(held)-1]
+					inTable.Add(-1)
+					if err := l.ReleaseN(ctx, k, 1, 0); err != nil {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				k := "w" + strconv.Itoa(w) + "-" + strconv.Itoa(rng.IntN(1000))
+				if slices.Contains(held, k) {
+					continue
+				}
+				d, err := l.AllowN(ctx, k, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !d.Allowed {
+					full.Add(1)
+					continue
+				}
+				held = append(held, k)
+				n := inTable.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+			}
+			for _, k := range held {
+				inTable.Add(-1)
+				_ = l.ReleaseN(ctx, k, 1, 0)
+			}
+		}()
+	}
+	wg.Wait()
+	if peak.Load() > maxKeys {
+		t.Errorf("%d keys held slots at once, more than the bound %d", peak.Load(), maxKeys)
+	}
+	if full.Load() == 0 {
+		t.Errorf("the table was never full: the test did not press the bound")
+	}
+	for i := range maxKeys {
+		if d, _ := l.AllowN(ctx, "after-"+strconv.Itoa(i), 1); !d.Allowed {
+			t.Fatalf("after the run, key %d of %d refused: %+v (the table lost count)", i+1, maxKeys, d)
+		}
+	}
+	if d, _ := l.AllowN(ctx, "after-one-more", 1); d.Allowed {
+		t.Fatalf("after the run, key %d allowed: the table holds more than its bound", maxKeys+1)
+	}
+}
+
+// inFlightBytesPerKey bounds the heap a full per-key in-flight table
+// costs per key (the type doc says about 40 bytes).
+const inFlightBytesPerKey = 48
+
+// The table's memory stays bounded by its key bound however many keys
+// pass through it: 20 rounds of 65,536 fresh keys, each filling a table of
+// 65,536 and leaving it, keep the heap within a tenth of the first round's,
+// at most inFlightBytesPerKey a key.
+func TestInFlightTableMemoryBounded(t *testing.T) {
+	ctx := context.Background()
+	const n, rounds = 1 << 16, 20
+	before := heapInUse()
+	l := mustInFlight(t, 1, floodgate.WithMaxKeys(n))
+	var key []byte
+	fill := func(round int, release bool) {
+		for i := range n {
+			key = strconv.AppendInt(append(key[:0], 'r'), int64(round<<20|i), 10)
+			if release {
+				_ = l.ReleaseN(ctx, string(key), 1, 0)
+			} else if d, _ := l.AllowN(ctx, string(key), 1); !d.Allowed {
+				t.Fatalf("round %d: key %d of %d refused", round, i+1, n)
+			}
+		}
+	}
+	fill(0, false)
+	first := heapInUse() - before
+	fill(0, true)
+	for r := 1; r < rounds; r++ {
+		fill(r, false)
+		if d, _ := l.AllowN(ctx, "one more", 1); d.Allowed {
+			t.Fatalf("round %d: key %d allowed", r, n+1)
+		}
+		fill(r, true)
+	}
+	fill(rounds, false)
+	last := heapInUse() - before
+	runtime.KeepAlive(l)
+	t.Logf("%d keys: %d B after the first round (%.1f B/key), %d B after %d rounds", n, first, float64(first)/n, last, rounds)
+	if first > n*inFlightBytesPerKey {
+		t.Errorf("a full table costs %.1f B a key, more than %d", float64(first)/n, inFlightBytesPerKey)
+	}
+	if last > first+first/10 {
+		t.Errorf("the heap grew from %d B to %d B over %d rounds of fresh keys", first, last, rounds)
+	}
 }

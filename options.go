@@ -57,6 +57,10 @@ type config struct {
 	debtsPerKey int
 	// forgetOverflow: a full debt memory forgets rather than merges.
 	forgetOverflow bool
+	// storeSeed fixes the store's hash seed when seedFixed (tests only,
+	// see withStoreSeed).
+	storeSeed uint64
+	seedFixed bool
 	// storeOpt names the first store option given (WithMaxKeys,
 	// WithMaxKeyLength, WithShards), so that a limiter without a key store
 	// can refuse it.
@@ -245,6 +249,21 @@ func WithForgetOverflow() Option {
 		c.forgetOverflow = true
 		c.markStore("WithForgetOverflow")
 		return c.once("WithForgetOverflow")
+	}
+}
+
+// withStoreSeed fixes the seed the store hashes keys with, which is
+// otherwise random per store. It is for tests only (export_store_test.go
+// exports it to them): where a key lands in the store, and so which keys
+// share a group or a place in the debt memory, depends on the seed, and a
+// randomized test that fails must be able to replay the same placement.
+// A fixed seed is never offered to users: an attacker who knew it could
+// aim keys at one place of the store.
+func withStoreSeed(seed uint64) Option {
+	return func(c *config) error {
+		c.storeSeed, c.seedFixed = seed, true
+		c.markStore("withStoreSeed")
+		return c.once("withStoreSeed")
 	}
 }
 

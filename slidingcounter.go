@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/internal/estimate"
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // SlidingCounter is an in-memory sliding-window counter: the constant-memory
@@ -390,18 +391,8 @@ func (a *scAlg) convert(st *scState, b *scAlg, how Inherit, now int64) {
 		}
 		return
 	}
-	used := uint64(prev) + uint64(cur)
-	switch u := how.units(used, uint64(a.limit), uint64(b.limit)); {
-	case u < used:
-		drop := uint32(used - u)
-		take := min(prev, drop)
-		prev, cur = prev-take, cur-(drop-take)
-	case u > used && cur > 0:
-		cur += uint32(u - used)
-	case u > used:
-		prev += uint32(u - used)
-	}
-	st.window, st.prev, st.cur = w, prev, cur
+	p, c := inherit.Strategy(how).Counts(uint64(prev), uint64(cur), uint64(a.limit), uint64(b.limit))
+	st.window, st.prev, st.cur = w, uint32(p), uint32(c)
 }
 
 // Compile-time checks that the sliding counter is a Limiter that can

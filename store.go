@@ -98,7 +98,10 @@ var evictGroups = [...]int{64, 8, 2}
 // bounded memory never lets a spray of keys reset a live limit, unless
 // the limiter was built with WithForgetEvicted.
 type store[S any, A algorithm[S, A]] struct {
-	seed      maphash.Seed
+	seed maphash.Seed
+	// fixedSeed, with seedFixed, replaces seed in tests (withStoreSeed).
+	fixedSeed uint64
+	seedFixed bool
 	shards    []shard[S, A]
 	mask      uint64
 	maxKeys   int
@@ -175,6 +178,8 @@ func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 	}
 	s := &store[S, A]{
 		seed:           maphash.MakeSeed(),
+		fixedSeed:      c.storeSeed,
+		seedFixed:      c.seedFixed,
 		shards:         make([]shard[S, A], c.shards),
 		mask:           uint64(c.shards - 1),
 		maxKeys:        c.maxKeys,
@@ -218,7 +223,29 @@ func (s *store[S, A]) hash(key string) (uint64, error) {
 	if len(key) > s.maxKeyLen {
 		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), s.maxKeyLen)
 	}
-	return maphash.String(s.seed, key) | 3, nil
+	return s.sum(key) | 3, nil
+}
+
+// sum returns key's 64-bit hash under the store's seed.
+func (s *store[S, A]) sum(key string) uint64 {
+	if s.seedFixed {
+		return fixedSum(s.fixedSeed, key)
+	}
+	return maphash.String(s.seed, key)
+}
+
+// fixedSum hashes key under a fixed seed (withStoreSeed, tests only), so
+// that a test replays where its keys land: FNV-1a over the key from the
+// seed, then a full avalanche of the 64 bits (splitmix64's finalizer),
+// since the store reads its high bits and its low bits apart.
+func fixedSum(seed uint64, key string) uint64 {
+	h := seed ^ 0xcbf29ce484222325
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 0x100000001b3
+	}
+	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
+	h = (h ^ h>>27) * 0x94d049bb133111eb
+	return h ^ h>>31
 }
 
 // shard returns the shard of h.
@@ -309,7 +336,7 @@ func (s *store[S, A]) reset(key string) error {
 		sh.remove(g, i)
 	}
 	if sh.debts != nil {
-		sh.debts.put(h, debt{}, now)
+		sh.debts.reset(h, now)
 	}
 	return nil
 }
@@ -384,7 +411,7 @@ func (s *store[S, A]) take(key string, alg A, how Inherit) (st S, ok bool, err e
 		sh.alg.restore(&st, sh.debts.find(h, now).owed(now), now)
 	}
 	if sh.debts != nil {
-		sh.debts.put(h, debt{}, now)
+		sh.debts.reset(h, now)
 	}
 	if !sh.alg.debt(&st, now).owes(now) {
 		return st, false, nil
@@ -406,7 +433,7 @@ func (s *store[S, A]) put(key string, st S) error {
 	defer sh.mu.Unlock()
 	now = sh.hold(now)
 	if sh.debts != nil {
-		sh.debts.put(h, debt{}, now)
+		sh.debts.reset(h, now)
 	}
 	sl := sh.find(h)
 	if sl == nil {
@@ -439,7 +466,7 @@ func (s *store[S, A]) owes(key string) bool {
 // alg returns the algorithm of key's shard, for a conversion into it
 // (take); a key too long is refused by take or put anyway.
 func (s *store[S, A]) algOf(key string) A {
-	h := maphash.String(s.seed, key) | 3
+	h := s.sum(key) | 3
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

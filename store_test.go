@@ -361,6 +361,52 @@ func TestDebtsTable(t *testing.T) {
 		assert.Equal(t, debt{at: 9000, amt: 1}, owed(d, hs[9], 5000))
 	})
 
+	// Issue 29, item 13: a reset key keeps its shield through any number
+	// of debts that overflow its buckets, and no debt is forgotten to
+	// keep a shield.
+	t.Run("shields and debts", func(t *testing.T) {
+		d := newDebts(2, false, 1)
+		hs := keys(40)
+		d.put(hs[0], debt{at: 10_000, amt: 5}, 0) // the memory holds a running debt
+		for _, h := range hs[1:4] {
+			d.reset(h, 0) // reset keys that had no entry: shielded all the same
+		}
+		for i, h := range hs[4:] {
+			d.put(h, debt{at: int64(2000 + i), amt: 5}, 0)
+		}
+		require.Positive(t, d.merged)
+		for i, h := range hs[1:4] {
+			assert.Equal(t, debt{}, owed(d, h, 0), "reset key %d was bound again by the debts that came after", i)
+			assert.Equal(t, debt{}, owed(d, h, 9_999), "reset key %d, until the last debt that was running at the reset ends", i)
+		}
+		for i, h := range append(hs[:1:1], hs[4:]...) {
+			v := owed(d, h, 0)
+			assert.True(t, v.owes(0) && v.amt >= 5, "debt %d was forgotten: %+v", i, v)
+		}
+		assert.Zero(t, d.forgotten)
+
+		// A table of nothing but shields still forgets no debt: one
+		// shield gives way.
+		d = newDebts(2, false, 1)
+		d.put(hs[0], debt{at: 10_000, amt: 5}, 0)
+		for _, h := range hs[:8] {
+			d.reset(h, 0)
+		}
+		d.put(hs[8], debt{at: 3000, amt: 2}, 0)
+		v := owed(d, hs[8], 0)
+		assert.True(t, v.at >= 3000 && v.amt >= 2, "a debt was dropped to keep the shields: %+v", v)
+		shields := 0
+		for _, b := range d.buckets {
+			for _, e := range b {
+				if e.marker() {
+					shields++
+				}
+			}
+		}
+		assert.Equal(t, 7, shields, "one shield gives way, and only one")
+		assert.Zero(t, d.forgotten)
+	})
+
 	t.Run("forget", func(t *testing.T) {
 		d := newDebts(2, true, 1)
 		hs := keys(10)

@@ -89,7 +89,9 @@ func (m *slidingCounterModel) reset() { m.prev, m.cur = 0, 0 }
 
 // change converts the counts at now: with the period unchanged they stay
 // in their windows, how(prev + cur) of them, taken from prev first or
-// added to the newest count; with a new period, the units the estimate
+// added to the newest count (at least what any sum from cur to prev + cur
+// would gain, so that a state that counts more converts to one that does
+// too); with a new period, the units the estimate
 // counts at now, rounded up, converted, become the count of the current
 // window of the new period (fixed windows from the clock's start).
 func (m *slidingCounterModel) change(now time.Duration, c setup, how floodgate.Inherit) {
@@ -108,8 +110,16 @@ func (m *slidingCounterModel) change(now time.Duration, c setup, how floodgate.I
 		drop := used - keep
 		take := min(m.prev, drop)
 		m.prev, m.cur = m.prev-take, m.cur-(drop-take)
-	case keep > used && m.cur > 0:
-		m.cur += keep - used
+	case m.cur > 0:
+		// The newest count gains the most any sum from cur to used
+		// would (inherit.Strategy.Counts says why), found by trying
+		// each.
+		gain := 0
+		for t := m.cur; t <= used; t++ {
+			gain = max(gain, inheritUnits(how, t, m.limit, c.rate.Limit)-t)
+		}
+		m.cur = min(keep, m.cur+gain)
+		m.prev = keep - m.cur
 	case keep > used:
 		m.prev += keep - used
 	}

@@ -21,8 +21,9 @@
 // their quota (floodgate.Charger, for floodgate.WithCostAfter), and the
 // TokenBucket books ahead (floodgate.Reserver, for floodgate.WithWait).
 // InFlight (NewInFlight, NewServiceInFlight) is an in-flight limit whose
-// slots are leases, renewed while held and back within a lease when
-// their instance crashes (WithSlotLease).
+// slots are leases, one per call, renewed while a live call holds them
+// and back within a lease when their instance crashes or gave up on the
+// decision that took them (WithSlotLease).
 //
 // # Clients
 //
@@ -58,7 +59,7 @@
 // (sliding log: a sorted set of one entry per decision, named by the
 // running total of the units, and a mark of the units no longer counted)
 // or p:{k}:sc (sliding counter: both fixed windows), p:{k}:if (in-flight
-// limit: each holding instance's slots and lease). Only the client key
+// limit: each call's slots and lease, and the units held). Only the client key
 // stands inside the braces, the Cluster hash tag, so each decision touches
 // one slot and clients spread over every node; '%', '{' and '}' in k are
 // percent-escaped so they cannot move the tag. Give each policy its own
@@ -230,11 +231,24 @@
 // have refilled. A lease is at most max(1, capacity/Lease.MaxShare) units
 // (1/16 of the burst or limit by default), and an instance holds of a key
 // at most a lease and the next one, taken when the first holds less than
-// half: 1.5 times that, which is the most an instance that stops costs
-// each key, once.
-// The unused tail of a lease goes back to Redis with the instance's next
-// lease when that is safe (the counter: same window; the bucket: no slot
-// handed out after it). A token bucket lease is placed up to
+// half: 1.5 times that at any moment, which is the most an instance that
+// stops costs each key, once.
+//
+// The sliding counter gives back what its leases leave unused to the
+// window the units were counted in, the current one or the one before:
+// with the instance's next round trip of the key, or, on the server's
+// clock, by a timer when the lease ends (a grace of four round trips
+// later, at least 1 ms, at most Horizon). A closed window then counts
+// only the units allowed in it; a unit is lost only when its give-back
+// fails or reaches Redis after the next window has ended too, or its
+// instance stops or drops the key first — at most what the instance held,
+// each time, never once per window. Its leases never take a key's last
+// half lease of room (max(1, limit/(2·MaxShare))): near its limit a key
+// is decided one request at a time, so that units other instances hold
+// unused never deny a request while demand stays steady within the quota.
+// The bucket's unused tail goes back with the instance's next lease while
+// no slot was handed out after it; otherwise it is lost, at most a lease
+// each time. A token bucket lease is placed up to
 // min(Horizon, capacity/MaxShare units) ahead when the key's local rate is
 // below its refill rate, so that its units last until they are used:
 // quota spent on purpose, none under saturation. LeaseStats counts all of

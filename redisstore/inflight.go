@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +23,10 @@ const DefaultSlotLease = 30 * time.Second
 // DefaultSlotLease): how long the slots an instance holds stay taken once it
 // stops renewing them — it crashed, lost its network, or was stopped
 // without releasing. While an instance holds slots of a key it renews
-// them every lease/3, in one round trip per key however many of its calls
-// hold them, so a lease survives two failed renewals.
+// its calls' leases every lease/3 (counted from the start of the renewal
+// before, however long its round trip took), in one round trip per key
+// however many of its calls hold slots there, so a lease survives two
+// failed renewals.
 //
 // What a lease costs either way: a crashed instance's slots are lost to
 // everyone for up to a lease (a longer lease under-admits for longer); a
@@ -45,14 +48,21 @@ func WithSlotLease(d time.Duration) Option {
 }
 
 var (
+	//go:embed scripts/inflight_prelude.lua
+	inFlightPrelude string
 	//go:embed scripts/inflight.lua
 	inFlightSrc string
-	//go:embed scripts/inflight_release.lua
-	inFlightReleaseSrc string
+	//go:embed scripts/inflight_sync.lua
+	inFlightSyncSrc string
 
-	inFlightScript        = newScript(prelude + inFlightSrc)
-	inFlightReleaseScript = newScript(prelude + inFlightReleaseSrc)
+	inFlightScript     = newScript(prelude + inFlightPrelude + inFlightSrc)
+	inFlightSyncScript = newScript(prelude + inFlightPrelude + inFlightSyncSrc)
 )
+
+// maxAbandoned bounds the decisions given up on that one key keeps to
+// give back at its next round trip; beyond it, their leases give their
+// slots back.
+const maxAbandoned = 1024
 
 // InFlight is an in-flight (concurrency) limit on Redis: at most Max
 // units held at once per key (NewInFlight), or by every key together
@@ -62,20 +72,33 @@ var (
 // them when it settles, also when its handler panics or its client hangs
 // up.
 //
-// A slot on Redis is a lease: each instance holds the slots of its calls
-// under one holder record per key, which it renews while it holds any
-// (WithSlotLease, default 30 s), so that a crashed instance cannot hold slots
-// forever — they come back within a lease. See WithSlotLease for what a
-// lease too short or too long costs. A call whose decision round trip
-// failed or was abandoned (its client hung up meanwhile) may have taken
-// a slot it never settles; that slot is not renewed, and comes back
-// within a lease too.
+// A slot on Redis is a lease: each call's slots are a record of their
+// own on Redis, under an id the instance drew for the call, with a lease
+// of their own (WithSlotLease, default 30 s). The instance renews, every
+// third of a lease, the records of the calls it knows it holds — one
+// round trip per key however many of its calls hold slots there — so a
+// crashed instance's slots come back within a lease, and so does any
+// slot no live call of the instance knows of. See WithSlotLease for what
+// a lease too short or too long costs.
 //
-// State: one hash per key, p:{k}:if (p:{%}:if service-wide), holder →
-// "slots expiry"; a decision is one round trip whose work grows with the
-// number of instances holding slots of that key (at most Max), and the
-// key vanishes with its last lease. Time is the server's TIME unless
-// WithClock.
+// A decision the instance gave up on — its round trip failed, its reply
+// came after the decision timeout, or its caller hung up meanwhile — may
+// have taken a slot that no call will release: the instance gives back
+// that call's record at once (in the background, with the key's next
+// round trip), and a record its script wrote only afterwards (a take
+// overtaken by its own release) is never renewed, so its slot comes
+// back within a lease, whatever else the instance holds of the key. A
+// client that hangs up mid-decision again and again holds a slot for a
+// round trip each time, a lease at most, and never for good.
+//
+// State: one sorted set per key, p:{k}:if (p:{%}:if service-wide): a
+// member per call, "<call> <n>", scored by its lease's expiry, and the
+// units held. A decision is one round trip of bounded work — a lookup, a
+// read of the expired records (at most 100 forgotten each time) and two
+// writes — whatever Max and the calls held; a release is one round trip
+// too; a renewal's work grows with the calls the instance holds of the
+// key. The key vanishes with its last lease. Time is the server's TIME
+// unless WithClock.
 //
 // A denial's RetryAfter is the estimate floodgate.InFlight gives: this
 // instance's mean hold time divided by the slots the key holds, at least
@@ -90,24 +113,49 @@ type InFlight struct {
 	base
 	max         int
 	serviceWide bool
-	holder      string // this instance's holder record
+	holder      string // this instance's id, which begins its calls' ids
 	slotLease   time.Duration
 	leaseArg    string // the slot lease in microseconds
 	maxArg      string
 	hold        holdTime
 	lost        atomic.Uint64
+	calls       atomic.Uint64 // numbers this instance's calls
 
 	mu     sync.Mutex
-	held   map[string]*leased // the keys this instance holds slots of
+	held   map[string]*leased // the keys this instance holds slots of, or owes Redis
 	closed bool
 }
 
-// leased is what this instance holds of one key.
-type leased struct {
-	slots   int         // held by calls not yet released
-	pending int         // released here, not yet on Redis (a release failed)
-	timer   *time.Timer // the next renewal
+// slotCall is the slots one call holds of a key, as its record on Redis
+// has them.
+type slotCall struct {
+	member string // its record: "<call> <n>"
+	n      int
+	// lost: a renewal found the record gone (its lease ran out), so Redis
+	// no longer counts these slots; they are given back first.
+	lost bool
 }
+
+// leased is what this instance holds of one key, and what it owes Redis
+// there.
+type leased struct {
+	calls []slotCall
+	// release holds the records of calls released here, to delete;
+	// remove the records to delete that may be gone already: decisions
+	// given up on, releases a failed round trip may or may not have made.
+	release, remove []string
+	// shrink holds pairs of records: a call released in part, its record
+	// then and now.
+	shrink []string
+	lost   int         // calls lost (slotCall.lost)
+	timer  *time.Timer // the next renewal, or a give-back due at once
+	due    time.Time   // when the next renewal is due
+}
+
+func (e *leased) idle() bool { return len(e.calls) == 0 && e.owed() == 0 }
+
+// owed returns the records this instance owes Redis a write of.
+func (e *leased) owed() int { return len(e.release) + len(e.remove) + len(e.shrink) }
 
 // NewInFlight returns an in-flight limit of max units held at once per
 // key, in 1..2^24, on Redis through c.
@@ -163,10 +211,11 @@ func (l *InFlight) Allow(ctx context.Context, key string) (floodgate.Decision, e
 	return l.AllowN(ctx, key, 1)
 }
 
-// AllowN takes n slots for key if its holders hold no more than Max−n,
-// and reports the decision either way; n == 0 reports without taking. A
+// AllowN takes n slots for key if its calls hold no more than Max−n, and
+// reports the decision either way; n == 0 reports without taking. A
 // cost above Max is floodgate.ErrCostExceedsLimit, without a round trip.
-// Errors of the round trip wrap ErrRedis.
+// Errors of the round trip wrap ErrRedis; the slots such a decision may
+// have taken are given back (see InFlight).
 func (l *InFlight) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	if err := checkCost(n, l.max); err != nil {
 		return floodgate.Decision{Limit: l.max}, err
@@ -174,15 +223,37 @@ func (l *InFlight) AllowN(ctx context.Context, key string, n int) (floodgate.Dec
 	if l.serviceWide {
 		key = ""
 	}
-	d, err := l.decide(ctx, key, n, l.eval)
-	if err == nil && d.Allowed && n > 0 {
-		l.took(key, n)
+	t := &slotTake{l: l}
+	if n > 0 {
+		t.member = l.newCall(n)
+	}
+	d, err := l.decide(ctx, key, n, t.eval)
+	switch {
+	case n == 0:
+	case err == nil && d.Allowed:
+		l.took(key, t.member, n)
+	case err != nil && t.sent:
+		// Whatever Redis did is unknown, or unusable: a reply that came
+		// too late, or not at all, a caller gone, writes the replicas did
+		// not acknowledge. No one will release the call: give its record
+		// back now.
+		l.abandon(key, t.member)
 	}
 	return d, err
 }
 
-func (l *InFlight) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
-	args := []string{now, l.holder, strconv.Itoa(n), l.maxArg, l.leaseArg, l.minTTL}
+// slotTake is one decision's round trip: the call's record, and whether
+// the script was sent (its slot may then be taken).
+type slotTake struct {
+	l      *InFlight
+	member string
+	sent   bool
+}
+
+func (t *slotTake) eval(ctx context.Context, key string, n int, now string) (floodgate.Decision, error) {
+	t.sent = true
+	l := t.l
+	args := []string{now, t.member, strconv.Itoa(n), l.maxArg, l.leaseArg, l.minTTL}
 	r, unrepl, err := l.reply(ctx, inFlightScript, []string{l.slotsKey(key)}, args, 2)
 	if err != nil {
 		return floodgate.Decision{Limit: l.max}, err
@@ -202,38 +273,72 @@ func (l *InFlight) eval(ctx context.Context, key string, n int, now string) (flo
 	return d, replicated(d, n, unrepl)
 }
 
-// Namespace reports where the limit keeps its holders, the pattern of its
+// newCall returns the record of a new call of n units: this instance's
+// id, the call's number, and n.
+func (l *InFlight) newCall(n int) string {
+	b := make([]byte, 0, len(l.holder)+24)
+	b = append(b, l.holder...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, l.calls.Add(1), 36)
+	b = append(b, ' ')
+	return string(strconv.AppendInt(b, int64(n), 10))
+}
+
+// Namespace reports where the limit keeps its slots, the pattern of its
 // keys (`redis keys "p:{*}:if"`), as TokenBucket.Namespace does: two
 // in-flight limits of one prefix, keyed or service-wide, are refused
 // together by floodgate's selectors, route tables and All. It makes the
 // limit a floodgate.Namespacer.
 func (l *InFlight) Namespace() string { return keySpace(l.slotsKey("*")) }
 
-// slotsKey returns the hash of key's holders.
+// slotsKey returns the sorted set of key's slots.
 func (l *InFlight) slotsKey(key string) string {
 	return clientTag(l.prefix, key) + "if"
 }
 
-// took records n slots this instance now holds of key, and starts their
-// renewals.
-func (l *InFlight) took(key string, n int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// entry returns key's entry, creating it with its renewal timer. l.mu
+// is held.
+func (l *InFlight) entry(key string) *leased {
 	e := l.held[key]
 	if e == nil {
-		e = &leased{}
+		e = &leased{due: time.Now().Add(l.slotLease / 3)}
 		l.held[key] = e
 		if !l.closed {
-			e.timer = time.AfterFunc(l.slotLease/3, func() { l.renew(key) })
+			e.timer = time.AfterFunc(l.slotLease/3, func() { l.renew(key, false) })
 		}
 	}
-	e.slots += n
+	return e
+}
+
+// took records the call whose record is member, of n slots, which this
+// instance now holds of key: it is renewed from now on.
+func (l *InFlight) took(key, member string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entry(key)
+	e.calls = append(e.calls, slotCall{member: member, n: n})
+}
+
+// abandon gives back, at once and in the background, the record member
+// of a decision given up on, if its script wrote it. A record written
+// after that is never renewed: its lease gives the slot back.
+func (l *InFlight) abandon(key, member string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	e := l.entry(key)
+	if len(e.remove) < maxAbandoned {
+		e.remove = append(e.remove, member)
+	}
+	e.timer.Reset(0)
 }
 
 // ReleaseN gives back n slots that an allowed AllowN took for key, after
 // holding them for held (0: unknown). If the round trip fails, the slots
-// are given back with the key's next renewal, or, failing that, when the
-// lease runs out: the error wraps ErrRedis all the same.
+// are given back with the key's next renewal, or, failing that, when
+// their lease runs out: the error wraps ErrRedis all the same.
 func (l *InFlight) ReleaseN(ctx context.Context, key string, n int, held time.Duration) error {
 	if n < 0 {
 		return fmt.Errorf("%w: release of n = %d is negative", floodgate.ErrInvalidCost, n)
@@ -253,66 +358,184 @@ func (l *InFlight) ReleaseN(ctx context.Context, key string, n int, held time.Du
 		l.mu.Unlock()
 		return nil
 	}
-	n = min(n, e.slots)
-	e.slots -= n
-	e.pending += n
+	owed := e.owed()
+	for n > 0 && len(e.calls) > 0 {
+		n = e.give(e.pick(n), n)
+	}
+	owed = e.owed() - owed
+	if e.idle() {
+		l.forget(key, e)
+	}
 	l.mu.Unlock()
-	return l.sync(ctx, key)
+	if owed == 0 {
+		return nil
+	}
+	return l.sync(ctx, key, false)
 }
 
-// sync gives back on Redis what was released here, and renews the lease
-// of what this instance still holds of key; it forgets the key once
-// nothing of it is held or owed.
-func (l *InFlight) sync(ctx context.Context, key string) error {
+// pick returns the call to release n units of first: a lost one, whose
+// slots Redis no longer counts; else one of exactly n units (units are
+// alike, any call's do); else the latest.
+func (e *leased) pick(n int) int {
+	if e.lost > 0 {
+		for i := range e.calls {
+			if e.calls[i].lost {
+				return i
+			}
+		}
+	}
+	for i := len(e.calls) - 1; i >= 0; i-- {
+		if e.calls[i].n == n {
+			return i
+		}
+	}
+	return len(e.calls) - 1
+}
+
+// give gives back up to n units of call i, and returns the units left
+// to give back.
+func (e *leased) give(i, n int) int {
+	c := &e.calls[i]
+	if c.n > n {
+		id := c.member[:strings.LastIndexByte(c.member, ' ')]
+		next := id + " " + strconv.Itoa(c.n-n)
+		if !c.lost {
+			e.shrink = append(e.shrink, c.member, next)
+		}
+		c.member, c.n = next, c.n-n
+		return 0
+	}
+	if c.lost {
+		e.lost--
+	} else {
+		e.release = append(e.release, c.member)
+	}
+	n -= c.n
+	last := len(e.calls) - 1
+	e.calls[i] = e.calls[last]
+	e.calls = e.calls[:last]
+	return n
+}
+
+// forget drops key's entry e, which holds and owes nothing. l.mu is held.
+func (l *InFlight) forget(key string, e *leased) {
+	if l.held[key] != e {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	delete(l.held, key)
+}
+
+// sync gives back on Redis what this instance owes there of key
+// (releases, decisions given up on), and with renew set renews the
+// leases of the calls it holds; it forgets the key once nothing of it is
+// held or owed. What a failed round trip should have given back is kept
+// for the next one. A renewal or a release that finds a call's record
+// gone counts a lost lease.
+func (l *InFlight) sync(ctx context.Context, key string, renew bool) error {
 	l.mu.Lock()
 	e := l.held[key]
 	if e == nil {
 		l.mu.Unlock()
 		return nil
 	}
-	give, slots := e.pending, e.slots
-	e.pending = 0
+	var renewed []string
+	if renew {
+		renewed = make([]string, 0, len(e.calls))
+		for _, c := range e.calls {
+			if !c.lost {
+				renewed = append(renewed, c.member)
+			}
+		}
+	}
+	release, remove, shrink := e.release, e.remove, e.shrink
+	e.release, e.remove, e.shrink = nil, nil, nil
 	l.mu.Unlock()
-	var left int64
+	args := make([]string, 0, 6+len(renewed)+len(release)+len(remove)+len(shrink))
+	args = append(args, "", l.leaseArg, l.minTTL, strconv.Itoa(len(renewed)), strconv.Itoa(len(release)), strconv.Itoa(len(remove)))
+	args = append(append(append(append(args, renewed...), release...), remove...), shrink...)
+	var r []int64
 	err := l.refund(ctx, key, func(ctx context.Context, now string) error {
-		r, err := inFlightReleaseScript.run(ctx, l.client, []string{l.slotsKey(key)},
-			[]string{now, l.holder, strconv.Itoa(give), l.leaseArg, l.minTTL})
-		if err == nil && len(r) == 1 {
-			left = r[0]
+		args[0] = now
+		var err error
+		r, err = inFlightSyncScript.run(ctx, l.client, []string{l.slotsKey(key)}, args)
+		if err == nil && (len(r) < 2 || r[1] < 0 || r[1] > int64(len(release))) {
+			err = errBadReply(r)
 		}
 		return err
 	})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		e.pending += give
-	} else if left == 0 && slots > 0 {
-		l.lost.Add(1) // the lease ran out under calls still running
-	}
-	if e.slots == 0 && e.pending == 0 && l.held[key] == e {
-		if e.timer != nil {
-			e.timer.Stop()
+		if !l.closed {
+			// The round trip may have made them: retried as records that
+			// may be gone.
+			e = l.entry(key)
+			e.remove = append(append(e.remove, release...), remove...)
+			e.shrink = append(shrink, e.shrink...) // a call shrunk twice, in order
 		}
-		delete(l.held, key)
+		return err
 	}
-	return err
+	l.lost.Add(uint64(r[1]))
+	for _, i := range r[2:] {
+		if i >= 1 && int(i) <= len(renewed) {
+			e.lose(renewed[i-1], &l.lost)
+		}
+	}
+	if e.idle() {
+		l.forget(key, e)
+	}
+	return nil
 }
 
-// renew renews key's lease, and schedules the next renewal while the key
-// is held.
-func (l *InFlight) renew(key string) {
-	_ = l.sync(context.Background(), key) // a failure is retried at the next renewal
+// lose marks the call whose record is member lost: its lease ran out
+// while the call still held it.
+func (e *leased) lose(member string, lost *atomic.Uint64) {
+	for i := range e.calls {
+		if c := &e.calls[i]; c.member == member && !c.lost {
+			c.lost = true
+			e.lost++
+			lost.Add(1)
+			return
+		}
+	}
+}
+
+// renew gives back what is owed on key and, when the renewal is due (or
+// now, with force), renews the leases of the calls held there; then it
+// schedules the next run while the key is held: at once if a decision
+// was given up on meanwhile, else when the renewal is due — a third of a
+// lease after the last one began, however long its round trip took, so
+// that a lease survives two failed renewals. A give-back alone renews
+// nothing, so that decisions given up on cost a round trip of their own
+// size, not of the calls the key holds.
+func (l *InFlight) renew(key string, force bool) {
+	began := time.Now()
+	l.mu.Lock()
+	e := l.held[key]
+	renewing := e != nil && (force || !began.Before(e.due))
+	l.mu.Unlock()
+	err := l.sync(context.Background(), key, renewing)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.held[key]; e != nil && !l.closed {
-		e.timer.Reset(l.slotLease / 3)
+	if e := l.held[key]; e != nil && e.timer != nil && !l.closed {
+		if renewing {
+			e.due = began.Add(l.slotLease / 3)
+		}
+		next := time.Until(e.due)
+		if err == nil && e.owed() > 0 {
+			next = 0
+		}
+		e.timer.Reset(max(next, 0))
 	}
 }
 
-// LostLeases counts the renewals that found this instance's slots of a
-// key gone while its calls still held them: the lease ran out first (a
-// lease too short for the round trips, or Redis unreachable for a
-// lease), and other instances may have taken those slots.
+// LostLeases counts the calls whose slots a renewal or their release
+// found gone while the calls still held them: their lease ran out first (a lease too short
+// for the round trips, or Redis unreachable for a lease), and other
+// instances may have taken those slots.
 func (l *InFlight) LostLeases() uint64 { return l.lost.Load() }
 
 // Close stops renewing: the slots this instance still holds stay taken

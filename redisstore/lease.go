@@ -25,11 +25,18 @@ import (
 // counts it (see the package documentation, "Leased quota", for why). What
 // they can cost is quota: a unit leased and never allowed, because its
 // instance stopped, went idle or was evicted, is lost as if it had been
-// used. MaxShare bounds that loss per lease.
+// used. MaxShare bounds that loss per lease. The sliding counter gives
+// back the units its leases leave unused, to the window they were counted
+// in, so it loses them only when an instance stops or a give-back fails,
+// not once per window; and its leases never take a key's last half lease,
+// so that a steady demand within the quota is never denied for units
+// other instances hold.
 type Lease struct {
 	// MaxKeys bounds the client keys this limiter keeps lease state for
 	// (default DefaultLeaseKeys), about that many in all (the bound holds
-	// per shard): each costs about 300 bytes of heap. The
+	// per shard): each costs about 360 bytes of heap, and a sliding
+	// counter's key that leases on the server's clock about 800, with the
+	// timer that gives its leases' unused units back. The
 	// least recently used key is dropped first, and its unused units are
 	// lost (charged in Redis, never allowed): a key spray costs quota, never
 	// adds to it.
@@ -44,8 +51,11 @@ type Lease struct {
 	// (the bucket's burst, the counter's limit), at least one unit
 	// (default DefaultLeaseShare). An instance holds of a key at most a
 	// lease and the next one, taken when the first holds less than half:
-	// 1.5 leases, the most its stopping can cost. A key whose capacity is
-	// below 2·MaxShare never leases more than the unit it decides.
+	// 1.5 leases at any moment, which is the most its stopping costs the
+	// key, once, and the most its leases keep from other instances'
+	// requests meanwhile. A counter's lease leaves the key half a lease of
+	// room, max(1, limit/(2·MaxShare)). A key whose capacity is below
+	// 2·MaxShare never leases more than the unit it decides.
 	MaxShare int
 }
 
@@ -96,7 +106,8 @@ func WithLease(l Lease) Option {
 // field is zero.
 //
 // In units, while no RefundN was answered from a lease: LeasedUnits =
-// LocalUnits + ReturnedUnits + StrandedUnits + the units held now.
+// LocalUnits + ReturnedUnits + StrandedUnits + ReturningUnits + the units
+// held now.
 type LeaseStats struct {
 	// LocalDecisions counts the decisions allowed from a lease, without a
 	// round trip; LocalUnits the units they allowed.
@@ -114,11 +125,19 @@ type LeaseStats struct {
 	// with the next lease of the same key.
 	ReturnedUnits uint64
 	// StrandedUnits counts the leased units neither allowed nor given
-	// back: their time ran out, their key was evicted (Lease.MaxKeys) or
-	// reset, or Redis could not take them back. Each cost the key one unit
+	// back: their time ran out (a bucket's slots, or a counter's window
+	// and the one after it before the give-back reached Redis), their key
+	// was evicted (Lease.MaxKeys) or reset, or Redis could not take them
+	// back. Each cost the key one unit
 	// of its quota, as if it had been used: this is the mode's
 	// under-admission, as measured in this instance.
 	StrandedUnits uint64
+	// ReturningUnits is the sliding counter's leased units whose lease
+	// ended unused, now, waiting to go back to the window they were
+	// counted in: with the key's next round trip, or its timer (see the
+	// package documentation, "Leased quota"). Like Keys, it is a level,
+	// not a count.
+	ReturningUnits int
 	// LocalRefunds counts the units RefundN gave back to a lease of this
 	// instance instead of to Redis.
 	LocalRefunds uint64

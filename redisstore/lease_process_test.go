@@ -73,15 +73,61 @@ func TestLeaseCrossProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, a := range leaseAlgos {
 		t.Run(a.name, func(t *testing.T) {
-			recs, stats := runChildren(t, srv.Addr, a.name, prefix(t), dur)
-			checkProcessRun(t, a, recs, stats)
+			recs, stats := runChildren(t, srv.Addr, a.name, prefix(t), "bursts", dur)
+			checkProcessRun(t, a, leaseProcRate, recs, stats, true)
 		})
 	}
 }
 
+// TestLeaseCounterNearLimitCrossProcess is the leased sliding counter at
+// 96 % of its quota: leaseProcs processes on one key of 1,000 a second,
+// each sending a request every 240th of a second (leases sized to a
+// second of demand, at most 62 units), for 6 s (FLOODGATE_LEASE_SOAK for
+// longer). Checked never over, as TestLeaseCrossProcess checks; it logs
+// the requests denied that an exact counter replaying the requests
+// allows. That count is not asserted: the replay decides each request at
+// the time it was sent, and when this shared machine stalls a process,
+// its requests reach Redis late, in a fuller window — the plain counter,
+// exact, through the same harness (FLOODGATE_LEASE_PLAIN=1) shows such
+// denials too under -race. The README has the runs, against the old
+// code's 21 in 6 s; the guarantee at a steady demand is
+// TestLeaseCounterWindowsKeepOnlyAllowedUnits's, on a fake clock.
+func TestLeaseCounterNearLimitCrossProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs separate processes for seconds")
+	}
+	dur := 6 * time.Second
+	if s := os.Getenv("FLOODGATE_LEASE_SOAK"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("FLOODGATE_LEASE_SOAK: %v", err)
+		}
+		dur = d
+	}
+	srv := redistest.Start(t)
+	a := leaseAlgos[1]
+	recs, stats := runChildren(t, srv.Addr, a.name, prefix(t), "paced", dur)
+	checkProcessRun(t, a, pacedRate, recs, stats, false)
+	_, exactAllowed := replayExact(t, a, pacedRate, recs)
+	denied, withRoom := 0, 0
+	j := 0
+	for _, r := range recs {
+		for j < len(exactAllowed) && exactAllowed[j].before < r.before {
+			j++
+		}
+		if !r.allowed {
+			denied++
+			if j < len(exactAllowed) && exactAllowed[j] == r {
+				withRoom++
+			}
+		}
+	}
+	t.Logf("%d requests, %d denied, %d of them allowed by the exact counter replaying the requests", len(recs), denied, withRoom)
+}
+
 // runChildren starts the processes, waits for them, and returns their
 // records in order of time and their lease counts.
-func runChildren(t *testing.T, addr, algo, p string, dur time.Duration) ([]procRecord, []redisstore.LeaseStats) {
+func runChildren(t *testing.T, addr, algo, p, load string, dur time.Duration) ([]procRecord, []redisstore.LeaseStats) {
 	t.Helper()
 	dir := t.TempDir()
 	start := time.Now().Add(500 * time.Millisecond) // all start together
@@ -93,7 +139,7 @@ func runChildren(t *testing.T, addr, algo, p string, dur time.Duration) ([]procR
 			"LEASE_ADDR="+addr, "LEASE_ALGO="+algo, "LEASE_PREFIX="+p,
 			"LEASE_CLIENT="+[]string{"go-redis", "rueidis"}[i%2],
 			"LEASE_START="+strconv.FormatInt(start.UnixNano(), 10),
-			"LEASE_DURATION="+dur.String(), "LEASE_SEED="+strconv.Itoa(i+1),
+			"LEASE_DURATION="+dur.String(), "LEASE_SEED="+strconv.Itoa(i+1), "LEASE_LOAD="+load,
 			"LEASE_OUT="+filepath.Join(dir, strconv.Itoa(i)))
 		wg.Add(1)
 		go func() {
@@ -137,8 +183,15 @@ func TestLeaseProcessChild(t *testing.T) {
 	if os.Getenv("LEASE_CLIENT") == "rueidis" {
 		c = rueidisClient(t, os.Getenv("LEASE_ADDR"))
 	}
-	l, err := a.redis(c.s, leaseProcRate, patient, redisstore.WithPrefix(os.Getenv("LEASE_PREFIX")),
-		redisstore.WithLease(redisstore.Lease{Horizon: time.Second}))
+	rate, lease, work := leaseProcRate, redisstore.Lease{Horizon: time.Second}, hammer
+	if os.Getenv("LEASE_LOAD") == "paced" {
+		rate, lease, work = pacedRate, redisstore.Lease{Horizon: time.Second}, paced
+	}
+	opts := []redisstore.Option{patient, redisstore.WithPrefix(os.Getenv("LEASE_PREFIX")), redisstore.WithLease(lease)}
+	if os.Getenv("FLOODGATE_LEASE_PLAIN") == "1" {
+		opts = opts[:2]
+	}
+	l, err := a.redis(c.s, rate, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +199,7 @@ func TestLeaseProcessChild(t *testing.T) {
 	dur, _ := time.ParseDuration(os.Getenv("LEASE_DURATION"))
 	seed, _ := strconv.Atoi(os.Getenv("LEASE_SEED"))
 	time.Sleep(time.Until(time.Unix(0, startNs)))
-	recs := hammer(t, l, time.Unix(0, startNs).Add(dur), uint64(seed))
+	recs := work(t, l, time.Unix(0, startNs).Add(dur), uint64(seed))
 	if err := writeChild(os.Getenv("LEASE_OUT"), recs, l.LeaseStats()); err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +238,37 @@ func hammer(t *testing.T, l leased, end time.Time, seed uint64) []procRecord {
 			}
 			mu.Lock()
 			recs = append(recs, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return recs
+}
+
+// pacedRate is the policy of the paced run: 1,000 a second.
+var pacedRate = floodgate.Rate{Limit: 1000, Period: time.Second}
+
+// paced sends one request a 240th of a second on key "shared" until end,
+// each on its own goroutine at its time, so that a slow round trip delays
+// no other request: with leaseProcs processes, 96 % of pacedRate whatever
+// the latency.
+func paced(t *testing.T, l leased, end time.Time, _ uint64) []procRecord {
+	var mu sync.Mutex
+	var recs []procRecord
+	var wg sync.WaitGroup
+	for next := time.Now(); next.Before(end); next = next.Add(time.Second / 240) {
+		time.Sleep(time.Until(next))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			before := time.Now()
+			d, err := l.AllowN(context.Background(), "shared", 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			recs = append(recs, procRecord{before.UnixNano(), time.Now().UnixNano(), 1, d.Allowed})
 			mu.Unlock()
 		}()
 	}
@@ -252,7 +336,9 @@ func readChild(path string) ([]procRecord, redisstore.LeaseStats, error) {
 
 // checkProcessRun checks a cross-process run's records (see
 // TestLeaseCrossProcess) and logs its figures.
-func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redisstore.LeaseStats) {
+// With under set it also bounds the under-admission against the exact
+// replay (see TestLeaseCrossProcess).
+func checkProcessRun(t *testing.T, a leaseAlgo, rate floodgate.Rate, recs []procRecord, stats []redisstore.LeaseStats, under bool) {
 	t.Helper()
 	var allowed []procRecord
 	units, asked := 0, 0
@@ -266,34 +352,34 @@ func checkProcessRun(t *testing.T, a leaseAlgo, recs []procRecord, stats []redis
 		span = max(span, time.Duration(r.after-recs[0].before))
 	}
 	if a.name == "TokenBucket" {
-		checkArrivalCurve(t, allowed)
+		checkArrivalCurve(t, rate, allowed)
 	} else {
-		checkCounterWindows(t, allowed)
+		checkCounterWindows(t, rate, allowed)
 	}
-	exact, exactAllowed := replayExact(t, a, recs)
+	exact, exactAllowed := replayExact(t, a, rate, recs)
 	var lost, held int64
 	for _, s := range stats {
-		h := int64(s.LeasedUnits+s.LocalRefunds) - int64(s.LocalUnits+s.ReturnedUnits+s.StrandedUnits)
-		lost += int64(s.StrandedUnits + s.AheadUnits)
+		h := int64(s.LeasedUnits+s.LocalRefunds) - int64(s.LocalUnits+s.ReturnedUnits+s.StrandedUnits) - int64(s.ReturningUnits)
+		lost += int64(s.StrandedUnits+s.AheadUnits) + int64(s.ReturningUnits)
 		held += h
-		if lease := int64(leaseProcRate.Limit / redisstore.DefaultLeaseShare); h > lease*3/2 {
+		if lease := int64(rate.Limit / redisstore.DefaultLeaseShare); h > lease*3/2 {
 			t.Errorf("a process holds %d units at the end, more than a lease and half (%d)", h, lease*3/2)
 		}
 	}
 	t.Logf("%d processes, %v: %d units asked, %d allowed (at most %d in any %v, %d in any fixed window); "+
 		"an exact limiter replaying the requests allows %d (at most %d in any %v, %d in any fixed window); "+
 		"the processes report %d units stranded or placed ahead and %d held at the end",
-		leaseProcs, span.Round(time.Millisecond), asked, units, mostIn(allowed, leaseProcRate.Period), leaseProcRate.Period,
-		mostInFixed(allowed, leaseProcRate.Period), exact, mostIn(exactAllowed, leaseProcRate.Period), leaseProcRate.Period,
-		mostInFixed(exactAllowed, leaseProcRate.Period), lost, held)
+		leaseProcs, span.Round(time.Millisecond), asked, units, mostIn(allowed, rate.Period), rate.Period,
+		mostInFixed(allowed, rate.Period), exact, mostIn(exactAllowed, rate.Period), rate.Period,
+		mostInFixed(exactAllowed, rate.Period), lost, held)
 	for i, s := range stats {
 		t.Logf("process %d: %+v", i, s)
 	}
 	// The replay decides at the time each call began, not the time Redis
 	// or the lease decided, so it can be a few units off either way.
 	const slack = 8
-	if under := int64(exact - units); under > lost+held+slack {
-		t.Errorf("under-admission %d units, more than the %d stranded, placed ahead or held (+%d)", under, lost+held, slack)
+	if short := int64(exact - units); under && short > lost+held+slack {
+		t.Errorf("under-admission %d units, more than the %d stranded, placed ahead or held (+%d)", short, lost+held, slack)
 	}
 }
 
@@ -330,9 +416,9 @@ func mostInFixed(allowed []procRecord, d time.Duration) int {
 // record's decision happened between its before and after, so the units
 // surely inside [before_i, X] are those of records starting at or after
 // before_i and ending by X.
-func checkArrivalCurve(t *testing.T, allowed []procRecord) {
+func checkArrivalCurve(t *testing.T, rate floodgate.Rate, allowed []procRecord) {
 	t.Helper()
-	rho := float64(leaseProcRate.Limit) / float64(leaseProcRate.Period)
+	rho := float64(rate.Limit) / float64(rate.Period)
 	ends := make([]procRecord, 0, len(allowed))
 	for i := range allowed {
 		ends = append(ends[:0], allowed[i:]...)
@@ -340,7 +426,7 @@ func checkArrivalCurve(t *testing.T, allowed []procRecord) {
 		sum := 0
 		for _, e := range ends {
 			sum += int(e.n)
-			if bound := float64(leaseProcRate.Limit) + float64(e.after-allowed[i].before)*rho; float64(sum) > bound+1e-9 {
+			if bound := float64(rate.Limit) + float64(e.after-allowed[i].before)*rho; float64(sum) > bound+1e-9 {
 				t.Fatalf("%d units allowed within %v: over the bucket's %.2f", sum,
 					time.Duration(e.after-allowed[i].before), bound)
 			}
@@ -353,10 +439,10 @@ func checkArrivalCurve(t *testing.T, allowed []procRecord) {
 // counts) holds at most Limit units, and every allowed request fits the
 // two-window estimate at its time. Only records surely inside a window
 // count, so the checked totals are lower bounds of the true ones.
-func checkCounterWindows(t *testing.T, allowed []procRecord) {
+func checkCounterWindows(t *testing.T, rate floodgate.Rate, allowed []procRecord) {
 	t.Helper()
-	p := int64(leaseProcRate.Period)
-	limit := float64(leaseProcRate.Limit)
+	p := int64(rate.Period)
+	limit := float64(rate.Limit)
 	in := func(r procRecord, w int64) bool { return r.before >= w*p && r.after < (w+1)*p }
 	for _, x := range allowed {
 		w := x.before / p
@@ -379,13 +465,13 @@ func checkCounterWindows(t *testing.T, allowed []procRecord) {
 // replayExact replays every request, allowed or not, at the time it began
 // into the exact in-memory limiter, and returns the units it allows and
 // the requests it allowed.
-func replayExact(t *testing.T, a leaseAlgo, recs []procRecord) (int, []procRecord) {
+func replayExact(t *testing.T, a leaseAlgo, rate floodgate.Rate, recs []procRecord) (int, []procRecord) {
 	t.Helper()
-	p := int64(leaseProcRate.Period)
+	p := int64(rate.Period)
 	// Start on a window boundary, so that the counter cuts the windows
 	// Redis cuts.
 	now := time.Unix(0, recs[0].before/p*p)
-	o := a.oracle(t, leaseProcRate, &clockAt{&now})
+	o := a.oracle(t, rate, &clockAt{&now})
 	units := 0
 	var allowed []procRecord
 	for _, r := range recs {

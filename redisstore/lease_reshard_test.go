@@ -220,9 +220,9 @@ func checkLeaseCharges(t *testing.T, a leaseAlgo, s redisstore.Scripter, c lease
 	st := sumStats(c.insts)
 	t.Logf("%d keys × %d: %d charged in Redis, %d allowed, %d stranded, %d skipped ahead",
 		len(c.keys), c.rate.Limit, charged, allowed, st.StrandedUnits, st.AheadUnits)
-	if want := allowed + int(st.StrandedUnits+st.AheadUnits); charged != want {
-		t.Fatalf("Redis charged %d units, the instances allowed %d and stranded %d (skipped %d ahead): want charged = %d",
-			charged, allowed, st.StrandedUnits, st.AheadUnits, want)
+	if want := allowed + int(st.StrandedUnits+st.AheadUnits) + st.ReturningUnits; charged != want {
+		t.Fatalf("Redis charged %d units, the instances allowed %d, stranded %d and have %d waiting to go back (skipped %d ahead): want charged = %d",
+			charged, allowed, st.StrandedUnits, st.ReturningUnits, st.AheadUnits, want)
 	}
 }
 

@@ -14,6 +14,9 @@ type leaseCall struct {
 	// prefetch marks an early refresh: a lease taken ahead of need (n is
 	// 0), queued behind the current one, whose before units go first.
 	prefetch bool
+	// giveBack marks a round trip that only gives an ended lease's tail
+	// back (n and want are 0), sent by the key's timer.
+	giveBack bool
 	before   int
 	// hold places a token bucket lease's slots at least this many µs
 	// ahead, so that its units last until the local rate spends them.
@@ -106,6 +109,9 @@ func (l *base) fetchLease(ctx context.Context, key string, e *leaseEntry, f *lea
 		}
 		var d floodgate.Decision
 		var err error
+		if c.giveBack && c.retUnits == 0 {
+			return d, nil // taken back meanwhile: nothing to send
+		}
 		if c.want == c.n && c.retUnits == 0 {
 			// Nothing to lease, nothing to give back: the plain script.
 			d, err = t.algo.eval(ctx, key, n, now)
@@ -123,6 +129,20 @@ func (l *base) fetchLease(ctx context.Context, key string, e *leaseEntry, f *lea
 	end, _, _ := l.clock()
 	t.finish(key, e, f, c, d, end)
 	return d, err
+}
+
+// endLease gives back to Redis, at local time now, the units key's
+// leases left unused when they ended, if no round trip has: the timer of
+// the key's entry e calls it when a lease ends (the sliding counter, on
+// the server's clock).
+func (l *base) endLease(key string, e *leaseEntry) {
+	now, _, err := l.clock()
+	if err != nil {
+		return
+	}
+	if f, c, ok := l.lease.ending(key, e, now); ok {
+		_, _ = l.fetchLease(context.Background(), key, e, f, c)
+	}
 }
 
 // reportLeased answers a report (n == 0): from the key's lease while it

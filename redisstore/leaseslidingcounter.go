@@ -25,10 +25,19 @@ var (
 type scLease struct{ sc *SlidingCounter }
 
 // setupLease turns on the lease mode if c asks for it. A leased unit lasts
-// until the end of the window it was counted in.
+// until the end of the window it was counted in; the units a lease leaves
+// unused go back to that window, with the key's next round trip or, on
+// the server's clock, a timer when the lease ends.
 func (sc *SlidingCounter) setupLease(c config) {
-	if c.lease != nil {
-		sc.initLease(c, scLease{sc})
+	if c.lease == nil {
+		return
+	}
+	sc.initLease(c, scLease{sc})
+	sc.lease.keepTails = true
+	if c.now == nil {
+		// A client clock (WithClock) need not move with real time: a
+		// timer could not tell when its leases end.
+		sc.lease.ended = sc.endLease
 	}
 }
 
@@ -62,12 +71,19 @@ func (a scLease) plan(e *leaseEntry, c *leaseCall, rate float64) {
 	c.want = max(c.n, min(c.want, c.n+ceilWant(rate*float64(end-c.anchor)-float64(c.before), c.want)))
 }
 
+// leaseReserve is the room a counter's lease leaves a key of the given
+// limit: half a lease, max(1, limit/(2·maxShare)). Near its limit the key
+// is decided one request at a time, so that the units instances hold
+// unused never starve a request the exact counter would allow.
+func leaseReserve(limit, maxShare int) int { return max(1, limit/(2*maxShare)) }
+
 func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now string) (floodgate.Decision, error) {
 	sc := a.sc
 	for range maxRateTries {
 		v := sc.rates.view.Load()
 		p := v.alg.(*scParams)
-		args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, "", "0", v.ver, v.suffix}
+		args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, "", "0", v.ver, v.suffix,
+			strconv.Itoa(leaseReserve(p.rate.Limit, sc.lease.cfg.MaxShare))}
 		if c.retUnits > 0 && c.retAlg == p {
 			args[7], args[8] = strconv.FormatInt(c.retQ, 10), strconv.Itoa(c.retUnits)
 		}

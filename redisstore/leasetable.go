@@ -26,9 +26,16 @@ type leaseTable struct {
 	// keeps the times it was taken with (see reconfigure).
 	rate   atomic.Pointer[leaseRate]
 	margin bool // shorten lease times against clock drift (server clock)
-	seed   maphash.Seed
-	shards []leaseShard
-	mask   uint64
+	// keepTails: the units a lease leaves unused go back to Redis, from
+	// the window they were counted in (the sliding counter); without it
+	// they are stranded. ended, when set, is called by an entry's timer
+	// when its lease ends, to give them back if no round trip has (the
+	// counter on the server's clock).
+	keepTails bool
+	ended     func(key string, e *leaseEntry)
+	seed      maphash.Seed
+	shards    []leaseShard
+	mask      uint64
 }
 
 type leaseShard struct {
@@ -41,6 +48,7 @@ type leaseShard struct {
 // that the hot path does no atomic operation on a shared cache line.
 type leaseCounts struct {
 	local, localUnits, leases, leased, early, returned, stranded, refunds, ahead uint64
+	returning                                                                    int // units in tails now
 }
 
 // leaseState is one lease: the units its round trip took, the decision's
@@ -84,6 +92,20 @@ type leaseEntry struct {
 	// evicted is set when the entry leaves the table: a lease that lands
 	// on it afterwards is lost.
 	evicted bool
+	// tail holds units of this key's leases that ended unused, never to
+	// be allowed, until a round trip gives them back (keepTails).
+	tail leaseTail
+	// timer gives the tail back when the lease ends, if no round trip has
+	// (leaseTable.ended); allocated at the key's first lease.
+	timer *time.Timer
+}
+
+// leaseTail is units of ended leases of one window, waiting to go back
+// to Redis.
+type leaseTail struct {
+	units int
+	q     int64 // the window they were counted in (the lease's endQ)
+	alg   any   // the rate they were leased under
 }
 
 // leaseFlight is a round trip in flight for a key: other callers of the
@@ -119,7 +141,12 @@ func newLeaseTable(cfg Lease, algo leaseAlgo, rate leaseRate) *leaseTable {
 		// The callback runs under sh.mu, inside Add or Remove.
 		sh.lru, _ = simplelru.NewLRU[string, *leaseEntry](size, func(_ string, e *leaseEntry) {
 			e.evicted = true
-			sh.counts.stranded += uint64(e.held())
+			sh.counts.stranded += uint64(e.held() + e.tail.units)
+			sh.counts.returning -= e.tail.units
+			e.tail = leaseTail{}
+			if e.timer != nil {
+				e.timer.Stop()
+			}
 		})
 	}
 	return t
@@ -178,19 +205,19 @@ func (e *leaseEntry) held() int {
 }
 
 // take allows n units of e's leases at local time now if they hold them,
-// counting the units whose time has passed as stranded. When the current
+// setting aside the units whose time has passed (drop). When the current
 // lease cannot allow n, the queued one takes over, and the rest of the
-// current one (fewer than n units) is stranded.
+// current one (fewer than n units) is set aside too.
 func (sh *leaseShard) take(t *leaseTable, e *leaseEntry, n int, now int64) bool {
 	if i := t.live(e, now); i > e.next {
-		sh.counts.stranded += uint64(i - e.next)
+		t.drop(sh, e, i-e.next)
 		e.next = i
 	}
 	if e.units-e.next < n {
 		if !e.hasQueued {
 			return false
 		}
-		sh.counts.stranded += uint64(e.units - e.next)
+		t.drop(sh, e, e.units-e.next)
 		e.leaseState, e.next, e.given, e.hasQueued = *e.queued, 0, 0, false
 		return sh.take(t, e, n, now)
 	}
@@ -199,6 +226,26 @@ func (sh *leaseShard) take(t *leaseTable, e *leaseEntry, n int, now int64) bool 
 	sh.counts.local++
 	sh.counts.localUnits += uint64(n)
 	return true
+}
+
+// drop sets m units of e's current lease aside, never to be allowed:
+// into its tail, to go back to Redis (keepTails), or stranded. A tail
+// holds one window's units; an older one still waiting is stranded.
+func (t *leaseTable) drop(sh *leaseShard, e *leaseEntry, m int) {
+	if m <= 0 {
+		return
+	}
+	if !t.keepTails {
+		sh.counts.stranded += uint64(m)
+		return
+	}
+	if e.tail.units > 0 && (e.tail.q != e.endQ || e.tail.alg != e.alg) {
+		sh.counts.stranded += uint64(e.tail.units)
+		sh.counts.returning -= e.tail.units
+		e.tail.units = 0
+	}
+	e.tail = leaseTail{units: e.tail.units + m, q: e.endQ, alg: e.alg}
+	sh.counts.returning += m
 }
 
 // leaseAction is what one pass of a decision does next.
@@ -305,16 +352,36 @@ func (t *leaseTable) decision(e *leaseEntry, now int64) floodgate.Decision {
 }
 
 // retire takes the unused tail of e's lease off it, for the round trip
-// about to run to give back; no unit of it is allowed from then on.
+// about to run to give back; no unit of it is allowed from then on. With
+// keepTails the units set aside go too, and all are counted given back
+// if Redis takes them. A give-back (c.giveBack) takes only those: the
+// lease's live units stay.
 func (t *leaseTable) retire(key string, e *leaseEntry, c *leaseCall) {
 	sh := t.shard(key)
 	sh.mu.Lock()
-	if m := e.units - e.next; m > 0 {
+	defer sh.mu.Unlock()
+	if m := e.units - e.next; m > 0 && !c.giveBack {
 		c.retUnits, c.retLive = m, e.units-t.live(e, c.anchor)
 		c.retQ, c.retR, c.retAlg = e.endQ, e.endR, e.alg
 		e.units = e.next
+		if t.keepTails {
+			c.retLive = m
+		}
 	}
-	sh.mu.Unlock()
+	if e.tail.units == 0 {
+		return
+	}
+	switch {
+	case c.retUnits == 0:
+		c.retUnits, c.retLive, c.retQ, c.retR, c.retAlg = e.tail.units, e.tail.units, e.tail.q, 0, e.tail.alg
+	case c.retQ == e.tail.q && c.retAlg == e.tail.alg:
+		c.retUnits += e.tail.units
+		c.retLive += e.tail.units
+	default:
+		sh.counts.stranded += uint64(e.tail.units)
+	}
+	sh.counts.returning -= e.tail.units
+	e.tail = leaseTail{}
 }
 
 // finish records the round trip's outcome in e, installs the new lease,
@@ -329,6 +396,8 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 		e.rtt = max(end-c.anchor, 0)
 	}
 	switch {
+	case c.giveBack:
+		// Nothing leased: the tail went back, or is stranded.
 	case c.failed:
 		// Whatever the script did is lost or unusable: start small again,
 		// as after a denial.
@@ -359,7 +428,7 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 				sh.counts.stranded += uint64(extra)
 			} else {
 				// Units a local refund put back after the tail was taken.
-				sh.counts.stranded += uint64(e.units - e.next)
+				t.drop(sh, e, e.units-e.next)
 				e.leaseState = c.next
 				e.next, e.given = c.n, c.n
 			}
@@ -370,8 +439,74 @@ func (t *leaseTable) finish(key string, e *leaseEntry, f *leaseFlight, c *leaseC
 	}
 	f.failed = c.failed
 	e.flight = nil
+	t.arm(key, e, end)
 	sh.mu.Unlock()
 	close(f.done)
+}
+
+// arm sets e's timer (leaseTable.ended) to give its tail back when its
+// next lease ends — the current one, or the queued one when the current
+// holds nothing — plus a grace of four round trips (at least 1 ms, at
+// most Horizon) in which a decision's round trip would give it back at
+// no cost. Without a lease left it does nothing: a tail whose give-back
+// could not be sent (Redis down) waits for the key's next round trip, so
+// that an outage costs no timer loop. now is local time; sh.mu is held.
+func (t *leaseTable) arm(key string, e *leaseEntry, now int64) {
+	if t.ended == nil || e.evicted {
+		return
+	}
+	var at int64
+	switch {
+	case e.units > e.next:
+		at = t.deadline(&e.leaseState, e.units-1)
+	case e.hasQueued && e.queued.units > 0:
+		at = t.deadline(e.queued, e.queued.units-1)
+	default:
+		return
+	}
+	d := time.Duration(max(at-now, 0)) + min(t.cfg.Horizon, time.Duration(4*e.rtt)+time.Millisecond)
+	if e.timer == nil {
+		k := strings.Clone(key) // the caller's key may be a request's memory
+		e.timer = time.AfterFunc(d, func() { t.ended(k, e) })
+		return
+	}
+	e.timer.Reset(d)
+}
+
+// ending readies e, whose timer fired at local time now, to give back
+// what its ended leases left: it sets aside the units whose time passed,
+// lets the queued lease take over from a spent one, and re-arms the
+// timer for the next end. It returns the round trip to send, with its
+// flight, or ok false when there is nothing to give back, or a round
+// trip of the key's is in flight (a decision's takes the tail along; an
+// early refresh's does not, and the timer tries again after it).
+func (t *leaseTable) ending(key string, e *leaseEntry, now int64) (f *leaseFlight, c leaseCall, ok bool) {
+	sh := t.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if cur, in := sh.lru.Peek(key); !in || cur != e {
+		return nil, c, false
+	}
+	for {
+		if i := t.live(e, now); i > e.next {
+			t.drop(sh, e, i-e.next)
+			e.next = i
+		}
+		if e.next < e.units || !e.hasQueued {
+			break
+		}
+		e.leaseState, e.next, e.given, e.hasQueued = *e.queued, 0, 0, false
+	}
+	if e.tail.units == 0 || e.flight != nil {
+		if e.flight == nil || e.tail.units == 0 {
+			t.arm(key, e, now)
+		} else if e.timer != nil {
+			e.timer.Reset(min(t.cfg.Horizon, time.Duration(4*e.rtt)+time.Millisecond))
+		}
+		return nil, c, false
+	}
+	e.flight = &leaseFlight{done: make(chan struct{})}
+	return e.flight, leaseCall{anchor: now, giveBack: true}, true
 }
 
 // countReturn counts the tail c gave back (or failed to).
@@ -412,7 +547,7 @@ func (t *leaseTable) report(key string, now int64) (floodgate.Decision, bool) {
 		return floodgate.Decision{}, false
 	}
 	if i := t.live(e, now); i > e.next {
-		sh.counts.stranded += uint64(i - e.next)
+		t.drop(sh, e, i-e.next)
 		e.next = i
 	}
 	if e.next >= e.units && !e.hasQueued {
@@ -480,6 +615,7 @@ func (t *leaseTable) stats() LeaseStats {
 		s.StrandedUnits += c.stranded
 		s.LocalRefunds += c.refunds
 		s.AheadUnits += c.ahead
+		s.ReturningUnits += c.returning
 	}
 	return s
 }

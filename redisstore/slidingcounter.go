@@ -278,17 +278,7 @@ func (sc *SlidingCounter) convert(v *rateView, st []int64, at convertAt) string 
 		}
 		return ""
 	}
-	used := prev + cur
-	switch u := how.Units(used, uint64(from.limit), uint64(to.limit)); {
-	case u < used:
-		drop := used - u
-		take := min(prev, drop)
-		prev, cur = prev-take, cur-(drop-take)
-	case u > used && cur > 0:
-		cur += u - used
-	case u > used:
-		prev += u - used
-	}
+	prev, cur = how.Counts(prev, cur, uint64(from.limit), uint64(to.limit))
 	if prev+cur == 0 {
 		return ""
 	}

@@ -3,9 +3,11 @@
 # and integration tests of every module with the race detector (one go
 # test -vet=all, so that each package compiles once), with the release
 # check (every module installs with "go get" from a proxy) running beside
-# them; then the go.mod/go.sum tidiness check of every module; then each
-# fuzz target for a count of executions on top of its committed seed
-# corpus. CI (.ci/run) runs exactly this script.
+# them; then the go.mod/go.sum tidiness check of every module; then the
+# API check (every module's exported API against the last release's,
+# scripts/api-check.sh); then each fuzz target for a count of executions
+# on top of its committed seed corpus. CI (.ci/run) runs exactly this
+# script.
 #
 #   FUZZTIME=200000x scripts/test.sh    # fuzz longer (executions)
 #   FLOODGATE_REQUIRE_SERVERS=1 ...     # fail instead of skip when a test
@@ -182,7 +184,14 @@ mapfile -t fuzz_packages <"$tmp/fuzz"
 # them, tidy 2 s, fuzz builds 30 s and 2 s, each fuzz target 1 to 4 s;
 # 479 s in all.
 release_budget=300 tidy_budget=20 test_budget=430 fuzz_build_budget=40 fuzz_budget=5
-total_budget=$((tidy_budget + test_budget))
+# The API check: apidiff's build, and each module's packages loaded from
+# the test step's race build (a leaf package the tests built only with
+# its test files is compiled once more). Measured 2026-12-06 on a shallow
+# clone after the test step's compilation with an empty build cache: 45 s
+# of CPU (143 s of wall time niced at a load average of 15); run again
+# with the cache warm, 4 s of CPU.
+api_budget=60
+total_budget=$((tidy_budget + test_budget + api_budget))
 for line in "${fuzz_packages[@]}"; do
 	read -r -a targets <<<"$line"
 	total_budget=$((total_budget + fuzz_build_budget + (${#targets[@]} - 2) * fuzz_budget))
@@ -223,6 +232,8 @@ join_beside
 # Nested modules are checked against the release check's proxy and module
 # cache.
 step "$tidy_budget" "tidy: go.mod and go.sum of every module" scripts/tidy.sh -diff "${modules[@]}"
+# After the test step, whose race build of every package apidiff loads.
+step "$api_budget" "API: every module against the last release (apidiff, MIGRATING.md)" scripts/api-check.sh
 
 # fuzz_package MODULE PKG NAME... builds PKG's test binary with the
 # fuzzing instrumentation once, then fuzzes each target NAME with it in the

@@ -1,7 +1,9 @@
-// Package doccheck keeps the repository's Markdown honest about its code,
-// for the tests of every module: a quoted snippet is exactly the
-// declarations it names, and a relative link reaches a file and heading
-// that exist.
+// Package doccheck keeps the repository's Markdown honest about its code
+// and its runs, for the tests of every module: a quoted snippet is
+// exactly the declarations it names, a relative link reaches a file and
+// heading that exist, a quoted figure is its benchmark report's latest
+// value, and a promised bound names the tests that check it (figures.go
+// describes those markers).
 //
 // A snippet is a fenced Go block preceded by a marker line
 //

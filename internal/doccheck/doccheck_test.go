@@ -57,3 +57,77 @@ func TestSnippetsReportsADifference(t *testing.T) {
 		t.Errorf("checked %d snippets with %d errors, want 2 with 1 (the edited one)", n, len(r.errors))
 	}
 }
+
+func TestFiguresReportsWrongQuotations(t *testing.T) {
+	r := &recorder{TB: t}
+	n := Figures(r, "testdata", "figures.md", "reports", func(report string) bool { return false })
+	// 4 right and 3 wrong inline figures and 2 tables; the marker of a
+	// missing report is an error, not a quotation checked.
+	if n != 9 {
+		t.Errorf("checked %d quotations, want 9", n)
+	}
+	want := []string{
+		"%s:%d: the figure before <!-- figure: %s %s --> is not the report's %q (%s, %s)", // 45
+		"%s:%d: the figure before <!-- figure: %s %s --> is not the report's %q (%s, %s)", // 144.9
+		"%s:%d: report %s has no figure %q",
+		"%s:%d: report %s: %v",
+		"%s:%d quotes table %q of report %s, but it differs; the report has:\n%s",
+	}
+	if !reflect.DeepEqual(r.errors, want) {
+		t.Errorf("errors:\n%q\nwant\n%q", r.errors, want)
+	}
+}
+
+func TestFiguresLetsAnAbsentReportBe(t *testing.T) {
+	r := &recorder{TB: t}
+	Figures(r, "testdata", "figures.md", "reports", func(report string) bool { return report == "missing" })
+	if len(r.errors) != 4 {
+		t.Errorf("%d errors, want 4 (the absent report let be): %q", len(r.errors), r.errors)
+	}
+}
+
+func TestBoundsNamesExistingTests(t *testing.T) {
+	r := &recorder{TB: t}
+	n := Bounds(r, "testdata", "figures.md", func(dir string) bool { return dir == "absent" })
+	if n != 3 {
+		t.Errorf("checked %d bound markers, want 3 (the absent directory's let be)", n)
+	}
+	if len(r.errors) != 1 {
+		t.Errorf("%d errors, want 1 (TestNoSuchTest): %q", len(r.errors), r.errors)
+	}
+	r = &recorder{TB: t}
+	Bounds(r, "testdata", "figures.md", func(string) bool { return false })
+	if len(r.errors) != 2 {
+		t.Errorf("%d errors with the absent directory required, want 2: %q", len(r.errors), r.errors)
+	}
+}
+
+func TestUnquotedFindsMeasurements(t *testing.T) {
+	var got []string
+	for _, f := range Unquoted(t, "testdata", "figures.md") {
+		got = append(got, f.Text)
+	}
+	// Not the quoted ones, the code span or block, 2^24, the bounded
+	// multiple, nor "10 per 10 minutes"; the wrong quotations are
+	// Figures' to report.
+	want := []string{"47 B", "8 ×", "12 allocations"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Unquoted = %q, want %q", got, want)
+	}
+}
+
+func TestForbiddenFindsUpwardNames(t *testing.T) {
+	names := map[string]bool{"Outcome": true, "Call": true, "Gate": true, "MiddlewareOption": true}
+	got, err := Forbidden("testdata/layers/limiter.go", names, map[string]bool{"net/http": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"testdata/layers/limiter.go:5:2: imports net/http",
+		"testdata/layers/limiter.go:24:24: names MiddlewareOption",
+		"testdata/layers/limiter.go:26:12: names Outcome",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Forbidden =\n%q\nwant\n%q", got, want)
+	}
+}

@@ -43,6 +43,41 @@ func (how Strategy) Units(u, c, c2 uint64) uint64 {
 	return 0
 }
 
+// Counts converts a sliding counter's two counts, prev in the previous
+// fixed window and cur in the current one, from capacity c to c2 with the
+// period unchanged: the counts stay in their windows and their sum
+// becomes Units of it. Units dropped are taken from prev first, so that
+// the newest events weigh longest; units added go to cur when cur counts
+// any (to prev otherwise): what the sum gains, and at least what any sum
+// between cur and prev+cur would gain (moved from prev if the sum itself
+// gains less).
+//
+// That last clause keeps the order of states: a state that counts at
+// least as much in its current window and in both together converts to
+// one that does too, which a bounded store needs of a conversion (its
+// remembered debts are upper bounds, converted as the states they bound).
+// Adding only what the sum itself gains would not: ScaleUsed caps a sum
+// above c at max(sum, c2), so such a sum gains less than a smaller one
+// whose newest count is as large. What a sum t gains, Units(t) − t, grows
+// up to c and shrinks beyond it for every strategy, so the largest gain
+// between cur and the sum is at c held between them. A state that counts
+// no more than c gains exactly what its sum does.
+func (how Strategy) Counts(prev, cur, c, c2 uint64) (uint64, uint64) {
+	used := prev + cur
+	u := how.Units(used, c, c2)
+	switch {
+	case u < used:
+		drop := used - u
+		take := min(prev, drop)
+		return prev - take, cur - (drop - take)
+	case cur > 0:
+		gain := func(t uint64) uint64 { return how.Units(t, c, c2) - min(t, how.Units(t, c, c2)) }
+		cur = min(u, cur+max(gain(used), gain(min(used, max(cur, c)))))
+		return u - cur, cur
+	}
+	return prev + u - used, cur
+}
+
 // Bucket is a greedy token bucket's rate: Limit tokens per Period, up to
 // Burst.
 type Bucket struct {

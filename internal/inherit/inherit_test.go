@@ -73,3 +73,46 @@ func TestUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsKeepOrder checks, over every pair of small states and every
+// change between small capacities, what a bounded store needs of a
+// counter's conversion: a state that counts at least as much in its
+// current window and in both windows together converts to one that does
+// too, and the sum converts to Units of it. The case the randomized
+// replay found (issue 29, item 12): from 5 to 10 under ScaleUsed, (6, 4),
+// the bound of (2, 3) restored from a shared bound and spent on, became
+// (6, 4) while (2, 3) became (2, 8).
+func TestCountsKeepOrder(t *testing.T) {
+	if p, c := ScaleUsed.Counts(6, 3, 5, 10); c < 8 || p+c != 10 {
+		t.Errorf("ScaleUsed.Counts(6, 3, 5, 10) = (%d, %d): the current count must be at least (2, 3)'s 8", p, c)
+	}
+	for _, how := range []Strategy{KeepUsed, ScaleUsed, AddDifference, StartFresh} {
+		for c := uint64(1); c <= 6; c++ {
+			for c2 := uint64(1); c2 <= 13; c2++ {
+				type state struct{ p, c uint64 }
+				var states []state
+				for p := uint64(0); p <= 2*c+1; p++ {
+					for q := uint64(0); q <= 2*c+1; q++ {
+						states = append(states, state{p, q})
+					}
+				}
+				for _, a := range states {
+					ap, ac := how.Counts(a.p, a.c, c, c2)
+					if ap+ac != how.Units(a.p+a.c, c, c2) {
+						t.Fatalf("%d: (%d, %d) from %d to %d became (%d, %d), not Units of its sum", how, a.p, a.c, c, c2, ap, ac)
+					}
+					for _, b := range states {
+						if a.c < b.c || a.p+a.c < b.p+b.c {
+							continue // a does not count at least as much as b
+						}
+						bp, bc := how.Counts(b.p, b.c, c, c2)
+						if ac < bc || ap+ac < bp+bc {
+							t.Fatalf("%d from %d to %d: (%d, %d) ≥ (%d, %d) became (%d, %d) and (%d, %d): the order is lost",
+								how, c, c2, a.p, a.c, b.p, b.c, ap, ac, bp, bc)
+						}
+					}
+				}
+			}
+		}
+	}
+}

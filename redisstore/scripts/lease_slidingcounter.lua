@@ -8,10 +8,21 @@
 -- ARGV[3]  k, the events wanted in all (n <= k <= limit)
 -- ARGV[4]  limit, ARGV[5] period in microseconds, ARGV[6] origin
 -- ARGV[7]  the shortest expiry in milliseconds (see WithClock)
--- ARGV[8]  the window of the caller's previous lease, "" for none
--- ARGV[9]  m, the units of its unused tail to give back
+-- ARGV[8]  the window of the caller's unused tail, "" for none
+-- ARGV[9]  m, the units of its unused tail to give back (n and k are 0
+--          for a round trip that only gives a tail back)
 -- ARGV[10], ARGV[11] the rate's version and suffix, as in
 --          lease_tokenbucket.lua
+-- ARGV[12] q, the room a lease leaves: units beyond the decision's own
+--          are leased only from the room above q (half a lease)
+--
+-- A lease never takes a key's last q units (half a lease): near its
+-- limit the key is decided one request at a time, so that the units an
+-- instance holds unused never starve another's request that the exact
+-- counter would allow. At a steady demand within the quota the room
+-- after the last lease only grows as its units are spent (they were
+-- counted when leased, while the previous window's weight keeps falling),
+-- so no request of at most q units is denied.
 --
 -- The caller grants leased units only until the window they were counted
 -- in ends. Every unit allowed in a window is then counted in it, and the
@@ -19,7 +30,10 @@
 -- lease was checked against: the previous window's weight only falls as
 -- the window goes on, and everything counted since was checked in turn.
 -- The caller's unused tail, counted here and never granted, is given back
--- when it belongs to the current window.
+-- to the window it was counted in, the current one or the one before:
+-- the count of a closed window is then the units allowed in it, and its
+-- weight on the current window's estimate is theirs alone. An older tail
+-- weighs on nothing any more.
 --
 -- Reply: {allowed, prev, cur, now, got, returned}: got events were counted
 -- (0 when denied), returned units given back; prev, cur and now as in
@@ -38,9 +52,16 @@ if ARGV[8] ~= '' and tonumber(ARGV[8]) == w then
   returned = math.min(tonumber(ARGV[9]), cur)
   cur = cur - returned
   leased = math.max(0, leased - returned)
+elseif ARGV[8] ~= '' and tonumber(ARGV[8]) == w - 1 then
+  returned = math.min(tonumber(ARGV[9]), prev)
+  prev = prev - returned
 end
 
-local got = math.min(k, limit - cur - share(prev, period - (now - start), period))
+local room = limit - cur - share(prev, period - (now - start), period)
+local got = 0
+if room >= n then
+  got = n + math.max(0, math.min(k - n, room - n - tonumber(ARGV[12])))
+end
 local allowed = 0
 if got >= n and got > 0 then
   allowed = 1

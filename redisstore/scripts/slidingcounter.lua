@@ -35,16 +35,25 @@ end
 local w, now, start, prev, cur = counter_windows(s, clock - tonumber(ARGV[5]), period)
 if prate then
   -- Written under another plan of this period: its counts as of now,
-  -- converted as the plan says (taken from the previous window first,
-  -- added to the newest), and written whatever this decision does.
+  -- converted as the plan says and as inherit.Strategy.Counts does in Go
+  -- (taken from the previous window first; added to the newest, at least
+  -- what any sum from cur to prev + cur would gain, so that a state that
+  -- counts more converts to one that does too), and written whatever
+  -- this decision does.
+  local how = tonumber(ARGV[11])
   local used = prev + cur
-  local u = rate_units(tonumber(ARGV[11]), used, prate[1], limit)
+  local u = rate_units(how, used, prate[1], limit)
   if u < used then
     local take = math.min(prev, used - u)
     prev, cur = prev - take, cur - (used - u - take)
-  elseif u > used and cur > 0 then
-    cur = cur + u - used
-  elseif u > used then
+  elseif cur > 0 then
+    local function gain(t)
+      return math.max(0, rate_units(how, t, prate[1], limit) - t)
+    end
+    local most = math.max(gain(used), gain(math.min(used, math.max(cur, prate[1]))))
+    cur = math.min(u, cur + most)
+    prev = u - cur
+  else
     prev = prev + u - used
   end
   converted = true

@@ -5,7 +5,14 @@
 //
 // Run it from the benchmarks module:
 //
-//	cd benchmarks && go run ./cmd/report
+//	cd benchmarks && go run ./cmd/report                  # reports/comparison.md
+//	cd benchmarks && go run ./cmd/report -suite kinds     # reports/kinds.md
+//
+// Each suite writes its report to reports/SUITE.md: the machine, the load
+// average at the start and the end, the date, the tables, and every figure
+// by name, which README.md and docs/ quote (internal/doccheck checks the
+// quotations against the latest report). The suites other than the
+// comparison run benchmarks of any module of the repository (suites.go).
 //
 // It builds the benchmark binary once, then runs every case in rounds
 // (-count), so that all libraries are measured close together in time
@@ -31,17 +38,21 @@ import (
 
 func main() {
 	count := flag.Int("count", 5, "rounds; each figure is the median over them")
-	benchtime := flag.String("benchtime", "200ms", "go test -benchtime of the timed cases")
-	bench := flag.String("bench", "^Benchmark(Decision|Middleware|Floor|Memory|Redis)$", "go test -bench pattern")
+	benchtime := flag.String("benchtime", "200ms", "go test -benchtime of the timed cases (comparison suite)")
+	bench := flag.String("bench", "^Benchmark(Decision|Middleware|Floor|Memory|Redis)$", "go test -bench pattern (comparison suite)")
 	raw := flag.String("raw", "", "also write the raw go test output to this file")
+	suite := flag.String("suite", "comparison", "the suite to run: "+strings.Join(suiteNames(), ", "))
+	outPath := flag.String("o", "", "the report file (default reports/SUITE.md in the benchmarks module; - for standard output)")
+	times := flag.String("times", "", "testtimes suite: the file scripts/test-times.sh recorded")
 	flag.Parse()
-	if err := run(*count, *benchtime, *bench, *raw, os.Stdout, os.Stderr); err != nil {
+	if err := report(*suite, *outPath, *count, *benchtime, *bench, *raw, *times); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) error {
+// report runs suite and writes its report to outPath.
+func report(suite, outPath string, count int, benchtime, bench, raw, times string) error {
 	if count < 1 {
 		return fmt.Errorf("-count %d: need at least one round", count)
 	}
@@ -49,6 +60,45 @@ func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) e
 	if err != nil {
 		return err
 	}
+	if outPath == "" {
+		outPath = filepath.Join(dir, "reports", suite+".md")
+	}
+	var buf bytes.Buffer
+	switch suite {
+	case "comparison":
+		err = run(dir, count, benchtime, bench, raw, &buf, os.Stderr)
+	case "testtimes":
+		var t timesRun
+		if t, err = readTimes(times); err == nil {
+			err = renderTimes(&buf, t)
+		}
+	default:
+		s, ok := suites[suite]
+		if !ok {
+			return fmt.Errorf("-suite %q: want one of %s", suite, strings.Join(suiteNames(), ", "))
+		}
+		err = runSuite(filepath.Dir(dir), suite, s, count, raw, &buf, os.Stderr)
+	}
+	if err != nil {
+		return err
+	}
+	if outPath == "-" {
+		_, err = os.Stdout.Write(buf.Bytes())
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(outPath), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(outPath, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(os.Stderr, "wrote %s\n", outPath)
+	return nil
+}
+
+// run runs the comparison suite: every library on the same cases, from
+// the benchmarks module in dir.
+func run(dir string, count int, benchtime, bench, rawPath string, out, progress io.Writer) error {
 	tmp, err := os.MkdirTemp("", "floodgate-bench")
 	if err != nil {
 		return err
@@ -98,6 +148,7 @@ func run(count int, benchtime, bench, rawPath string, out, progress io.Writer) e
 		}
 	}
 	m.rounds, m.benchtime = count, benchtime
+	m.loadEnd = loadAverage()
 	return render(out, m, res)
 }
 
@@ -133,7 +184,8 @@ type machine struct {
 	goVersion string
 	osArch    string
 	date      time.Time
-	load      string
+	load      string // at the start
+	loadEnd   string
 	rounds    int
 	benchtime string
 }
@@ -158,10 +210,16 @@ func machineInfo() machine {
 		}
 		_ = f.Close()
 	}
+	m.load = loadAverage()
+	return m
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages, or "unknown".
+func loadAverage() string {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) >= 3 {
-			m.load = strings.Join(f[:3], " ")
+			return strings.Join(f[:3], " ")
 		}
 	}
-	return m
+	return "unknown"
 }

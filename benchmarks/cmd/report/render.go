@@ -163,13 +163,16 @@ func render(w io.Writer, m machine, r *results) error {
 			_, err = fmt.Fprintf(w, format, a...)
 		}
 	}
-	p("Machine: %s, %d CPUs (shared with other work: compare figures within this run only), %s, %s, %s; load average at start %s.\n",
-		m.cpu, m.cpus, m.osArch, m.goVersion, m.date.Format("2006-01-02 15:04 MST"), m.load)
+	f := newFigures()
+	header(p, f, "comparison", "floodgate and the other Go rate limiters",
+		"Every library on the same cases in the same run (benchmarks/README.md says what each case does and how each library is configured).", m)
 	p("Each figure is the median of %d rounds (-benchtime %s; the memory case one store per round). "+
 		"ns/op is wall time; cpu-ns/op is the process's CPU time per decision, which does not count waiting for a core.\n\n", m.rounds, m.benchtime)
 
 	p("Targets are ratios to the best published library (no baseline) or absolute bounds. " +
 		"The floor is BenchmarkFloor's clock (time.Since) + key hash (maphash) + uncontended lock, measured in the same run: no in-memory decision can cost less.\n\n")
+	r.docsTable(p, f)
+	p("<!-- table: summary -->\n")
 	p("| case | figure | floodgate | best peer | floodgate ÷ best peer | best library (no baseline) | floodgate ÷ best library | floodgate allocs/op | target | met | floor | floodgate ÷ floor |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.cases {
@@ -177,11 +180,11 @@ func render(w io.Writer, m machine, r *results) error {
 			continue
 		}
 		for _, lib := range r.subjects(c) {
-			r.summaryRows(p, c, lib)
+			r.summaryRows(p, f, c, lib)
 		}
 	}
 
-	p("\nAll figures (÷ best peer: the library's headline figure ÷ the best peer's; for ns/op and B/key lower is better, for decisions/s higher):\n\n")
+	p("\n<!-- table: all -->\nAll figures (÷ best peer: the library's headline figure ÷ the best peer's; for ns/op and B/key lower is better, for decisions/s higher):\n\n")
 	p("| case | library | figure | ÷ best peer | ns/op | cpu-ns/op | B/op | allocs/op |\n")
 	p("|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.cases {
@@ -203,11 +206,17 @@ func render(w io.Writer, m machine, r *results) error {
 			}
 			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", c, name, fig, rt,
 				fmtUnit(r, c, lib, "ns/op"), fmtUnit(r, c, lib, "cpu-ns/op"), fmtUnit(r, c, lib, "B/op"), fmtUnit(r, c, lib, "allocs/op"))
+			for _, unit := range []string{mt.unit, "ns/op", "cpu-ns/op", "B/op", "allocs/op"} {
+				if v, ok := r.median(c, lib, unit); ok {
+					f.add(c+"/"+lib+" "+unit, num(v, unit))
+				}
+			}
 		}
 	}
 	if len(r.failures) > 0 {
 		p("\nFailed (a decision other than the case expects, or an error): %s\n", strings.Join(dedupe(r.failures), ", "))
 	}
+	f.write(p)
 	return err
 }
 
@@ -253,9 +262,13 @@ func fmtUnit(r *results, c, lib, unit string) string {
 // num formats a figure with the precision its size deserves.
 func num(v float64, unit string) string {
 	switch {
+	case unit == "allocs/op" && v > 0 && v < 1:
+		// A share of an allocation (a block carved among many calls):
+		// rounded to 0 it would read as none.
+		return fmt.Sprintf("%.2f", v)
 	case unit == "allocs/op" || unit == "B/op" || unit == "decisions/s":
 		return fmt.Sprintf("%.0f", math.Round(v))
-	case v >= 100:
+	case math.Abs(v) >= 100:
 		return fmt.Sprintf("%.0f", v)
 	default:
 		return fmt.Sprintf("%.1f", v)
@@ -276,7 +289,7 @@ func dedupe(s []string) []string {
 
 // summaryRows prints the summary rows of floodgate variant lib in case c,
 // one per metric.
-func (r *results) summaryRows(p func(string, ...any), c, lib string) {
+func (r *results) summaryRows(p func(string, ...any), f *figures, c, lib string) {
 	allocs, aok := r.median(c, lib, "allocs/op")
 	// The memory case's allocs/op are those of populating a whole store,
 	// not of one decision.
@@ -321,5 +334,113 @@ func (r *results) summaryRows(p func(string, ...any), c, lib string) {
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, mt.unit, fcell, cell(bn, bv, bok), ratio(fv, bv, fok && bok),
 			cell(ln, lv, lok), ratio(fv, lv, fok && lok), acell, tgText, met, flcell, ratio(fv, flv, fok && flok))
+		// Named as the docs quote them: "Decision/hot/floodgate ÷ best
+		// library cpu-ns/op".
+		subj := c + "/" + lib
+		if bok {
+			f.add(c+" best peer "+mt.unit, bn)
+			f.add(subj+" ÷ best peer "+mt.unit, ratio(fv, bv, fok))
+		}
+		if lok {
+			f.add(c+" best library "+mt.unit, ln)
+			f.add(subj+" ÷ best library "+mt.unit, ratio(fv, lv, fok))
+		}
+		if flok {
+			f.add("floor "+mt.unit, flcell)
+			f.add(subj+" ÷ floor "+mt.unit, ratio(fv, flv, fok))
+		}
+		if tgText != "" {
+			f.add(subj+" target "+mt.unit, tgText)
+			f.add(subj+" met "+mt.unit, strings.Trim(met, "*"))
+		}
 	}
+}
+
+// docsRow is a row of the table docs/performance.md quotes: a case, the
+// floodgate variant, the figure it is judged by, and how to print it.
+type docsRow struct {
+	label, c, lib, unit string
+	suffix              string // after floodgate's figure and each library's
+	bytes               bool   // the memory case: bounded or not
+}
+
+var docsRows = []docsRow{
+	{"decision, hot key", "Decision/hot", subject, "cpu-ns/op", " ns", false},
+	{"decision, 100k keys, serial", "Decision/100k-serial", subject, "cpu-ns/op", " ns", false},
+	{"decision, 100k keys, parallel", "Decision/100k-parallel", subject, "cpu-ns/op", " ns", false},
+	{"middleware `ServeHTTP`, allowed, 100k client IPs", "Middleware/allowed", subject, "cpu-ns/op", " ns", false},
+	{"middleware `ServeHTTP`, denied, hot key", "Middleware/denied", subject, "cpu-ns/op", " ns", false},
+	{"bytes per tracked key, 100k keys", "Memory/100k", subject, "B/key", " B", true},
+	{"Redis, go-redis, 256 callers (decisions/s)", "Redis/callers=256", subject, "decisions/s", "", false},
+	{"Redis, rueidis, 256 callers (decisions/s)", "Redis/callers=256", subject + "-rueidis", "decisions/s", "", false},
+	{"Redis, go-redis, 1 caller (decisions/s)", "Redis/callers=1", subject, "decisions/s", "", false},
+}
+
+// docsTable prints the summary docs/performance.md quotes whole: CPU
+// time for the in-memory cases, bytes per key, decisions a second on
+// Redis, each against the best other library (the hand-made baseline
+// beside it), its target and its floor.
+func (r *results) docsTable(p func(string, ...any), f *figures) {
+	p("<!-- table: docs -->\n")
+	p("| case (CPU ns/op) | floodgate | best other library | ÷ best library | target | ÷ floor | hand-made baseline | floodgate allocs/op |\n")
+	p("|---|---|---|---|---|---|---|---|\n")
+	for _, row := range docsRows {
+		mt := metric{unit: row.unit, higherIsBetter: row.unit == "decisions/s"}
+		fv, fok := r.median(row.c, row.lib, row.unit)
+		if !fok {
+			p("| %s | not measured | | | | | | |\n", row.label)
+			continue
+		}
+		fcell := num(fv, row.unit) + row.suffix
+		if row.bytes {
+			if b, ok := r.bounded(row.c, row.lib); ok && b {
+				fcell += ", bounded"
+			} else {
+				fcell += ", unbounded"
+			}
+		}
+		ln, lv, lok := r.bestLibrary(row.c, mt)
+		lcell, rcell := "—", "—"
+		if lok {
+			lcell = ln + " " + num(lv, row.unit) + row.suffix
+			if row.bytes {
+				lcell += " (bounded)"
+			}
+			rcell = ratio(fv, lv, true)
+		}
+		name := row.c
+		if row.lib != subject {
+			name += " (" + row.lib + ")"
+		}
+		tcell := ""
+		if tg, ok := targets[name]; ok {
+			allocs, aok := r.median(row.c, row.lib, "allocs/op")
+			if row.bytes {
+				aok = false
+			}
+			tcell = tg.text + " met"
+			if verdict(tg, mt, fv, lok || tg.ratio == 0, lv, allocs, aok) != "yes" {
+				tcell = tg.text + " missed"
+			}
+			if row.bytes {
+				if b, ok := r.bounded(row.c, row.lib); !ok || !b {
+					tcell = tg.text + " missed (unbounded)"
+				}
+			}
+		}
+		flcell := ""
+		if flv, ok := r.floor(row.c, row.unit); ok {
+			flcell = ratio(fv, flv, true)
+		}
+		bcell := ""
+		if bv, ok := r.median(row.c, baseline, row.unit); ok {
+			bcell = num(bv, row.unit) + row.suffix
+		}
+		acell := "—"
+		if av, ok := r.median(row.c, row.lib, "allocs/op"); ok && !row.bytes {
+			acell = num(av, "allocs/op")
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", row.label, fcell, lcell, rcell, tcell, flcell, bcell, acell)
+	}
+	p("\n")
 }

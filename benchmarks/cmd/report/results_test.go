@@ -73,6 +73,16 @@ func TestParseAndRatios(t *testing.T) {
 		"| Redis/callers=256 | cpu-ns/op | 900 | redis_rate 1000 | 0.90 | redis_rate 1000 | 0.90 | 3 |  |  | — | — |",
 		// Each client has its own target.
 		"| Redis/callers=256 (floodgate-rueidis) | decisions/s | 40000 | redis_rate 16000 | 2.50 | redis_rate 16000 | 2.50 | 3 | ≥ 2.5 | yes | — | — |",
+		// The table docs/performance.md quotes, on CPU time where measured.
+		"<!-- table: docs -->\n| case (CPU ns/op) |",
+		"| bytes per tracked key, 100k keys | 120 B, bounded | throttled 150 B (bounded) | 0.80 | ≤ 100 B/key, bounded missed |  |  | — |",
+		"| Redis, rueidis, 256 callers (decisions/s) | 40000 | redis_rate 16000 | 2.50 | ≥ 2.5 met |  |  | 3 |",
+		// Every figure by name, as the docs quote them.
+		"| `Decision/hot/floodgate ns/op` | 60.0 |",
+		"| `Decision/hot/floodgate ÷ best library ns/op` | 0.55 |",
+		"| `Decision/hot best library ns/op` | sethvargo |",
+		"| `Decision/hot/floodgate ÷ floor ns/op` | 2.00 |",
+		"| `Memory/100k/floodgate met B/key` | no |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())

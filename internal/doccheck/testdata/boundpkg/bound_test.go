@@ -1,0 +1,5 @@
+package boundpkg
+
+import "testing"
+
+func TestBoundHolds(t *testing.T) {}
