@@ -25,22 +25,12 @@ import (
 // repro test. (Findings the checker made that no issue names yet are
 // marked "issue 28 finding".)
 var openFindings = map[string]string{
-	"TokenBucket/Evictions":           resetSpray,
-	"IntervalTokenBucket/Evictions":   resetSpray,
-	"SlidingLog/Evictions":            resetSpray,
-	"SlidingLogCountDenied/Evictions": resetSpray,
-	"SlidingCounter/Evictions":        resetSpray,
-	"SlidingCounter/EvictionsNoResets": "issue 29 item 12: the bounded store forgives across rate changes " +
-		"(a key restored from the debt memory reports more Remaining than the exact store); fix in flight",
-
 	"SlidingLog/CostAfter":            windowDebts,
 	"SlidingLogCountDenied/CostAfter": windowDebts,
 	"SlidingCounter/CostAfter":        windowDebts,
 	"Gate/SettledCost/SlidingLog":     windowDebts,
 	"Gate/SettledCost/SlidingCounter": windowDebts,
 	"All/BucketAndLog":                windowDebts,
-
-	"InFlight/FullTable": "issue 30 item 4: the in-flight table refuses new keys (Overloaded) below WithMaxKeys, its bound being per shard; fix in flight",
 
 	"TokenBucket/RateChangesAnyCost":           publishedCost,
 	"IntervalTokenBucket/RateChangesAnyCost":   publishedCost,
@@ -51,7 +41,6 @@ var openFindings = map[string]string{
 
 // The findings openFindings names more than once.
 const (
-	resetSpray  = "issue 29 item 13: a Reset does not survive a continued key spray (the spray drops the reset's mark from the debt memory); fix in flight"
 	windowDebts = "issue 30 item 2: debts on windows do not carry (a sliding log forgets a charge after a window, a counter after two), " +
 		"so admitted cost per period exceeds the limit over a long run; fix in flight"
 	publishedCost = "issue 28 finding: while SetRate converts the shards, a cost above the capacity being replaced is refused " +

@@ -363,10 +363,37 @@ func (r *run) checkResets(recs []*crec) *failure {
 					continue next
 				}
 			}
+			if r.laterDebt(recs, rec, d) {
+				continue
+			}
 			return &failure{kind: failReset, msg: fmt.Sprintf("%v\nafter\n%v\nwith nothing spent on the key in between", d, rec)}
 		}
 	}
 	return nil
+}
+
+// laterDebt reports whether d, a denial of a key reset by reset and not
+// spent since, may come from debts of other keys spent after the reset,
+// for a store that may lock a key out by design (Lossy, negative
+// Shortfall): past its debt memory's size such a store merges debts into
+// a bound that binds every key of their place, a key reset before them
+// as any new key (docs/store.md), while no debt running at the reset may
+// bind the key again. A bound lasts as long as its latest debt: a denial
+// whose RetryAfter ends after every debt spent since the reset must owe
+// something to one older than the reset. (RetryAfter, not ResetAfter: a
+// log that counts denied attempts counts the denial itself.)
+func (r *run) laterDebt(recs []*crec, reset, d *crec) bool {
+	if !r.c.Lossy || r.c.Shortfall >= 0 {
+		return false
+	}
+	end := d.t0 + d.d.RetryAfter - r.c.Resolution
+	for _, c := range recs {
+		if c.key != reset.key && decided(c) && c.d.Allowed && c.n > 0 && c.inv > reset.inv && c.inv < d.ret &&
+			c.t1+c.d.ResetAfter >= end {
+			return true
+		}
+	}
+	return false
 }
 
 // checkShortfall: a Lossy limiter denies a steady key no more units over

@@ -188,7 +188,10 @@
 //   - the rules of every Decision; no decision under a rate older than
 //     one already seen (once SetRate has returned, and for a key once
 //     decided under the newer rate); Reset lasting until the key spends
-//     again; no more admitted on a key in any interval than its limit
+//     again (for a store that may lock a key out by design, a Lossy one
+//     with a negative Shortfall, against every debt older than the
+//     Reset: a denial that debts of other keys spent since may explain
+//     is not counted); no more admitted on a key in any interval than its limit
 //     allows there — a bucket's burst plus Rate × T, a log's Limit per
 //     window, a counter's per fixed window touched, at the largest rate
 //     in force, counting charges, net of refunds, plus what calls then in
