@@ -157,7 +157,9 @@ func limiterTargets(add func(string, floodgatetest.Checker)) {
 		// all, then merged), under a spray of 8 keys a round beside the
 		// traffic on 4, with rate changes and resets: a restored key is
 		// never allowed what an exact store would deny, and a Reset
-		// lasts.
+		// lasts against every debt older than it (debts spent after it and
+		// merged past the memory's size may bind it, as any new key:
+		// docs/store.md).
 		evict := base
 		evict.New = checkerLimiter(a.alg, floodgate.WithMaxKeys(8), floodgate.WithShards(1), floodgate.WithDebtMemory(1))
 		evict.Without, evict.Spray, evict.Rounds = evictionOps, 8, 80
