@@ -108,7 +108,11 @@ type Checker struct {
 	DenyCache time.Duration
 	// SlotLease is the lease of an in-flight limit's slots on Redis
 	// (redisstore.WithSlotLease): a slot taken by a decision whose caller
-	// gave up must come back within it.
+	// gave up must come back within it. A program during which the
+	// limiter says it lost leases of calls still running (a method
+	// LostLeases() uint64 returning more than 0: a renewal came later
+	// than the lease, so more than the limit may have been in flight, as
+	// redisstore documents) is logged and not checked.
 	SlotLease time.Duration
 	// MaxKeys is the limiter's key bound (floodgate.WithMaxKeys), when
 	// the checker should spray more keys than it: for an in-flight

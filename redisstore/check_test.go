@@ -46,7 +46,6 @@ func init() {
 			"DenyCache/Refunds/TokenBucket", "DenyCache/Refunds/SlidingLog"} {
 			openRedisFindings[topo+"/"+target] = ownRefund
 		}
-		openRedisFindings[topo+"/InFlight"] = "issue 30 item 1: a slot taken by a decision whose caller gave up is renewed with the instance's other slots and never comes back; fix in flight"
 		openRedisFindings[topo+"/Lease/SlidingCounter"] = leasedWindow
 		openRedisFindings[topo+"/Lease/SlidingCounter/Hot"] = leasedWindow
 		openRedisFindings[topo+"/Lease/Refunds/SlidingCounter"] = leasedWindow
@@ -221,8 +220,11 @@ func redisTargets(cs checkClients, target func(string, floodgatetest.Checker)) {
 	// a slot comes back within its lease.
 	// An abandoned call's slot is held until its lease runs out, which
 	// no model of calls knows: Lossy (never more than Max held by the
-	// calls that hold slots), with the lease held to apart.
-	const lease = 100 * time.Millisecond
+	// calls that hold slots), with the lease held to apart. 250 ms:
+	// with 100 ms, renewals under -race on a loaded machine came late
+	// and leases of running calls were lost (LostLeases, documented
+	// over-admission; such a program is not checked) in half the programs.
+	const lease = 250 * time.Millisecond
 	add(cs.name+"/InFlight", floodgatetest.Checker{Algorithm: floodgatetest.InFlightSlots,
 		Rate: floodgate.Rate{Limit: 3, Period: time.Second}, SlotLease: lease, Abandon: true, Rounds: 600,
 		Lossy: true, Estimates: true, Shortfall: -1,
