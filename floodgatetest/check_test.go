@@ -34,6 +34,7 @@ type lockedModels struct {
 	chargeTwice  bool // ChargeN charges twice
 	racy         bool // AllowN looks, lets others run, then takes what it saw
 	staleRate    bool // SetRate reaches a key only at its second decision after
+	ignoreReset  bool // Reset changes nothing
 	stale        map[string]int
 	pending      *rateChange
 }
@@ -96,6 +97,9 @@ func (l *lockedModels) AllowN(_ context.Context, key string, n int) (floodgate.D
 func (l *lockedModels) Reset(_ context.Context, key string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.ignoreReset {
+		return nil
+	}
 	delete(l.models, key)
 	delete(l.stale, key)
 	return nil
@@ -294,6 +298,24 @@ func TestCheckCatchesBrokenLimiters(t *testing.T) {
 			bug:  func(l *lockedModels) { l.staleRate = true },
 			opts: func(c *Checker) { c.Without = Refunds | Charges | Resets | Reservations },
 			want: []string{failRate, failLinear},
+		},
+		{
+			name: "loses a reset", alg: SlidingLog,
+			bug:  func(l *lockedModels) { l.ignoreReset = true },
+			opts: func(c *Checker) { c.Without = RateChanges | Refunds | Charges },
+			want: []string{failReset, failLinear},
+		},
+		{
+			// A store that may lock keys out by design is held to
+			// Reset only against debts older than it (laterDebt): with
+			// one key, no other key's debt can excuse the denial.
+			name: "loses a reset in a store that may lock keys out", alg: TokenBucket,
+			bug: func(l *lockedModels) { l.ignoreReset = true },
+			opts: func(c *Checker) {
+				c.Without = RateChanges | Refunds | Charges | Reservations
+				c.Lossy, c.Shortfall, c.Keys = true, -1, 1
+			},
+			want: []string{failReset},
 		},
 	}
 	for _, tt := range tests {
