@@ -404,14 +404,16 @@ func (r *run) lostLeases() uint64 {
 // bind the key again. A bound lasts as long as its latest debt: a denial
 // whose RetryAfter ends after every debt spent since the reset must owe
 // something to one older than the reset. (RetryAfter, not ResetAfter: a
-// log that counts denied attempts counts the denial itself.)
+// log that counts denied attempts counts the denial itself; and its
+// denials of other keys are debts too.)
 func (r *run) laterDebt(recs []*crec, reset, d *crec) bool {
 	if !r.c.Lossy || r.c.Shortfall >= 0 {
 		return false
 	}
 	end := d.t0 + d.d.RetryAfter - r.c.Resolution
 	for _, c := range recs {
-		if c.key != reset.key && decided(c) && c.d.Allowed && c.n > 0 && c.inv > reset.inv && c.inv < d.ret &&
+		spent := c.d.Allowed || r.c.CountDenied // a log that counts denied attempts records them too
+		if c.key != reset.key && decided(c) && spent && c.n > 0 && c.inv > reset.inv && c.inv < d.ret &&
 			c.t1+c.d.ResetAfter >= end {
 			return true
 		}
