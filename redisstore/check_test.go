@@ -39,7 +39,12 @@ func init() {
 		for _, alg := range []string{"SlidingLog", "SlidingCounter"} {
 			openRedisFindings[topo+"/CostAfter/"+alg] = "issue 30 item 2: debts on windows do not carry (a sliding log forgets a charge after a window, a counter after two); fix in flight"
 		}
+		for _, target := range []string{"DenyCache/TokenBucket", "DenyCache/SlidingLog", "DenyCache/SlidingCounter",
+			"DenyCache/Refunds/TokenBucket", "DenyCache/Refunds/SlidingLog"} {
+			openRedisFindings[topo+"/"+target] = ownRefund
+		}
 		openRedisFindings[topo+"/Lease/SlidingCounter/Hot"] = leasedWindow
+		openRedisFindings[topo+"/Lease/Refunds/SlidingCounter"] = leasedRefund
 	}
 }
 
@@ -47,6 +52,13 @@ func init() {
 const (
 	staleCost = "issue 28 finding: a cost above the capacity is checked against the instance's view before the decision refreshes it: " +
 		"ErrCostExceedsLimit with the Limit of a rate SetRate has replaced, after SetRate returned (issue 29's class)"
+	ownRefund = "issue 29 item 6, after its fix: a denial cached by a decision that raced the instance's own Reset or refund outlives them " +
+		"(the entry is dropped before the racing denial stores it), so the key stays denied for up to DenyCacheMaxAge though the doc says " +
+		"an instance's own Reset and refunds clear its entry at once (still found by the long run of 2026-12-06: " +
+		"Single/DenyCache/SlidingLog, FLOODGATE_CHECK_SEED=193388945621204)"
+	leasedRefund = "issue 28 finding, still open after issue 30 item 7's fix: with refunds while leases are out, the leased counter " +
+		"allows more than one exact counter would (a refund of 4 units at 1.823 s, then at 2.027 s 20 of 20 allowed where the exact " +
+		"counter, weighing the previous window, allows 19; the long run of 2026-12-06, FLOODGATE_CHECK_SEED=181043096726983)"
 	leasedWindow = "issue 28 finding, still open after issue 30 item 7's fix: the leased counter allows more than one exact counter would " +
 		"(a sequential history on two instances, 10 per 10 ms: 9 units in the window [20 ms, 30 ms), then at 31 ms 2 units allowed " +
 		"where the exact counter, weighing the previous window as 8.1, allows 1; FLOODGATE_CHECK_SEED=1 on Single/Lease/SlidingCounter/Hot)"
