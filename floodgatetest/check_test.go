@@ -35,6 +35,7 @@ type lockedModels struct {
 	racy         bool // AllowN looks, lets others run, then takes what it saw
 	staleRate    bool // SetRate reaches a key only at its second decision after
 	ignoreReset  bool // Reset changes nothing
+	releaseTwice bool // ReleaseN gives back twice the slots
 	stale        map[string]int
 	pending      *rateChange
 }
@@ -166,7 +167,41 @@ func (l slotModels) ReleaseN(_ context.Context, key string, n int, _ time.Durati
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.model(key, 0).release(n)
+	if l.releaseTwice {
+		l.model(key, 0).release(n)
+	}
 	return nil
+}
+
+// lostLeaseSlots is an in-flight limit that says it lost lost leases of
+// running calls, as redisstore.InFlight.LostLeases does.
+type lostLeaseSlots struct {
+	slotModels
+	lost uint64
+}
+
+func (l lostLeaseSlots) LostLeases() uint64 { return l.lost }
+
+// A program in which the limiter says it lost leases is not checked
+// (Checker.SlotLease): the over-admission that follows is documented.
+// The same broken limit that says it lost none is caught.
+func TestCheckTrustsLostLeases(t *testing.T) {
+	for _, lost := range []uint64{0, 1} {
+		c := modelChecker(InFlightSlots, nil)
+		c.SlotLease = time.Second
+		c.New = func(cc CheckConfig) (floodgate.Limiter, error) {
+			l := newLockedModels(InFlightSlots, cc)
+			l.releaseTwice = true
+			return lostLeaseSlots{slotModels{l}, lost}, nil
+		}
+		_, f := find(t, c, 10)
+		switch {
+		case lost == 0 && f == nil:
+			t.Errorf("a limit that releases twice and lost no lease: the checker found nothing in 10 seeds")
+		case lost > 0 && f != nil:
+			t.Errorf("a limit that lost %d leases was held to the model: %s: %s", lost, f.kind, f.msg)
+		}
+	}
 }
 
 // modelChecker returns a Checker over lockedModels of alg, each broken

@@ -54,7 +54,7 @@ func (r *run) check() *failure {
 		// The limiter says it let slots of calls still running expire
 		// (a renewal came later than the lease): more than the limit in
 		// flight is then what it documents, not a finding.
-		r.log.Logf("seed %d: the limiter lost %d leases of running calls (LostLeases): the history is not checked", r.p.Seed, lost)
+		r.log.Logf("seed %d: the limiter lost leases of running calls (LostLeases: %d): the history is not checked", r.p.Seed, lost)
 		return nil
 	}
 	ticks := append([]time.Duration(nil), r.ticks...)
