@@ -44,8 +44,13 @@ type Response struct {
 // their estimates — never more, however many more come. With a quota of
 // 10, an estimate of 1 and 10 concurrent requests each costing 5, the key
 // owes 40 once they are done, and waits for 41 units before the next one.
-// A debt is bounded too (see Charger); a handler that panics is charged
-// at least its estimate.
+// Every algorithm pays that debt at its rate, a window limiter carrying
+// it into the coming windows (see Charger), so a client whose calls
+// always cost more than it announces gets the limit per Period over any
+// run, plus that one over-spend. A debt is bounded too (WithMaxDebt on
+// the limiter: an hour per call and a day in all by default); a charge
+// beyond it is reported in the call's AfterHandler DecisionEvent
+// (DebtCapped). A handler that panics is charged at least its estimate.
 //
 // Every policy's limiter must implement Charger and Refunder (TokenBucket,
 // SlidingLog, SlidingCounter and All of them do, in memory and on Redis);

@@ -21,7 +21,13 @@ var frozenAt = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func frozenBucket(t *testing.T, r floodgate.Rate) *floodgate.TokenBucket {
 	t.Helper()
-	return mustTokenBucketX(t, r, floodgate.WithClock(func() time.Time { return frozenAt }))
+	return mustTokenBucketX(t, r, floodgate.WithClock(func() time.Time { return frozenAt }), widestDebt())
+}
+
+// widestDebt lets a key owe as much as a limiter can hold, for the tests
+// of a debt's arithmetic; the default limits have tests of their own.
+func widestDebt() floodgate.Option {
+	return floodgate.WithMaxDebt(floodgate.DebtLimits{PerCall: floodgate.MaxDebtLimit, Total: floodgate.MaxDebtLimit})
 }
 
 // serveOnce sends one request to h and returns the recorder.
@@ -225,6 +231,31 @@ func TestReportCostErrors(t *testing.T) {
 	}
 }
 
+// A report from a goroutine that outlived its handler comes after the
+// call settled: it is refused with an error instead of being dropped in
+// silence (before, ReportCost returned nil and nothing was charged), and
+// the call stays charged what was reported in time.
+func TestReportCostAfterSettleIsRefused(t *testing.T) {
+	lim := frozenBucket(t, floodgate.PerHour(10))
+	mw, err := floodgate.NewMiddleware(lim, floodgate.WithKeyFunc(floodgate.KeyByMethod()), floodgate.WithCostAfter(floodgate.CostReported))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx context.Context
+	serveOnce(mw(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		ctx = r.Context()
+		if err := floodgate.ReportCost(ctx, 3); err != nil {
+			t.Errorf("report in time: %v", err)
+		}
+	})), "/")
+	if err := floodgate.ReportCost(ctx, 8); !errors.Is(err, floodgate.ErrInvalidOption) {
+		t.Errorf("report after the call settled: %v, want ErrInvalidOption", err)
+	}
+	if d, _ := lim.AllowN(context.Background(), "GET", 0); d.Remaining != 7 {
+		t.Errorf("%d left, want 7: the 3 reported in time", d.Remaining)
+	}
+}
+
 // Two metered limits, one around the other: a report reaches both.
 func TestReportCostReachesNestedLimits(t *testing.T) {
 	outer, inner := frozenBucket(t, floodgate.PerHour(10)), frozenBucket(t, floodgate.PerHour(20))
@@ -272,19 +303,20 @@ func TestCostAfterRefusedConfigurations(t *testing.T) {
 
 // A debt saturates and never wraps: charges of the largest cost, again
 // and again, on the slowest rate, leave a key denied with a finite,
-// positive wait that never goes back down, and a Remaining of 0.
+// positive wait that never goes back down, and a Remaining of 0; a
+// charge that reaches the bound says so (ErrDebtCapped).
 func TestChargeNSaturates(t *testing.T) {
 	ctx := context.Background()
 	for _, interval := range []bool{false, true} {
-		opts := []floodgate.Option{floodgate.WithClock(func() time.Time { return frozenAt })}
+		opts := []floodgate.Option{floodgate.WithClock(func() time.Time { return frozenAt }), widestDebt()}
 		if interval {
 			opts = append(opts, floodgate.WithIntervalRefill())
 		}
 		lim := mustTokenBucketX(t, floodgate.Rate{Limit: 1, Period: 50 * 365 * 24 * time.Hour}, opts...)
 		var last time.Duration
 		for i := 0; i < 200; i++ {
-			if err := lim.ChargeN(ctx, "k", 1<<30); err != nil {
-				t.Fatal(err)
+			if err := lim.ChargeN(ctx, "k", 1<<30); !errors.Is(err, floodgate.ErrDebtCapped) {
+				t.Fatalf("charge %d: %v, want ErrDebtCapped: 2^30 is above the largest cost", i, err)
 			}
 			d, err := lim.AllowN(ctx, "k", 1)
 			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter < last {

@@ -134,4 +134,28 @@
 // [WithDecisionHook], [WithRefundUncounted], [WithSettledCost], [WithWait]
 // …). Admit allocates nothing of its own, and needs no *http.Request;
 // under WithWait it may hold a call until its turn.
+//
+// # Files
+//
+// The package's files by layer, the way one request crosses them: the
+// HTTP face calls the admission core, which asks a key function and a
+// limiter; nothing below calls up. A file belongs to one layer, and the
+// limiter files name none of the admission core's or the HTTP face's
+// types (layers_test.go checks both).
+//
+//   - HTTP: middleware.go, middlewareoption.go, response.go, route.go,
+//     policyselector.go, preflight.go, statuswriter.go, costafter.go,
+//     forwardwarning.go.
+//   - Admission: gate.go, gatelog.go, gatewait.go, gatestats.go,
+//     settle.go, meter.go, policy.go, policyshare.go, quota.go,
+//     headervalue.go.
+//   - Keys: keyfunc.go, clientip.go, forwarded.go, formkey.go,
+//     multipartcheck.go, pattern.go, prefixcover.go, plankey.go.
+//   - Limiters: limiter.go, options.go, clock.go, capacity.go, charge.go,
+//     debtlimit.go, reserve.go, wait.go, store.go, debts.go,
+//     tokenbucket.go, tokenbucket_kinds.go, slidingwindow.go,
+//     slidingwindow_kinds.go, slidingcounter.go, slidingcounter_kinds.go,
+//     composite.go, composite_kinds.go, inflight.go, inflightstats.go,
+//     limitershare.go, ratelimiter.go, ratechange.go, namespace.go,
+//     plan.go, plancache.go, planfactory.go, planinplace.go, planslot.go.
 package floodgate

@@ -82,12 +82,8 @@ func TestUnquotedFiguresAreThere(t *testing.T) {
 var unquotedFigures = map[string]map[string]string{
 	"docs/reliability.md": {"*": "each row's figures are what the test in its last column showed (its assertions are the bound, its log the figures) " +
 		"when the row was written; no report runs those tests and records their logs yet"},
-	"docs/keys.md": {"20 KiB": "checkHoldback (16 KiB) and the read buffer (4 KiB), constants of multipartcheck.go"},
-	"docs/limiters.md": {
-		"1024 B": "DefaultMaxKeyLength, a default",
-		"40 B":   "the in-flight table's entry: issue 30 measures and corrects the in-flight table, its size bound too",
-	},
-	"docs/middleware.md": {"40 bytes": "the in-flight table's entry: issue 30 measures and corrects the in-flight table, its size bound too"},
+	"docs/keys.md":     {"20 KiB": "checkHoldback (16 KiB) and the read buffer (4 KiB), constants of multipartcheck.go"},
+	"docs/limiters.md": {"1024 B": "DefaultMaxKeyLength, a default"},
 	"docs/rates.md": {
 		"200 B":          "PlanLimiter's cache entry, an estimate (the A/B below measured 195 B on 12-byte keys)",
 		"20.9 µs":        "issue 29's A/B of its Redis conversion against main: one run of two trees, command, load and date in the text",

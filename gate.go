@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/pace"
@@ -29,6 +30,9 @@ type Gate struct {
 	cfg      gateConfig
 	policies []*policy
 	logs     gateLogs
+	// debtCapLogged: a charge capped by the key's debt limits was logged
+	// (see logDebtCapped).
+	debtCapLogged atomic.Bool
 }
 
 // gateConfig is the transport-neutral part of the options: what the
@@ -54,15 +58,17 @@ type gateConfig struct {
 	// wait: denied calls wait for their turn within these bounds
 	// (WithWait); nil: they are refused at once.
 	wait *waiting
-	now  func() time.Time
+	// stats: the gate reports to it once built (WithGateStats).
+	stats *GateStats
+	now   func() time.Time
 }
 
 // NewGate returns the admission core for the policies of sel, for an
 // adapter of a transport whose calls are of type C. It takes the options
 // of the admission core — WithCost, WithFailOpen, WithDryRun, WithHeaders,
 // WithLogger, WithLogKeys, WithDecisionHook, WithRefundUncounted,
-// WithWallClock — and refuses, with an error wrapping ErrInvalidOption,
-// those of the net/http middleware (key and cost functions, WithSkip,
+// WithWallClock, WithGateStats — and refuses, with an error wrapping
+// ErrInvalidOption, those of the net/http middleware (key and cost functions, WithSkip,
 // WithOnly, the denied and error handlers, WithCountStatus,
 // WithLimitPreflights, WithPolicyName), which an adapter replaces with its
 // transport's own. Options that no call could satisfy are refused too: a
@@ -100,6 +106,9 @@ func newGate(c gateConfig, policies []*policy) (*Gate, error) {
 	g := &Gate{cfg: c, policies: policies}
 	if c.logger != nil {
 		g.logs.denials = pace.NewKeys(c.logKeys)
+	}
+	if c.stats != nil {
+		c.stats.add(g)
 	}
 	return g, nil
 }
@@ -467,6 +476,12 @@ type DecisionEvent struct {
 	// estimate because the call's real cost was higher (WithCostAfter):
 	// the key may be in debt for them.
 	Charged int
+	// DebtCapped reports, in an AfterHandler event, that the charge took
+	// the key to the most it may owe (the limiter's WithMaxDebt): it was
+	// charged up to that bound, and the rest of Charged forgiven. It is
+	// not an error (Err is nil unless something else failed); the metrics
+	// adapters count it, and the gate logs the first at WARN.
+	DebtCapped bool
 	// Waited is how long the call was held for its turn before it was
 	// allowed (WithWait).
 	Waited time.Duration

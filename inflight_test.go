@@ -421,7 +421,7 @@ func TestInFlightTableBoundConcurrent(t *testing.T) {
 }
 
 // inFlightBytesPerKey bounds the heap a full per-key in-flight table
-// costs per key (the type doc says about 40 bytes).
+// costs per key (the type doc gives it).
 const inFlightBytesPerKey = 48
 
 // The table's memory stays bounded by its key bound however many keys

@@ -74,6 +74,16 @@ func NewMiddleware(l Limiter, opts ...MiddlewareOption) (func(http.Handler) http
 	return newMiddleware(c, sel.sel)
 }
 
+// keyless reports whether l ignores the key, so that a middleware over it
+// keys nothing by default.
+func keyless(l Limiter) bool {
+	sw, ok := l.(serviceWider)
+	return ok && sw.ServiceWide()
+}
+
+// serviceKey is the key function of a limit that ignores the key.
+func serviceKey(*http.Request) (string, error) { return "", nil }
+
 // NewPolicyMiddleware returns a middleware that limits each request by the
 // policy sel selects for it (see PolicySelector); the selected policy's
 // name appears in the quota headers. A request no policy applies to (every

@@ -57,6 +57,9 @@ type config struct {
 	debtsPerKey int
 	// forgetOverflow: a full debt memory forgets rather than merges.
 	forgetOverflow bool
+	// debt bounds what a key can owe (WithMaxDebt; DefaultDebtLimits).
+	debt    DebtLimits
+	debtSet bool
 	// storeSeed fixes the store's hash seed when seedFixed (tests only,
 	// see withStoreSeed).
 	storeSeed uint64
@@ -79,7 +82,7 @@ const (
 )
 
 func newConfig(kind string, opts []Option) (config, error) {
-	c := config{maxKeys: DefaultMaxKeys, maxKeyLen: DefaultMaxKeyLength, debtsPerKey: DefaultDebtsPerKey}
+	c := config{maxKeys: DefaultMaxKeys, maxKeyLen: DefaultMaxKeyLength, debtsPerKey: DefaultDebtsPerKey, debt: DefaultDebtLimits}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalidOption)
@@ -99,6 +102,9 @@ func newConfig(kind string, opts []Option) (config, error) {
 	}
 	if c.forgetEvicted && (c.given["WithDebtMemory"] || c.forgetOverflow) {
 		return c, fmt.Errorf("%w: WithForgetEvicted keeps no debt memory, so WithDebtMemory and WithForgetOverflow do not apply", ErrInvalidOption)
+	}
+	if c.debtSet && (kind == kindShared || kind == kindInFlight) {
+		return c, fmt.Errorf("%w: WithMaxDebt applies to a limiter that charges beyond its quota, not a %s", ErrInvalidOption, kind)
 	}
 	if c.storeOpt != "" && kind == kindShared {
 		return c, fmt.Errorf("%w: %s applies to a limiter with a key store, not a %s", ErrInvalidOption, c.storeOpt, kind)

@@ -143,7 +143,7 @@ func NewRoutes(routes ...Route) (*Routes, error) {
 			return nil, fmt.Errorf("route %q: %w", route.Pattern, err)
 		}
 		for _, p := range route.Policies {
-			if err := owners.claim(p, route.Pattern); err != nil {
+			if err := owners.claim(p.Name, p.Limiter, route.Pattern); err != nil {
 				return nil, fmt.Errorf("route %q: %w", route.Pattern, err)
 			}
 		}

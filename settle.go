@@ -2,7 +2,9 @@ package floodgate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -77,6 +79,9 @@ func (g *Gate) Settle(ctx context.Context, out Outcome, res Result) {
 	} else {
 		ev.Charged = real - c.Cost
 		ev.Err = charge(ctx, c.policy, c.Key, ev.Charged)
+		if ev.DebtCapped, ev.Err = debtCapped(ev.Err); ev.DebtCapped {
+			g.logDebtCapped(ctx, &out, ev.Charged)
+		}
 	}
 	if ev.Err != nil {
 		g.logError(ctx, &out, ev.Err)
@@ -111,6 +116,43 @@ func (g *Gate) realCost(out *Outcome, res Result) int {
 	return min(max(real, 0), maxLimit)
 }
 
+// debtCapped sorts a charge's error: whether the key's debt reached its
+// limits (ErrDebtCapped: charged up to them, which is no failure), and
+// what failed besides, if anything (a Composite joins its members'
+// errors).
+func debtCapped(err error) (capped bool, rest error) {
+	if !errors.Is(err, ErrDebtCapped) {
+		return false, err
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return true, nil
+	}
+	var others []error
+	for _, e := range j.Unwrap() {
+		if !errors.Is(e, ErrDebtCapped) {
+			others = append(others, e)
+		}
+	}
+	return true, errors.Join(others...)
+}
+
+// logDebtCapped logs, once per gate at WARN, that a call's real cost took
+// its key to the limit of what it may owe (WithMaxDebt): the rest was
+// forgiven. Every such call is in the decision events (DebtCapped), which
+// the metrics adapters count; the line says where to look.
+func (g *Gate) logDebtCapped(ctx context.Context, out *Outcome, charged int) {
+	if g.cfg.logger == nil || !g.debtCapLogged.CompareAndSwap(false, true) {
+		return
+	}
+	policy, method, path := out.where()
+	g.cfg.logger.LogAttrs(ctx, slog.LevelWarn,
+		"a call's real cost took its key to the most it may owe (WithMaxDebt); the excess was forgiven. Logged once: the decision events (DebtCapped) and the metrics count every such call",
+		policy, method, path,
+		slog.String("key", out.Call.Key),
+		slog.Int("charged", charged))
+}
+
 // refund gives n units back to key under p's limiter.
 func refund(ctx context.Context, p *policy, key string, n int) error {
 	if r, ok := p.Limiter.(Refunder); ok { // checked by newGate
@@ -138,4 +180,26 @@ func checkKinds(c gateConfig, p *policy) error {
 		return fmt.Errorf("%w: policy %q: waiting for a turn (WithWait) needs a limiter that implements Reserver, to book units ahead (a TokenBucket, or an All of them; put an in-flight limit in a middleware of its own)", ErrInvalidOption, p.Name)
 	}
 	return nil
+}
+
+// WithSettledCost is the transport-neutral half of WithCostAfter, for an
+// adapter over a Gate: each call is admitted at its cost (WithCost, the
+// adapter's Call.Cost; at least 1), taken as an estimate, and charged its
+// real cost when it settles — the cost the adapter reads from the
+// response (Result.Cost), or else the one its handler reported with
+// ReportCost (the adapter hands the handler Outcome.Context), or else the
+// estimate. The difference is given back or charged: a key may go into
+// debt, and its later calls wait until it is paid, at the limit's rate
+// on every algorithm and never more than the limiter's debt limits
+// (WithMaxDebt; a charge they cap is reported in the call's
+// DecisionEvent, DebtCapped). Every policy's limiter must implement
+// Charger and Refunder. See WithCostAfter for the bound on what
+// concurrent calls can over-spend. The net/http middleware does not take
+// it: give WithCostAfter, whose cost function reads the response.
+func WithSettledCost() MiddlewareOption {
+	return func(c *middlewareConfig) error {
+		c.costAfter = true
+		c.given["WithSettledCost"] = true
+		return c.once("cost after")
+	}
 }

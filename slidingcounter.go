@@ -53,8 +53,9 @@ import (
 // every period longer than Limit nanoseconds (every period over 16.8 ms,
 // whatever the limit; below, a previous count that does not fit is
 // counted in the current window) and every sum of counts below 2^25 (a
-// counter charged beyond that by ChargeN comes back charged up to a
-// 2^19th more, never less).
+// counter whose counts a downgrade left above that comes back charged up
+// to a 2^19th more, never less). A debt carried ahead (ChargeN) comes
+// back exactly: its state is the debt's last window and two counts.
 //
 // A SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {
@@ -72,11 +73,15 @@ type scAlg struct {
 	limit  int
 	period int64 // Rate.Period in ns
 	est    estimate.Counter
+	// debts bounds a key's debt (WithMaxDebt), owing in this rate's terms.
+	debts DebtLimits
+	owing debtCap
 }
 
-func newSCAlg(r Rate) *scAlg {
+func newSCAlg(r Rate, debts DebtLimits) *scAlg {
 	return &scAlg{rate: r, limit: r.Limit, period: int64(r.Period),
-		est: estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)}}
+		est:   estimate.Counter{Limit: uint32(r.Limit), Period: int64(r.Period)},
+		debts: debts, owing: newDebtCap(debts, r, r.Limit)}
 }
 
 // scState is one key's counts: cur events in fixed window number window
@@ -89,7 +94,8 @@ type scState struct {
 
 // NewSlidingCounter returns a sliding-window counter allowing about r.Limit
 // events per key in any window of r.Period (see the type's error bound).
-// It accepts WithMaxKeys, WithMaxKeyLength, WithShards and WithClock;
+// It accepts WithMaxDebt, WithMaxKeys, WithMaxKeyLength, WithShards and
+// WithClock;
 // invalid values, and options that do not apply (such as WithBurst or
 // WithCountDenied), are reported as errors wrapping ErrInvalidRate or
 // ErrInvalidOption.
@@ -101,7 +107,7 @@ func NewSlidingCounter(r Rate, opts ...Option) (*SlidingCounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := newSCAlg(r)
+	a := newSCAlg(r, c.debt)
 	sc := &SlidingCounter{}
 	sc.cur.Store(a)
 	if sc.store, err = newStore[scState](c, a); err != nil {
@@ -175,7 +181,7 @@ func (sc *SlidingCounter) SetRate(_ context.Context, c RateChange) error {
 	if err := c.checkWindow(); err != nil {
 		return err
 	}
-	a := newSCAlg(c.Rate)
+	a := newSCAlg(c.Rate, sc.cur.Load().debts)
 	sc.store.change(a, c.Inherit, func() { sc.cur.Store(a) })
 	return nil
 }
@@ -203,14 +209,48 @@ func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
 	return sc.store.refund(key, func(a *scAlg, st *scState, now int64) { a.refund(st, now, uint32(n)) })
 }
 
-// refund takes n events off st, from the current window first.
+// refund takes n events off st, from the current window first; from a
+// debt carried ahead, from its last window first (see refundAhead).
 func (a *scAlg) refund(st *scState, now int64, n uint32) {
 	w := now / a.period
+	if st.ahead(w) {
+		a.refundAhead(st, w, uint64(n))
+		return
+	}
 	prev, cur := st.counts(w)
 	take := min(cur, n)
 	cur -= take
 	prev -= min(prev, n-take)
 	st.window, st.prev, st.cur = w, prev, cur
+}
+
+// refundAhead takes n events off a debt carried past window w, from its
+// last window back: the windows it spans after w hold the limit each but
+// the last. What is left is carried again from w, the window before the
+// last counting the limit, or st.prev if that window is still the last
+// but one. Taking more than the debt brings the key back to window w,
+// which then counts the limit less the rest, and its previous window the
+// limit, not knowing what it was: the most a window counts (more charged,
+// never less, unless a downgrade had left a window above the limit).
+func (a *scAlg) refundAhead(st *scState, w int64, n uint64) {
+	limit := uint64(a.limit)
+	carried := uint64(st.window-w-1)*limit + uint64(st.cur) // the windows after w
+	if n < carried {
+		left := carried - n
+		k := (left + limit - 1) / limit
+		win := w + int64(k)
+		prev := uint32(limit)
+		if win == st.window {
+			prev = st.prev
+		}
+		st.window, st.prev, st.cur = win, prev, uint32(left-(k-1)*limit)
+		return
+	}
+	cur := uint64(st.prev) // window w, when it is the one before the last
+	if st.window-w > 1 {
+		cur = limit
+	}
+	st.window, st.prev, st.cur = w, uint32(limit), uint32(cur-min(cur, n-carried))
 }
 
 // Wait is WaitN(ctx, key, 1).
@@ -254,6 +294,10 @@ func (st *scState) counts(w int64) (prev, cur uint32) {
 // bits, since Rate.Limit × Period overflows int64 for long periods.
 func (a *scAlg) decide(d *Decision, st *scState, now int64, n int) {
 	w := now / a.period
+	if st.ahead(w) {
+		a.decideAhead(d, st, now, n)
+		return
+	}
 	start := w * a.period
 	elapsed := now - start
 	prev, cur := st.counts(w)
@@ -281,6 +325,23 @@ func (a *scAlg) decide(d *Decision, st *scState, now int64, n int) {
 	}
 }
 
+// decideAhead decides for a key that carries a debt into the windows
+// after now's (see ChargeN): every window until st.window counts the
+// limit, so only a report is allowed; the wait is for the estimate of
+// st.window and the one after it, as their counts say.
+func (a *scAlg) decideAhead(d *Decision, st *scState, now int64, n int) {
+	start := st.window * a.period
+	*d = Decision{Limit: a.limit, Allowed: n == 0}
+	if n > 0 {
+		d.RetryAfter = durationNS(a.est.RetryAt(start, st.prev, st.cur, uint32(n)) - now)
+	}
+	end := start + 2*a.period
+	if st.cur == 0 {
+		end -= a.period
+	}
+	d.ResetAfter = durationNS(end - now)
+}
+
 // debt returns what st owes at now (see debt), exactly: the end of the
 // window after which its last events stop weighing, and its counts. The
 // counts are taken as of the window of the newer one that is not zero
@@ -299,6 +360,9 @@ func (a *scAlg) decide(d *Decision, st *scState, now int64, n int) {
 func (a *scAlg) debt(st *scState, now int64) debt {
 	w := now / a.period
 	prev, cur := st.counts(w)
+	if st.ahead(w) { // a debt carried ahead: as of its last window
+		w, prev, cur = st.window, st.prev, st.cur
+	}
 	switch {
 	case cur > 0:
 		v := debt{at: (w + 2) * a.period, amt: packCount(uint64(prev) + uint64(cur))}
@@ -380,6 +444,11 @@ func unpackCount(a uint32) uint32 {
 func (a *scAlg) convert(st *scState, b *scAlg, how Inherit, now int64) {
 	w := now / a.period
 	prev, cur := st.counts(w)
+	if st.ahead(w) {
+		// A debt carried ahead is converted as of its last window, as on
+		// Redis: its windows before that all count the limit.
+		w, now, prev, cur = st.window, st.window*a.period, st.prev, st.cur
+	}
 	*st = scState{}
 	if how == StartFresh || prev+cur == 0 {
 		return

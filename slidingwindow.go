@@ -3,7 +3,6 @@ package floodgate
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -61,11 +60,10 @@ import (
 // (before rounding), among every entry of a log of up to nine, and eight
 // spread evenly over the entries of a longer one. A key evicted again
 // after it came back may have units moved later again, never past its
-// newest entry of the time. A log charged beyond its limit (ChargeN)
-// comes back as the most units a log in debt counts, at its newest
-// entry's time: denied until that entry ages out, and from a charge on
-// until the charge does (more charged than it may have been, never
-// less).
+// newest entry of the time. A log that carries a debt into the coming
+// windows (ChargeN) comes back denied until the debt's last window ends:
+// the limit in every window up to it (more charged than it may have
+// been, never less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -85,6 +83,9 @@ type slAlg struct {
 	unit        int64 // ns; event times are kept in this unit
 	step        logStep
 	countDenied bool
+	// debts bounds a key's debt (WithMaxDebt), owing in this rate's terms.
+	debts DebtLimits
+	owing debtCap
 }
 
 // MaxSlidingLogLimit is the largest Rate.Limit a sliding log accepts, in
@@ -134,7 +135,7 @@ const maxWindowPeriod = 1 << 61
 
 // NewSlidingLog returns a sliding log allowing r.Limit events per key in
 // any window of r.Period; r.Limit may be at most MaxSlidingLogLimit. It
-// accepts WithCountDenied, WithMaxKeys,
+// accepts WithCountDenied, WithMaxDebt, WithMaxKeys,
 // WithMaxKeyLength, WithShards and WithClock; invalid values, and options
 // that do not apply (such as WithBurst), are reported as errors wrapping
 // ErrInvalidRate or ErrInvalidOption.
@@ -155,7 +156,7 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := newSLAlg(r, c.countDenied)
+	a := newSLAlg(r, c.countDenied, c.debt)
 	l := &SlidingLog{}
 	l.cur.Store(a)
 	if l.store, err = newStore[slState](c, a); err != nil {
@@ -164,8 +165,9 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	return l, nil
 }
 
-func newSLAlg(r Rate, countDenied bool) *slAlg {
-	a := &slAlg{rate: r, limit: r.Limit, period: int64(r.Period), unit: logUnit(int64(r.Period)), countDenied: countDenied}
+func newSLAlg(r Rate, countDenied bool, debts DebtLimits) *slAlg {
+	a := &slAlg{rate: r, limit: r.Limit, period: int64(r.Period), unit: logUnit(int64(r.Period)), countDenied: countDenied,
+		debts: debts, owing: newDebtCap(debts, r, r.Limit)}
 	a.step = newLogStep(r.Limit, a.period, a.unit)
 	return a
 }
@@ -287,6 +289,13 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 // until they age out (its memory still bounded by the largest Limit it
 // had).
 //
+// A key that carries a debt into the coming windows (ChargeN) keeps
+// every unit of it under ScaleUsed and AddDifference too, and under a
+// new period the debt is cut into windows of the new period from its
+// anchor, filled so that it ends no sooner than it did (more charged,
+// never less: the units' dates are whole windows after the anchor, which
+// a shorter period would otherwise bring forward).
+//
 // The debts the store remembers for evicted keys are converted with
 // them, as the log each restores to. c is checked as NewSlidingLog checks
 // its rate; WithCountDenied stays. See TokenBucket.SetRate for how a
@@ -298,7 +307,8 @@ func (l *SlidingLog) SetRate(_ context.Context, c RateChange) error {
 	if err := checkSlidingLogRate(c.Rate); err != nil {
 		return err
 	}
-	a := newSLAlg(c.Rate, l.cur.Load().countDenied)
+	old := l.cur.Load()
+	a := newSLAlg(c.Rate, old.countDenied, old.debts)
 	l.store.change(a, c.Inherit, func() { l.cur.Store(a) })
 	return nil
 }
@@ -359,15 +369,21 @@ func (a *slAlg) decide(d *Decision, st *slState, now int64, n int) {
 	switch {
 	case n == 0 || used+n <= a.limit: // a report is allowed even above the limit (see SetRate)
 		d.Allowed = true
-		if n > 0 {
+		switch {
+		case n > 0 && st.inDebt():
+			// A debt carried into the coming windows still has room in
+			// its first: the units join it (see ChargeN).
+			st.addDebt(uint32(n))
+			used += n
+		case n > 0:
 			a.record(st, now, uint32(n))
 			used += n
 		}
 	case !a.countDenied || n == 0:
-	case used > a.limit:
+	case used > a.limit || st.inDebt():
 		// In debt (ChargeN, or a downgrade, see SetRate): the attempt
 		// counts as a charge would, and nothing older is dropped.
-		a.charge(st, now, uint32(n))
+		a.charge(st, now, uint32(min(n, a.limit)))
 		used = int(st.used())
 	default:
 		// Drop the oldest units so that, with the attempt, the log counts
@@ -378,15 +394,34 @@ func (a *slAlg) decide(d *Decision, st *slState, now int64, n int) {
 	}
 	d.Remaining = max(a.limit-used, 0) // below 0 in debt (ChargeN, a downgrade)
 	if st.count > 0 {
-		d.ResetAfter = durationNS(a.at(st, int(st.count)-1) + a.period - now)
+		d.ResetAfter = durationNS(a.end(st) - now)
 	}
 	if !d.Allowed {
-		// n fits once used+n-limit units have aged out: at the expiry of
-		// the first entry whose running total reaches that many.
-		need := uint32(used + n - a.limit)
-		i := st.firstReaching(need)
-		d.RetryAfter = durationNS(a.at(st, i) + a.period - now)
+		// n fits once used+n-limit units have aged out: when the unit
+		// with which the log counts that many does.
+		d.RetryAfter = durationNS(a.expiry(st, used+n-a.limit) - now)
 	}
+}
+
+// end returns when the newest unit the log counts ages out: its newest
+// entry, or a debt's last window.
+func (a *slAlg) end(st *slState) int64 {
+	if st.inDebt() {
+		return a.slotAt(st, (int(st.debtUnits())+a.limit-1)/a.limit) + a.period
+	}
+	return a.at(st, int(st.count)-1) + a.period
+}
+
+// expiry returns when the need-th oldest unit the log counts ages out
+// (need in 1..used()): the expiry of the first entry whose running total
+// reaches it, or, for a unit of a debt carried ahead, of its window.
+func (a *slAlg) expiry(st *slState, need int) int64 {
+	i := st.firstReaching(uint32(need))
+	if st.entry(i).off != debtOff {
+		return a.at(st, i) + a.period
+	}
+	before := int(st.entry(i-1).total - st.low)
+	return a.slotAt(st, (need-before+a.limit-1)/a.limit) + a.period
 }
 
 // entry returns the i-th oldest entry.
@@ -415,6 +450,9 @@ func (st *slState) used() uint32 {
 // an entry at t counts while t > now-Period. The entries are in order, so
 // the ones that aged out come first and a binary search finds the boundary.
 func (a *slAlg) expire(st *slState, now int64) {
+	if st.inDebt() {
+		a.settleDebt(st, now)
+	}
 	cutoff := now - a.period
 	n := int(st.count)
 	if n == 0 || a.at(st, n-1) <= cutoff {
@@ -506,7 +544,7 @@ func (a *slAlg) record(st *slState, now int64, w uint32) {
 	switch {
 	case st.count == 0:
 		st.head, st.low, st.era = 0, 0, uint32(u>>eraShift)
-	case u-st.base() > math.MaxUint32:
+	case u-st.base() >= debtOff: // a real entry's offset is below debtOff
 		a.rebase(st, now)
 	}
 	off := uint32(u - st.base())
@@ -551,8 +589,9 @@ func (a *slAlg) rebase(st *slState, now int64) {
 	era := uint32((now - a.period) / a.unit >> eraShift)
 	base, old := int64(era)<<eraShift, st.base()
 	for i := range int(st.count) {
-		e := st.entry(i)
-		e.off = uint32(max(old+int64(e.off)-base, 0))
+		if e := st.entry(i); e.off != debtOff {
+			e.off = uint32(max(old+int64(e.off)-base, 0))
+		}
 	}
 	st.era = era
 }
@@ -562,11 +601,14 @@ func (a *slAlg) rebase(st *slState, now int64) {
 // that lets the units up to one older entry age out sooner (see
 // restore). A log charged beyond its limit (ChargeN) counts more units
 // than amt holds: its amount is the saturated one (see logStep), with no
-// step.
+// step; one that carries a debt ahead ends when its last window does.
 func (a *slAlg) debt(st *slState, now int64) debt {
 	a.expire(st, now)
 	if st.count == 0 {
 		return debt{}
+	}
+	if st.inDebt() {
+		return debt{at: a.end(st), amt: a.step.saturated()}
 	}
 	at := a.at(st, int(st.count)-1) + a.period
 	used := st.used()
@@ -590,10 +632,16 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // entry ages out, as the log it was taken from was at most. Not the
 // Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
 // SetRate) leaves a log counting units of its older, larger limit, and a
-// later upgrade must find them all.
+// later upgrade must find them all. A saturated debt whose newest time is
+// more than a time unit ahead (entries are rounded up by less) was
+// carried ahead (see ChargeN): see restoreAhead.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
+		return
+	}
+	if v.at-a.period-now >= a.unit && v.amt >= a.step.saturated() {
+		a.restoreAhead(st, v, now)
 		return
 	}
 	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
@@ -616,6 +664,32 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 	}
 	*st.entry(int(st.count)) = slEntry{off: uint32(newest - st.base()), total: used}
 	st.count++
+}
+
+// restoreAhead sets st to a log that carries a debt ahead (see ChargeN)
+// until v.at: an anchor a whole number of Periods before v.at's last
+// window and within the Period ending now (see below), holding the most units a log
+// counts (maxLogUnits, whatever limit comes next), and Rate.Limit units
+// dated in every window from a Period after it to that last one, so that
+// every request is denied until the last window ends, as the log v was
+// taken from was at most. It may count more units than that log did,
+// never fewer where they matter: that log, too, was full in each window
+// up to its last.
+func (a *slAlg) restoreAhead(st *slState, v debt, now int64) {
+	// The windows still to come: the anchor goes where the log's own
+	// anchor is by now, the last window dated at or before now (or up to
+	// a time unit after: entries are rounded up), a whole number of
+	// Periods before v.at's last window. One window more would date its
+	// Limit units where the log's anchor held its own, and a later
+	// upgrade, packing the debt into fewer windows, would end it early.
+	windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
+	u := (v.at - a.period - windows*a.period + a.unit - 1) / a.unit
+	st.era = uint32(u >> eraShift)
+	if len(st.ring) < 2 {
+		st.ring = make([]slEntry, 2)
+	}
+	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: maxLogUnits}, 1
+	a.appendDebt(st, uint32(min(uint64(windows)*uint64(a.limit), maxLogDebt)))
 }
 
 // logStep is how a sliding log's debt keeps, below the units its log
@@ -726,6 +800,10 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 		st.head, st.count, st.low = 0, 0, 0
 		return
 	}
+	var end int64 // when a debt carried ahead ends under a
+	if st.inDebt() {
+		end = a.end(st)
+	}
 	if b.period < a.period {
 		// Events that age out under the new period are gone at once.
 		a.expireBefore(st, now-b.period)
@@ -739,17 +817,42 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 	}
 	used := st.used()
 	switch u := uint32(how.units(uint64(used), uint64(a.limit), uint64(b.limit))); {
+	case u < used && st.inDebt():
+		// A log that carries a debt ahead keeps every unit: its oldest
+		// hold its anchor's place (more charged, never less).
 	case u < used:
 		st.takeOldest(used - u)
 	case u > used:
 		st.entry(int(st.count) - 1).total += u - used
 	}
+	if st.inDebt() && b.period != a.period {
+		b.keepEnd(st, end)
+	}
+}
+
+// keepEnd makes a debt carried ahead, now cut into windows of b's
+// period from its anchor, last until end at least, the time it ended
+// under the period it was charged in: it then fills every window of b
+// up to end, if that is more. Its units' dates are whole windows after
+// the anchor, so a new period would move them, earlier for a shorter
+// one: re-cut into full windows they are never dated earlier, and the
+// key is never let through sooner than before the change.
+func (b *slAlg) keepEnd(st *slState, end int64) {
+	anchor := b.at(st, int(st.count)-2)
+	windows := max((end-b.period-anchor+b.period-1)/b.period, 1)
+	if full := min(uint64(windows)*uint64(b.limit), maxLogDebt); uint64(st.debtUnits()) < full {
+		st.addDebt(uint32(full) - st.debtUnits())
+	}
 }
 
 // expireBefore drops the entries at or before cutoff (ns).
 func (a *slAlg) expireBefore(st *slState, cutoff int64) {
+	last := int(st.count)
+	if st.inDebt() {
+		last -= 2 // a debt carried ahead keeps its anchor (see settleDebt)
+	}
 	i := 0
-	for i < int(st.count) && a.at(st, i) <= cutoff {
+	for i < last && a.at(st, i) <= cutoff {
 		i++
 	}
 	st.drop(i)
@@ -763,8 +866,9 @@ func (a *slAlg) reunit(st *slState, b *slAlg) {
 	era := uint32(first >> eraShift)
 	base := int64(era) << eraShift
 	for i := range int(st.count) {
-		e := st.entry(i)
-		e.off = uint32((a.at(st, i)+b.unit-1)/b.unit - base)
+		if e := st.entry(i); e.off != debtOff {
+			e.off = uint32((a.at(st, i)+b.unit-1)/b.unit - base)
+		}
 	}
 	st.era = era
 }

@@ -63,6 +63,9 @@ type tbAlg struct {
 	// tau = burst·Period/Limit = tauQ + tauR/Limit ns: how far the
 	// theoretical arrival time may run ahead of now.
 	tauQ, tauR int64
+	// debts bounds a key's debt (WithMaxDebt), owing in this rate's terms.
+	debts DebtLimits
+	owing debtCap
 }
 
 // tbState is one bucket. Greedy refill: tat + frac/Limit is the theoretical
@@ -80,8 +83,8 @@ type tbState struct {
 const maxTau = 1 << 61
 
 // NewTokenBucket returns a token bucket refilling r.Limit tokens per
-// r.Period. It accepts WithBurst, WithIntervalRefill, WithMaxKeys,
-// WithMaxKeyLength, WithShards and WithClock; invalid values, and options
+// r.Period. It accepts WithBurst, WithIntervalRefill, WithMaxDebt,
+// WithMaxKeys, WithMaxKeyLength, WithShards and WithClock; invalid values, and options
 // that do not apply, are reported as errors wrapping ErrInvalidRate or
 // ErrInvalidOption.
 func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
@@ -96,7 +99,7 @@ func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
 	if c.burstSet {
 		burst = c.burst
 	}
-	a, err := newTBAlg(r, burst, c.interval)
+	a, err := newTBAlg(r, burst, c.interval, c.debt)
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +113,9 @@ func NewTokenBucket(r Rate, opts ...Option) (*TokenBucket, error) {
 
 // newTBAlg checks that burst tokens at r fit the bucket's horizon and
 // returns the parameters.
-func newTBAlg(r Rate, burst int, interval bool) (*tbAlg, error) {
-	a := &tbAlg{rate: r, burst: burst, interval: interval, limit: uint64(r.Limit), period: uint64(r.Period)}
+func newTBAlg(r Rate, burst int, interval bool, debts DebtLimits) (*tbAlg, error) {
+	a := &tbAlg{rate: r, burst: burst, interval: interval, limit: uint64(r.Limit), period: uint64(r.Period),
+		debts: debts, owing: newDebtCap(debts, r, burst)}
 	hi, lo := bits.Mul64(uint64(burst), a.period)
 	if hi >= a.limit {
 		return nil, fmt.Errorf("%w: burst %d at %s is too long a horizon", ErrInvalidRate, burst, r)
@@ -241,7 +245,8 @@ func (b *TokenBucket) SetRate(_ context.Context, c RateChange) error {
 	if err != nil {
 		return err
 	}
-	a, err := newTBAlg(c.Rate, burst, b.cur.Load().interval)
+	old := b.cur.Load()
+	a, err := newTBAlg(c.Rate, burst, old.interval, old.debts)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/debtcap"
 )
 
 // This file holds what a TokenBucket does for the admission kinds beyond
@@ -100,10 +102,15 @@ const maxDebtAhead = int64(1) << 62
 // ChargeN takes n tokens from key's bucket whether or not it holds them
 // (Charger): the bucket may go below empty, into debt, and every later
 // call is denied until the refill has paid it, with a RetryAfter that
-// counts it. n above 2^24 is charged as 2^24, and the debt saturates at
-// 2^62 ns of refill (about 146 years) beyond now: it never wraps.
-// Interval refill counts the tokens as used, to come back with the
-// periods to come. O(1) whatever n.
+// counts it. Interval refill counts the tokens as used, to come back with
+// the periods to come. O(1) whatever n.
+//
+// What a key can owe is bounded (WithMaxDebt, DefaultDebtLimits): one
+// charge counts at most PerCall's refill (at least the burst) and at most
+// 2^24 tokens, and the bucket owes at most Total's refill beyond empty
+// (at least the burst's, and at most 2^62 ns, about 146 years). A charge
+// that reaches a bound is charged up to it and returns an error wrapping
+// ErrDebtCapped; the debt never wraps.
 func (b *TokenBucket) ChargeN(_ context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: charge of n = %d is negative", ErrInvalidCost, n)
@@ -111,60 +118,77 @@ func (b *TokenBucket) ChargeN(_ context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	n = min(n, maxLimit)
-	return b.store.run(key, true, func(a *tbAlg, st *tbState, now int64) {
+	capped := false
+	err := b.store.run(key, true, func(a *tbAlg, st *tbState, now int64) {
+		m := int(min(uint64(min(n, maxLimit)), a.owing.PerCall))
 		if a.interval {
-			a.chargeInterval(st, now, n)
+			capped = a.chargeInterval(st, now, m)
 		} else {
-			a.chargeGreedy(st, now, n)
+			capped = a.chargeGreedy(st, now, m)
 		}
+		capped = capped || m < n
 	})
+	if err == nil && capped {
+		return fmt.Errorf("%w: ChargeN(%d) on key %q", ErrDebtCapped, n, key)
+	}
+	return err
+}
+
+// debtAhead returns how far past now a charge may move the bucket's
+// state: the burst's refill plus Total's (at least the burst's again),
+// rounded up to the microsecond as on Redis, at most maxDebtAhead.
+func (a *tbAlg) debtAhead() int64 {
+	return debtcap.BucketAhead(a.tauQ, a.debts.Total, maxDebtAhead)
 }
 
 // chargeGreedy moves the theoretical arrival time on by n·Period/Limit,
-// to now + maxDebtAhead at the latest.
-func (a *tbAlg) chargeGreedy(st *tbState, now int64, n int) {
+// to now + debtAhead at the latest, and reports whether it stopped there.
+func (a *tbAlg) chargeGreedy(st *tbState, now int64, n int) (capped bool) {
 	tat, frac := st.tat, st.frac
 	if tat < now {
 		tat, frac = now, 0
 	}
-	limit := now + maxDebtAhead
+	limit := now + a.debtAhead()
 	hi, lo := bits.Mul64(uint64(n), a.period)
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
 	hi += carry
 	if tat >= limit || hi >= a.limit {
 		st.tat, st.frac = max(tat, limit), 0 // saturated
-		return
+		return true
 	}
 	q, r := bits.Div64(hi, lo, a.limit)
 	if q >= uint64(limit-tat) {
 		st.tat, st.frac = limit, 0
-		return
+		return q > uint64(limit-tat) || r > 0
 	}
 	st.tat, st.frac = tat+int64(q), int64(r)
+	return false
 }
 
 // chargeInterval counts n more tokens used in the current period, up to
-// as many as the periods of maxDebtAhead give back. A blocked bucket (a
-// debt shared with other keys, restored: it allows nothing until tat and
-// is full from then on) stays blocked for as many periods more as return
-// n tokens: no sooner than the exact state would give them back.
-func (a *tbAlg) chargeInterval(st *tbState, now int64, n int) {
+// the burst plus Total's refill, and reports whether it stopped there. A
+// blocked bucket (a debt shared with other keys, restored: it allows
+// nothing until tat and is full from then on) stays blocked for as many
+// periods more as return n tokens: no sooner than the exact state would
+// give them back, and to now + debtAhead at the latest.
+func (a *tbAlg) chargeInterval(st *tbState, now int64, n int) (capped bool) {
 	limit, period := int64(a.limit), int64(a.period)
 	if st.frac == blocked && now < st.tat {
 		periods := (int64(n) + limit - 1) / limit
-		st.tat += min(periods, (now+maxDebtAhead-st.tat)/period) * period
-		return
+		room := max(now+a.debtAhead()-st.tat, 0) / period
+		st.tat += min(periods, room) * period
+		return periods > room
 	}
 	if st.frac == blocked {
 		*st = tbState{}
 	}
 	start, used := a.intervalAt(st, now)
-	most := maxDebtAhead // tokens
+	most := int64(a.burst) + int64(min(a.owing.Total, 1<<61)) // tokens
 	if periods := maxDebtAhead / period; periods < maxDebtAhead/limit {
-		most = periods * limit
+		most = min(most, periods*limit)
 	}
 	st.tat, st.frac = start, min(used+int64(n), max(most, used))
+	return used+int64(n) > most
 }
 
 var _ Charger = (*TokenBucket)(nil)

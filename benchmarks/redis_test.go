@@ -2,8 +2,10 @@ package benchmarks
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,10 +235,26 @@ func benchRedisRounds(b *testing.B, callers int) {
 		}
 	}
 	rates := make([][]float64, len(peers))
+	// What each decision cost the server, and this process: the server's
+	// CPU time (INFO cpu: all its work, reading and answering included),
+	// its time in scripts (INFO commandstats: EVALSHA and EVAL), and this
+	// process's CPU time, per decision, each round.
+	serverCPU := make([][]float64, len(peers))
+	scriptTime := make([][]float64, len(peers))
+	clientCPU := make([][]float64, len(peers))
+	// This process's allocations per decision, each round: the library's,
+	// and a small share of the harness's (runCallers' goroutines), the
+	// same for every library.
+	allocs := make([][]float64, len(peers))
+	var ms runtime.MemStats
 	b.ResetTimer()
 	for round := 0; round < b.N; round++ {
 		for k := range peers {
 			i := (round + k) % len(peers)
+			before := redisCost(b, c)
+			runtime.ReadMemStats(&ms)
+			mallocs0 := ms.Mallocs
+			cpu0, _ := processCPU()
 			start := time.Now()
 			err := runCallers(callers, redisRoundDecisions, func(j int) error {
 				return expectAllowed(ctx, decides[i], keys[i][j%redisKeys])
@@ -245,20 +263,69 @@ func benchRedisRounds(b *testing.B, callers int) {
 				b.Fatalf("%s: %v", peers[i].name, err)
 			}
 			rates[i] = append(rates[i], redisRoundDecisions/time.Since(start).Seconds())
+			cpu1, _ := processCPU()
+			runtime.ReadMemStats(&ms)
+			allocs[i] = append(allocs[i], float64(ms.Mallocs-mallocs0)/redisRoundDecisions)
+			after := redisCost(b, c)
+			serverCPU[i] = append(serverCPU[i], (after.cpu-before.cpu)/redisRoundDecisions)
+			scriptTime[i] = append(scriptTime[i], (after.scripts-before.scripts)/redisRoundDecisions)
+			clientCPU[i] = append(clientCPU[i], float64(cpu1-cpu0)/1e3/redisRoundDecisions)
 		}
 	}
 	b.StopTimer()
 	med := make(map[string]float64, len(peers))
+	medCPU := make(map[string]float64, len(peers))
 	for i, p := range peers {
 		med[p.name] = median(rates[i])
+		medCPU[p.name] = median(serverCPU[i])
 		b.ReportMetric(med[p.name], p.name+"-decisions/s")
+		b.ReportMetric(medCPU[p.name], p.name+"-server-µs/decision")
+		b.ReportMetric(median(scriptTime[i]), p.name+"-script-µs/decision")
+		b.ReportMetric(median(clientCPU[i]), p.name+"-client-µs/decision")
+		b.ReportMetric(median(allocs[i]), p.name+"-allocs/decision")
 	}
 	for _, p := range peers {
 		if p.name != "redis_rate" {
 			b.ReportMetric(med[p.name]/med["redis_rate"], p.name+"/redis_rate")
+			b.ReportMetric(medCPU["redis_rate"]/medCPU[p.name], p.name+"-server-saving")
 		}
 	}
 	b.ReportMetric(0, "ns/op") // a round is not an operation
+}
+
+// serverCost is the server's running totals: its CPU time and its time in
+// scripts, in microseconds.
+type serverCost struct{ cpu, scripts float64 }
+
+// redisCost reads the server's CPU time (INFO cpu, user and system) and
+// the time its EVALSHA and EVAL calls took (INFO commandstats).
+func redisCost(b *testing.B, c *redis.Client) serverCost {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sc serverCost
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "used_cpu_user", "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			sc.cpu += f * 1e6
+		case "cmdstat_evalsha", "cmdstat_eval":
+			for _, f := range strings.Split(v, ",") {
+				if us, ok := strings.CutPrefix(f, "usec="); ok {
+					n, _ := strconv.ParseFloat(us, 64)
+					sc.scripts += n
+				}
+			}
+		}
+	}
+	return sc
 }
 
 // median returns the median of xs (which it sorts).

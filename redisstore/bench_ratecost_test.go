@@ -98,7 +98,7 @@ func BenchmarkDecisionScriptTime(b *testing.B) {
 
 // evalshaStats returns EVALSHA's calls and microseconds from INFO
 // commandstats.
-func evalshaStats(b *testing.B, addr string) (calls, usec int64) {
+func evalshaStats(b testing.TB, addr string) (calls, usec int64) {
 	b.Helper()
 	info, err := redistest.Info(addr, "commandstats")
 	if err != nil {

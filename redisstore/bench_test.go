@@ -37,6 +37,9 @@ var benchKeyNames = func() []string {
 // github.com/go-redis/redis_rate/v10 (GCRA on go-redis, the common choice)
 // on the same server and the same go-redis client, in the same run. Every
 // decision is allowed (the rate is generous), on a populated key set.
+// It also reports what each decision cost the server: its CPU time (INFO
+// cpu, reading and answering included) and its time in scripts (INFO
+// commandstats, EVALSHA and EVAL), per decision.
 func BenchmarkDecisions(b *testing.B) {
 	addr := redistest.Shared(b)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
@@ -82,6 +85,7 @@ func BenchmarkDecisions(b *testing.B) {
 			b.Run(fmt.Sprintf("callers=%d/%s", callers, name), func(b *testing.B) {
 				populate(b, f)
 				b.ReportAllocs()
+				before := serverCost(b, addr)
 				b.ResetTimer()
 				start := time.Now()
 				var next atomic.Int64
@@ -110,9 +114,45 @@ func BenchmarkDecisions(b *testing.B) {
 					b.Fatalf("%d of %d decisions failed", failed.Load(), b.N)
 				}
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+				after := serverCost(b, addr)
+				b.ReportMetric((after.cpu-before.cpu)/float64(b.N), "server-µs/decision")
+				b.ReportMetric((after.scripts-before.scripts)/float64(b.N), "script-µs/decision")
 			})
 		}
 	}
+}
+
+// serverTotals are a server's running totals, in microseconds: its CPU
+// time, user and system, and the time its EVALSHA and EVAL calls took.
+type serverTotals struct{ cpu, scripts float64 }
+
+// serverCost reads the server's totals (INFO cpu and commandstats).
+func serverCost(b *testing.B, addr string) serverTotals {
+	b.Helper()
+	info, err := redistest.Info(addr, "everything")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var t serverTotals
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "used_cpu_user", "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			t.cpu += f * 1e6
+		case "cmdstat_evalsha", "cmdstat_eval":
+			for _, f := range strings.Split(v, ",") {
+				if us, ok := strings.CutPrefix(f, "usec="); ok {
+					n, _ := strconv.ParseFloat(us, 64)
+					t.scripts += n
+				}
+			}
+		}
+	}
+	return t
 }
 
 // populate makes one decision on every benchmark key, so that the

@@ -12,12 +12,16 @@
 // WithMaxKeyLength; the store's WithMaxKeys, WithShards and
 // WithForgetEvicted have no counterpart, since Redis holds the keys), and
 // make the same decisions: the floodgatetest conformance suite runs
-// unchanged against them. Each decision is one round trip, one Lua script (embedded in the
+// unchanged against them. For SlidingCounter that holds step for step on
+// an injected clock (WithClock) only: its fixed windows are aligned on
+// the Unix epoch on Redis and on the limiter's creation in memory, so on
+// the server's clock the two count different windows. Each decision is one round trip, one Lua script (embedded in the
 // binary, run with EVALSHA and loaded with EVAL when the server answers
 // NOSCRIPT), atomic on the server.
 //
 // For the admission kinds beyond a rate they implement what their
-// in-memory twins do, with the same decisions: all three charge beyond
+// in-memory twins do, with the same decisions (the counter's on an
+// injected clock, as above): all three charge beyond
 // their quota (floodgate.Charger, for floodgate.WithCostAfter), and the
 // TokenBucket books ahead (floodgate.Reserver, for floodgate.WithWait).
 // InFlight (NewInFlight, NewServiceInFlight) is an in-flight limit whose
@@ -47,10 +51,15 @@
 // while one batch is in flight, new script calls queue, and when it
 // returns the queue goes out as the next batch. A lone caller sends at
 // once, with no timer and no added latency; under many callers one round
-// trip carries hundreds of decisions. Each decision keeps its own
-// deadline and error, a script call is never retried, and a call whose
-// caller gives up before its batch is sent is withdrawn. See the README
-// for the figures.
+// trip carries hundreds of decisions. The decisions of one algorithm in a
+// batch run as one call of its batch script (on a Cluster, per hash
+// slot), which reads TIME once and runs each decision's own script in
+// turn, so that the server spends about a third of what redis_rate does
+// per decision. Each decision keeps its own deadline and error, a script
+// call is never retried (a batch script that the server proves did not
+// run is sent again: as EVAL after NOSCRIPT, its decisions alone after a
+// redirection), and a call whose caller gives up before its batch is sent
+// is withdrawn. See the README for the figures.
 //
 // # Key layout and expiry
 //
@@ -115,6 +124,12 @@
 // as one succeeds. The fallback's limit is per instance: with k instances
 // a client may get k times its quota during an outage, and nothing
 // consumed in it carries over.
+//
+// A decision that meets a newer rate at every one of its few tries (the
+// rate or a key's plan changing faster than instances read it) is not
+// an error: Redis answered. It is a denial marked Decision.Overloaded
+// (HTTP 503 with Retry-After), which no error policy and no fallback lets
+// through, counted in Stats.ChurnDenials.
 //
 // A caller whose context is cancelled (the client hung up) is not an
 // outage: its decision returns an error wrapping context.Canceled and not

@@ -80,6 +80,8 @@ type base struct {
 	fixedLimit int
 	// lease holds the leases (WithLease, lease.go); nil in the plain mode.
 	lease *leaseTable
+	// debt bounds what ChargeN charges (WithMaxDebt).
+	debt floodgate.DebtLimits
 }
 
 // configured is implemented by a Scripter whose options can be invalid
@@ -109,6 +111,7 @@ func (l *base) init(client Scripter, c config) error {
 		l.minTTL = strconv.FormatInt(clientClockMinTTL.Milliseconds(), 10)
 	}
 	l.fallback = c.fallback
+	l.debt = c.debt
 	l.breaker.interval = int64(c.probeInterval)
 	if c.denyCache > 0 {
 		l.deny = newDenyCache(c.denyCache)
@@ -248,6 +251,16 @@ func (l *base) failed(ctx context.Context, key string, n int, real int64, err er
 		// below n: the client's problem, not Redis's.
 		return floodgate.Decision{Limit: l.limit()}, err
 	}
+	if errors.Is(err, errRateChurn) && ctx.Err() == nil {
+		// Redis answered every try: it is not down, and the limit is not
+		// off. An error here would be an outage to fail-open and the
+		// fallback, a pass on demand for whoever can keep a rate moving.
+		if l.fallback != nil {
+			l.breaker.succeed()
+		}
+		l.counts.churnDenials.Add(1)
+		return l.churnDenied(), nil
+	}
 	l.counts.countError(err)
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
@@ -274,6 +287,24 @@ func (l *base) failed(ctx context.Context, key string, n int, real int64, err er
 		err = fmt.Errorf("no reply within the %v decision timeout: %w", l.timeout, err)
 	}
 	return floodgate.Decision{Limit: l.limit()}, fmt.Errorf("%w: %w", ErrRedis, err)
+}
+
+// maxChurnWait bounds the RetryAfter of a decision denied because the
+// rate kept changing (churnDenied).
+const maxChurnWait = time.Second
+
+// churnDenied is the answer to a decision that met a new rate at every
+// try (errRateChurn): a denial of the busy kind (Decision.Overloaded, HTTP
+// 503 with Retry-After, gRPC Unavailable), never an error, so that no
+// error policy and no fallback lets it through, and not cached by the
+// deny cache (decide stores only the denials Redis made). Nothing was
+// taken. The wait is the rate refresh interval, within which every
+// instance reads the newest rate and disagreements settle, but at most
+// maxChurnWait: a client that comes back sooner meets, at worst, the same
+// answer.
+func (l *base) churnDenied() floodgate.Decision {
+	wait := min(l.rates.refresh, maxChurnWait)
+	return floodgate.Decision{Overloaded: true, Limit: l.limit(), RetryAfter: wait, ResetAfter: wait}
 }
 
 // reply runs a decision script and checks that it replied want integers

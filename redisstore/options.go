@@ -46,8 +46,9 @@ type config struct {
 	countDenied   bool
 	interval      bool
 	maxKeyLen     int
-	rateRefresh   time.Duration   // 0: DefaultRateRefresh
-	slotLease     time.Duration   // in-flight limits: WithSlotLease
+	rateRefresh   time.Duration // 0: DefaultRateRefresh
+	slotLease     time.Duration // in-flight limits: WithSlotLease
+	debt          floodgate.DebtLimits
 	given         map[string]bool // options seen, each allowed once
 	// lease is WithLease's setting (lease.go).
 	lease *Lease
@@ -78,6 +79,7 @@ func newConfig(kind string, opts []Option) (config, error) {
 		probeInterval: DefaultProbeInterval,
 		maxKeyLen:     floodgate.DefaultMaxKeyLength,
 		slotLease:     DefaultSlotLease,
+		debt:          floodgate.DefaultDebtLimits,
 		given:         make(map[string]bool),
 	}
 	for _, o := range opts {
@@ -110,6 +112,10 @@ func newConfig(kind string, opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: WithProbeInterval needs WithFallback", floodgate.ErrInvalidOption)
 	case c.given["WithSlotLease"] && kind != kindInFlight:
 		return c, fmt.Errorf("%w: WithSlotLease applies to an in-flight limit, not a %s", floodgate.ErrInvalidOption, kind)
+	case c.given["WithMaxDebt"] && kind == kindInFlight:
+		return c, fmt.Errorf("%w: WithMaxDebt applies to a limiter that charges beyond its quota, not an %s", floodgate.ErrInvalidOption, kind)
+	case c.given["WithMaxDebt"] && c.lease != nil:
+		return c, fmt.Errorf("%w: WithMaxDebt bounds what ChargeN charges, which leased quota (WithLease) does not", floodgate.ErrInvalidOption)
 	case c.lease != nil && kind == kindInFlight:
 		return c, fmt.Errorf("%w: WithLease (leased quota) does not apply to an in-flight limit, whose slots are leases of their own (WithSlotLease)", floodgate.ErrInvalidOption)
 	}
@@ -267,6 +273,29 @@ func WithCountDenied() Option {
 	return func(c *config) error {
 		c.countDenied = true
 		return c.once("WithCountDenied")
+	}
+}
+
+// WithMaxDebt bounds how much one key can owe when charged beyond its
+// quota (ChargeN, for floodgate.WithCostAfter), per call and in all, as
+// floodgate.WithMaxDebt does in memory, with the same arithmetic and
+// decisions (default floodgate.DefaultDebtLimits: an hour per call, a
+// day in all, neither below the burst's refill or one window). Above
+// them a charge saturates and ChargeN returns an error wrapping
+// floodgate.ErrDebtCapped. Both limits must be positive, at most
+// floodgate.MaxDebtLimit, and PerCall at most Total. It applies to
+// NewTokenBucket, NewSlidingLog and NewSlidingCounter, not with
+// WithLease.
+func WithMaxDebt(l floodgate.DebtLimits) Option {
+	return func(c *config) error {
+		switch {
+		case l.PerCall <= 0 || l.Total <= 0 || l.PerCall > floodgate.MaxDebtLimit || l.Total > floodgate.MaxDebtLimit:
+			return fmt.Errorf("%w: WithMaxDebt: PerCall %s and Total %s must be in (0, %s]", floodgate.ErrInvalidOption, l.PerCall, l.Total, floodgate.MaxDebtLimit)
+		case l.PerCall > l.Total:
+			return fmt.Errorf("%w: WithMaxDebt: PerCall %s is above Total %s", floodgate.ErrInvalidOption, l.PerCall, l.Total)
+		}
+		c.debt = l
+		return c.once("WithMaxDebt")
 	}
 }
 

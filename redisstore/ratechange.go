@@ -452,7 +452,9 @@ type convertAt struct {
 // of rate: a conversion, a record read, and the decision.
 const maxRateTries = 4
 
-// errRateChurn reports a decision that met a new rate at every try.
+// errRateChurn reports a decision that met a new rate at every try. It
+// never leaves the limiter as an error: failed answers it with a busy
+// denial (churnDenied), which no error policy lets through.
 var errRateChurn = errors.New("the rate kept changing during the decision")
 
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
@@ -554,25 +556,34 @@ func (l *base) evalRated(ctx context.Context, keys []string, n int, m planMode, 
 func (l *base) refundRated(ctx context.Context, keys []string, now string,
 	build func(v *rateView) (*script, []string), eval evalFunc, key string,
 ) error {
+	_, err := l.repliedRated(ctx, keys, now, build, eval, key)
+	return err
+}
+
+// repliedRated is refundRated returning the script's reply, for a charge
+// that reports what it could not charge.
+func (l *base) repliedRated(ctx context.Context, keys []string, now string,
+	build func(v *rateView) (*script, []string), eval evalFunc, key string,
+) ([]int64, error) {
 	for range maxRateTries {
 		s, args := build(l.rates.view.Load())
 		r, err := s.run(ctx, l.client, keys, args)
 		switch {
 		case err != nil:
-			return err
+			return nil, err
 		case len(r) == 1 && r[0] == replyStale:
 			if err := l.readRate(ctx, true); err != nil {
-				return err
+				return nil, err
 			}
 		case len(r) >= 7 && r[0] == replyConvert:
 			if _, err := eval(ctx, key, 0, now); err != nil {
-				return err
+				return nil, err
 			}
 		default:
-			return nil
+			return r, nil
 		}
 	}
-	return errRateChurn
+	return nil, errRateChurn
 }
 
 // stateString returns the state a conversion reply carried (its numbers,

@@ -290,8 +290,10 @@ func TestScriptRefusesConversionOfAnotherView(t *testing.T) {
 				before := getKey(t, addr, key)
 				mustNot(t, l.SetRate(context.Background(), floodgate.RateChange{Rate: floodgate.PerHour(20)}))
 				d, err := l.AllowN(context.Background(), "k", 1)
-				if err == nil || d.Allowed {
-					t.Fatalf("a decision sending a conversion of v1 as one of v2: %+v, %v; want refused by the script until the tries run out", d, err)
+				if err != nil || d.Allowed || !d.Overloaded {
+					// A busy denial, never an error fail-open would pass
+					// (TestRateChurnNeverOpensTheGate).
+					t.Fatalf("a decision sending a conversion of v1 as one of v2: %+v, %v; want refused by the script until the tries run out, then a busy denial", d, err)
 				}
 				if tampered.Load() == 0 {
 					t.Fatal("no conversion was sent: the test did not test")

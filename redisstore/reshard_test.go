@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scriptbatch"
 	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
 )
 
@@ -100,10 +102,17 @@ func TestClusterReshard(t *testing.T) {
 // has returned, and tallies them.
 func runDuringReshard(t *testing.T, l limiter, keys []string, move func()) *reshardTally {
 	t.Helper()
+	return runDuringReshardWith(t, l, keys, 8, move)
+}
+
+// runDuringReshardWith is runDuringReshard from the given number of
+// goroutines.
+func runDuringReshardWith(t *testing.T, l limiter, keys []string, goroutines int, move func()) *reshardTally {
+	t.Helper()
 	tally := &reshardTally{attempts: make([]atomic.Int64, len(keys)), allowed: make([]atomic.Int64, len(keys))}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
+	for g := 0; g < goroutines; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -161,6 +170,84 @@ func checkReshardTally(t *testing.T, l limiter, keys []string, limit int, tally 
 		d, err := l.AllowN(context.Background(), k, 0)
 		if err != nil || int64(d.Remaining) != int64(limit)-allowed {
 			t.Errorf("%s after %d allowed: %+v, %v; want Remaining %d (each charged once)", k, allowed, d, err, int64(limit)-allowed)
+		}
+	}
+}
+
+// TestClusterReshardBatched is TestClusterReshard with four client keys
+// in each of five moving slots and 16 goroutines, so that the adapters
+// send the decisions of one slot as one batch script: a batch that meets
+// its slot half moved is answered TRYAGAIN (some of its keys are gone) or
+// ASK, did not run, and its decisions are sent again alone. Every
+// decision must succeed, each key be allowed exactly min(limit, attempts)
+// times and charged exactly what was allowed.
+func TestClusterReshardBatched(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	cl := redistest.StartCluster(t)
+	crdb, rc := clusterClients(t, cl.Addrs())
+	// Client keys grouped by slot, five slots of one node, four keys each.
+	bySlot := map[int][]string{}
+	var slots []int
+	owner := -1
+	for i := 0; len(slots) < 5; i++ {
+		k := fmt.Sprintf("c-%d", i)
+		s := scriptbatch.Slot(k)
+		if len(bySlot[s]) == 0 && len(bySlot) >= 40 {
+			continue // enough candidate slots; fill those
+		}
+		bySlot[s] = append(bySlot[s], k)
+		if len(bySlot[s]) == 4 {
+			if want := cl.KeySlot(t, "{"+k+"}"); want != s {
+				t.Fatalf("slot of %q: %d, the server says %d", k, s, want)
+			}
+			o := cl.Owner(t, s)
+			if owner == -1 {
+				owner = o
+			}
+			if o == owner {
+				slots = append(slots, s)
+			}
+		}
+	}
+	var keys []string
+	for _, s := range slots {
+		keys = append(keys, bySlot[s][:4]...)
+	}
+	const limit = 300
+	frozen := func() time.Time { return t0 }
+	for _, c := range []client{{"go-redis", goredisstore.New(crdb)}, {"rueidis", rueidisstore.New(rc)}} {
+		for _, a := range algos {
+			t.Run(c.name+"/"+a.name, func(t *testing.T) {
+				l := a.mustNew(t, c.s, floodgate.Rate{Limit: limit, Period: time.Hour},
+					redisstore.WithPrefix(prefix(t)), redisstore.WithClock(frozen), patient)
+				to := (owner + 1) % 3
+				tally := runDuringReshardWith(t, l, keys, 16, func() {
+					for _, s := range slots {
+						cl.MoveSlot(t, s, owner, to, 10*time.Millisecond)
+					}
+				})
+				owner = to
+				checkReshardTally(t, l, keys, limit, tally)
+				// How the batches met the move, over the run so far
+				// (TRYAGAIN: only a batch script, of several keys, gets it).
+				stats := map[string]int{}
+				for _, srv := range cl.Servers {
+					info, err := redistest.Info(srv.Addr, "errorstats")
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, line := range strings.Split(info, "\n") {
+						var n int
+						kind, count, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "errorstat_"), ":count=")
+						if _, err := fmt.Sscan(count, &n); ok && err == nil {
+							stats[kind] += n
+						}
+					}
+				}
+				t.Logf("errors the masters answered so far: %v", stats)
+			})
 		}
 	}
 }

@@ -6,6 +6,9 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
+	"strings"
+
+	"github.com/floodgate-go/floodgate/redisstore/internal/scriptbatch"
 )
 
 // Scripter is all the limiters need from a Redis client: running a Lua
@@ -100,10 +103,15 @@ var (
 	//go:embed scripts/rate_write.lua
 	writeRateSrc string
 
-	tokenBucketScript    = newScript(prelude + preludeRate + tokenBucketSrc)
-	intervalScript       = newScript(prelude + preludeRate + preludeInterval + intervalSrc)
-	slidingLogScript     = newScript(prelude + preludeLog + slidingLogSrc)
-	slidingCounterScript = newScript(prelude + preludeRate + preludeCounter + slidingCounterSrc)
+	//go:embed scripts/batch.lua
+	batchSrc string
+
+	// The decision scripts can also run as entries of a batch (see
+	// newBatchedScript).
+	tokenBucketScript    = newBatchedScript(prelude+preludeRate, tokenBucketSrc)
+	intervalScript       = newBatchedScript(prelude+preludeRate+preludeInterval, intervalSrc)
+	slidingLogScript     = newBatchedScript(prelude+preludeLog, slidingLogSrc)
+	slidingCounterScript = newBatchedScript(prelude+preludeRate+preludeCounter, slidingCounterSrc)
 	resetScript          = newScript(resetSrc)
 
 	tokenBucketRefundScript    = newScript(prelude + preludeRate + tokenBucketRefundSrc)
@@ -121,6 +129,20 @@ type script struct {
 func newScript(src string) *script {
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// newBatchedScript returns the script of preludes and body, and
+// registers its batch script (scripts/batch.lua around the same code), so
+// that an adapter may send concurrent calls of it as the entries of one
+// call (see internal/scriptbatch). The preludes start with prelude.lua,
+// whose clock the batch reads once.
+func newBatchedScript(preludes, body string) *script {
+	s := newScript(preludes + body)
+	src := strings.Replace(batchSrc, "--@preludes\n", preludes, 1)
+	src = strings.Replace(src, "--@body\n", body, 1)
+	b := newScript(src)
+	scriptbatch.Register(s.sha, &scriptbatch.Script{Src: b.src, SHA: b.sha})
+	return s
 }
 
 // run executes the script with EVALSHA and, if the server does not hold it,

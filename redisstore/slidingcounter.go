@@ -12,8 +12,9 @@ import (
 
 // SlidingCounter is a sliding-window counter whose counts live in Redis, so
 // that every instance of a service shares them. It makes the decisions
-// floodgate.SlidingCounter makes in memory, with the same estimate and
-// error bound (see its documentation): fixed windows of Rate.Period, the
+// floodgate.SlidingCounter makes in memory, step for step on an injected
+// clock (WithClock; see below for the windows on the server's clock),
+// with the same estimate and error bound (see its documentation): fixed windows of Rate.Period, the
 // previous window's count weighted by the share of it still inside the
 // sliding window, a denied request counts nothing, a cost above Rate.Limit
 // is floodgate.ErrCostExceedsLimit.
@@ -23,7 +24,12 @@ import (
 // previous window's count, expiring when they stop weighing on the
 // estimate. Windows are aligned on the Unix epoch, so every instance cuts
 // time the same way; with WithClock they are aligned on the limiter's
-// creation instead, as in memory. The script checks and counts in one
+// creation instead, as in memory. Only then, on an injected clock, do
+// the two counters decide step for step alike: on the server's clock
+// their windows start at different instants (unless the in-memory
+// counter happened to be created on a multiple of the period since the
+// epoch), and a request near a window's end may be allowed by one and
+// denied by the other, each within the counter's error bound. The script checks and counts in one
 // EVALSHA.
 //
 // A SlidingCounter is safe for concurrent use.
@@ -45,7 +51,7 @@ type scParams struct {
 // NewSlidingCounter returns a sliding-window counter on Redis allowing
 // about r.Limit events per r.Period, running its script through c. It
 // accepts WithPrefix, WithClock, WithTimeout, WithFallback,
-// WithProbeInterval, WithDenyCache, WithMaxKeyLength and
+// WithProbeInterval, WithDenyCache, WithMaxKeyLength, WithMaxDebt and
 // WithRateRefresh. The period must be a whole number of microseconds.
 func NewSlidingCounter(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingCounter, error) {
 	if err := checkRate(r); err != nil {
@@ -209,33 +215,37 @@ func (sc *SlidingCounter) evalMode(ctx context.Context, key string, n int, now s
 		p := v.alg.(*scParams)
 		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
 			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
-	}, convert: sc.convert, want: 4, read: sc.decision})
+	}, convert: sc.convert, want: 5, read: sc.decision})
 }
 
 // decision reads the counter's reply.
 func (sc *SlidingCounter) decision(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 	p := v.alg.(*scParams)
 	limit := p.rate.Limit
-	// A count may exceed the limit in debt (ChargeN), up to maxCount.
-	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros {
+	// A count may exceed the limit after a downgrade (SetRate), up to
+	// maxCount.
+	if r[1] < 0 || r[2] < 0 || r[1] > maxCount || r[2] > maxCount || r[3] < 0 || r[3] >= maxMicros || r[4] < 0 || r[4] > r[3] {
 		return floodgate.Decision{Limit: limit}, errBadReply(r)
 	}
 	prev, cur := uint32(r[1]), uint32(r[2])
 	// The same arithmetic as the in-memory counter, in nanoseconds; the
-	// waits are then rounded up to the microsecond.
-	now64 := r[3] * 1000
+	// waits are then rounded up to the microsecond. The counts are as of
+	// now64, the waits from real: a debt carried ahead (ChargeN) has the
+	// counts of its last window, still to come, the windows before it
+	// counting the limit.
+	now64, real := r[3]*1000, r[4]*1000
 	start := now64 / p.period * p.period
 	elapsed := now64 - start
 	d := floodgate.Decision{Allowed: r[0] == 1, Limit: limit}
 	d.Remaining = max(limit-int(cur)-int(p.est.Share(prev, p.period-elapsed)), 0)
 	switch {
 	case cur > 0:
-		d.ResetAfter = ceilMicros(start + 2*p.period - now64)
+		d.ResetAfter = ceilMicros(start + 2*p.period - real)
 	case prev > 0:
-		d.ResetAfter = ceilMicros(start + p.period - now64)
+		d.ResetAfter = ceilMicros(start + p.period - real)
 	}
 	if !d.Allowed {
-		d.RetryAfter = ceilMicros(p.est.RetryAt(start, prev, cur, uint32(n)) - now64)
+		d.RetryAfter = ceilMicros(p.est.RetryAt(start, prev, cur, uint32(n)) - real)
 	}
 	return d, nil
 }

@@ -53,8 +53,8 @@ type slParams struct {
 // it bounds the entries of one key, and so a script's work and a key's
 // memory), running its script through c. It accepts WithCountDenied,
 // WithPrefix, WithClock, WithTimeout, WithFallback, WithProbeInterval,
-// WithDenyCache (not together with WithCountDenied), WithMaxKeyLength and
-// WithRateRefresh. The period must be a whole number of microseconds.
+// WithDenyCache (not together with WithCountDenied), WithMaxKeyLength,
+// WithMaxDebt and WithRateRefresh. The period must be a whole number of microseconds.
 func NewSlidingLog(c Scripter, r floodgate.Rate, opts ...Option) (*SlidingLog, error) {
 	if _, err := compileSL(paramsOf(r, r.Limit)); err != nil {
 		return nil, err
@@ -224,14 +224,14 @@ func (l *SlidingLog) evalPlanScale(ctx context.Context, key string, n int, now s
 func (l *SlidingLog) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
 	return l.evalRated(ctx, l.keys(key), n, m, ratedScript{build: func(v *rateView, _ conversion) (*script, []string) {
 		p := v.alg.(*slParams)
-		args := make([]string, 0, 13) // 12, and the plan's strategy
+		args := make([]string, 0, 14) // 12, the plan's strategy and the debt's bound
 		args = append(args, now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL)
 		args = append(args, logRateArgs(v)...)
 		if m != plainMode {
 			// The plan's rate named on version 0 too.
 			args[7] = fmt.Sprintf("v %d %d %d", v.rec.v, v.rec.rate.limit, v.rec.rate.period)
 		}
-		return slidingLogScript, append(args, m.arg())
+		return slidingLogScript, append(args, m.arg(), logDebtMost(l.debtCap(p)))
 	}, want: 4, read: l.decision})
 }
 

@@ -46,6 +46,14 @@ type Stats struct {
 	// made no sense, or too few replicas acknowledged an allowed decision
 	// (ErrNotReplicated).
 	OtherErrors uint64
+	// ChurnDenials counts the decisions refused because the rate (SetRate,
+	// or a PlanLimiter's plan) kept changing at every try of the decision:
+	// Redis answered, but each answer was under a rate the next try had
+	// already replaced. They are denials marked Decision.Overloaded, never
+	// errors, so no error policy lets them through. A growing count means
+	// instances disagree on the rate or a key's plan for long: rates
+	// changed faster than the refresh interval, or plans that flip.
+	ChurnDenials uint64
 }
 
 // counters are the atomic counts behind Stats, one set per limiter.
@@ -55,6 +63,7 @@ type counters struct {
 	timeoutErrors     atomic.Uint64
 	canceledErrors    atomic.Uint64
 	otherErrors       atomic.Uint64
+	churnDenials      atomic.Uint64
 }
 
 // countError counts a failed round trip under its kind. Cancellation is
@@ -81,6 +90,7 @@ func (l *base) stats() Stats {
 		TimeoutErrors:     l.counts.timeoutErrors.Load(),
 		CanceledErrors:    l.counts.canceledErrors.Load(),
 		OtherErrors:       l.counts.otherErrors.Load(),
+		ChurnDenials:      l.counts.churnDenials.Load(),
 	}
 }
 

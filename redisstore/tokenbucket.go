@@ -50,7 +50,7 @@ type tbParams struct {
 // NewTokenBucket returns a token bucket on Redis refilling r.Limit tokens
 // per r.Period, running its script through c. It accepts WithBurst,
 // WithIntervalRefill, WithPrefix, WithClock, WithTimeout, WithFallback,
-// WithProbeInterval, WithDenyCache, WithMaxKeyLength and
+// WithProbeInterval, WithDenyCache, WithMaxKeyLength, WithMaxDebt and
 // WithRateRefresh. The period must be a whole number of microseconds,
 // the resolution of the Redis state, and burst·Period/Limit at most 2^50
 // µs (35 years), which also keeps the ceil(burst/Limit) periods an

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/debtcap"
 )
 
 // This file holds what a TokenBucket on Redis does for the admission
@@ -45,11 +46,15 @@ var (
 // ChargeN takes n tokens from key's bucket whether or not it holds them
 // (floodgate.Charger), as floodgate.TokenBucket.ChargeN does (not with
 // leased quota, WithLease: an error wrapping floodgate.ErrInvalidOption):
-// the bucket may go into debt, and every later call is denied, with a RetryAfter
-// that counts the debt, until the refill has paid it. n above 2^24 is
-// charged as 2^24, and the debt saturates at 2^51 us (about 71 years) of
-// refill past now, never wrapping. One round trip, O(1) on the server.
-// The charge goes to Redis only, never to the fallback.
+// the bucket may go into debt, and every later call is denied, with a
+// RetryAfter that counts the debt, until the refill has paid it. What a
+// key can owe is bounded as in memory (WithMaxDebt, the same arithmetic:
+// one charge at most PerCall's refill, at least the burst, at most 2^24
+// tokens; the bucket at most Total's refill beyond empty, to the
+// microsecond); a charge that reaches a bound is charged up to it and
+// returns an error wrapping floodgate.ErrDebtCapped, and the debt never
+// wraps. One round trip, O(1) on the server. The charge goes to Redis
+// only, never to the fallback.
 func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: charge of n = %d is negative", floodgate.ErrInvalidCost, n)
@@ -60,24 +65,39 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	n = min(n, maxLimit)
-	return b.refund(ctx, key, func(ctx context.Context, now string) error {
-		return b.refundRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
+	var capped bool
+	err := b.refund(ctx, key, func(ctx context.Context, now string) error {
+		r, err := b.repliedRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
 			p := v.alg.(*tbParams)
+			c := debtcap.New(b.debt.PerCall, b.debt.Total, p.rate.Limit, p.rate.Period, p.burst)
+			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
+			capped = m < n
 			if b.interval {
-				return intervalChargeScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg,
-					strconv.FormatInt(p.maxUsed(), 10), b.minTTL, v.ver, v.suffix}
+				most := min(p.maxUsed(), int64(p.burst)+int64(min(c.Total, 1<<61)))
+				return intervalChargeScript, []string{now, strconv.Itoa(m), p.limitArg, p.periodArg,
+					strconv.FormatInt(most, 10), b.minTTL, v.ver, v.suffix}
 			}
-			incQ, incR := uint64(maxDebt), uint64(0)
-			if hi, lo := bits.Mul64(uint64(n), p.period); hi < p.limit {
-				if q, r := bits.Div64(hi, lo, p.limit); q < maxDebt {
+			// How far past now the debt may reach, in µs: the same bound
+			// as in memory, whose tau is in ns.
+			hi, lo := bits.Mul64(uint64(p.burst), uint64(p.rate.Period))
+			tau, _ := bits.Div64(hi, lo, p.limit) // burst·Period/Limit < 2^50 µs: no overflow
+			ahead := uint64(debtcap.BucketAhead(int64(tau), b.debt.Total, maxDebt*1000) / 1000)
+			incQ, incR := ahead, uint64(0)
+			if hi, lo := bits.Mul64(uint64(m), p.period); hi < p.limit {
+				if q, r := bits.Div64(hi, lo, p.limit); q < ahead {
 					incQ, incR = q, r
 				}
 			}
 			return tokenBucketChargeScript, []string{now, strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-				p.limitArg, strconv.Itoa(maxDebt), b.minTTL, v.ver, v.suffix}
+				p.limitArg, strconv.FormatUint(ahead, 10), b.minTTL, v.ver, v.suffix}
 		}, b.eval, key)
+		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
+		return err
 	})
+	if err == nil && capped {
+		return fmt.Errorf("%w: ChargeN(%d) on key %q", floodgate.ErrDebtCapped, n, key)
+	}
+	return err
 }
 
 // maxUsed is the most tokens an intervally refilled bucket may owe: as

@@ -7,14 +7,16 @@ import (
 	"strconv"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/debtcap"
 )
 
 // This file holds what the window limiters on Redis do for the admission
 // kinds beyond a rate, as their in-memory twins do: charging beyond the
 // limit (floodgate.Charger), for WithCostAfter.
 
-// maxCount bounds a sliding counter's window count: 2^30, the in-memory
-// counter's bound on a debt.
+// maxCount bounds a sliding counter's window count: 2^30, as in memory
+// (a count above the limit is left by a downgrade; a debt is carried
+// into the windows after).
 const maxCount = 1 << 30
 
 var (
@@ -28,10 +30,16 @@ var (
 )
 
 // ChargeN records n units for key whether or not the window has room for
-// them (floodgate.Charger), as floodgate.SlidingLog.ChargeN does, with the
-// same bounds: an entry weighs at most Rate.Limit units, and a log holding
-// Rate.Limit entries is folded into one. n above 2^24 counts as 2^24. The
-// charge goes to Redis only, never to the fallback.
+// them (floodgate.Charger), as floodgate.SlidingLog.ChargeN does: what the
+// window has room for at now, the rest a debt carried into the coming
+// windows, the limit to each, kept as one member of the log whatever it
+// spans. The bounds are memory's: one charge at most PerCall's worth of
+// units (WithMaxDebt; at least the limit, at most 2^24), a debt at most
+// Total's (at least one window, at most 2^30 units), and a log that holds
+// the limit of live entries (at least 2) folds into one before a debt is
+// carried. A charge that reaches a bound is charged up to it and returns
+// an error wrapping floodgate.ErrDebtCapped. The charge goes to Redis
+// only, never to the fallback.
 func (l *SlidingLog) ChargeN(ctx context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: charge of n = %d is negative", floodgate.ErrInvalidCost, n)
@@ -39,21 +47,49 @@ func (l *SlidingLog) ChargeN(ctx context.Context, key string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	return l.refund(ctx, key, func(ctx context.Context, now string) error {
-		return l.refundRated(ctx, l.keys(key), now, func(v *rateView) (*script, []string) {
+	var capped bool
+	err := l.refund(ctx, key, func(ctx context.Context, now string) error {
+		r, err := l.repliedRated(ctx, l.keys(key), now, func(v *rateView) (*script, []string) {
 			p := v.alg.(*slParams)
-			w := strconv.Itoa(min(n, p.rate.Limit))
-			return slidingLogChargeScript, append([]string{now, w, p.limitArg, p.periodArg, l.minTTL}, logRateArgs(v)...)
+			c := l.debtCap(p)
+			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
+			capped = m < n
+			args := append([]string{now, strconv.Itoa(m), p.limitArg, p.periodArg, l.minTTL}, logRateArgs(v)...)
+			return slidingLogChargeScript, append(args, logDebtMost(c))
 		}, l.eval, key)
+		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
+		return err
 	})
+	if err == nil && capped {
+		return fmt.Errorf("%w: ChargeN(%d) on key %q", floodgate.ErrDebtCapped, n, key)
+	}
+	return err
+}
+
+// debtCap returns the log's debt limits at the rate of p.
+func (l *SlidingLog) debtCap(p *slParams) debtcap.Cap {
+	return debtcap.New(l.debt.PerCall, l.debt.Total, p.rate.Limit, p.rate.Period, p.rate.Limit)
+}
+
+// maxLogDebt bounds the units a log carries ahead: 2^30, as in memory.
+const maxLogDebt = 1 << 30
+
+// logDebtMost is the script argument of the most units a log carries
+// ahead under c.
+func logDebtMost(c debtcap.Cap) string {
+	return strconv.FormatUint(min(c.Total, maxLogDebt), 10)
 }
 
 // ChargeN counts n events for key whether or not the estimate has room for
-// them (floodgate.Charger), as floodgate.SlidingCounter.ChargeN does: a
-// window's count saturates at 2^30. n above 2^24 counts as 2^24. The
-// charge goes to Redis only, never to the fallback. With leased quota
-// (WithLease) it is an error wrapping floodgate.ErrInvalidOption, and
-// Charges reports false.
+// them (floodgate.Charger), as floodgate.SlidingCounter.ChargeN does: the
+// current window counts up to the limit and the rest is carried into the
+// windows after it, the limit to each, with the same bounds (WithMaxDebt:
+// one charge at most PerCall's worth of events, at least the limit, at
+// most 2^24; a debt at most Total's windows ahead, at least one). A
+// charge that reaches a bound is counted up to it and returns an error
+// wrapping floodgate.ErrDebtCapped. The charge goes to Redis only, never
+// to the fallback. With leased quota (WithLease) it is an error wrapping
+// floodgate.ErrInvalidOption, and Charges reports false.
 func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: charge of n = %d is negative", floodgate.ErrInvalidCost, n)
@@ -64,13 +100,23 @@ func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error 
 	if n == 0 {
 		return nil
 	}
-	c := strconv.Itoa(min(n, maxLimit))
-	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
-		return sc.refundRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
+	var capped bool
+	err := sc.refund(ctx, key, func(ctx context.Context, now string) error {
+		r, err := sc.repliedRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
 			p := v.alg.(*scParams)
-			return slidingCounterChargeScript, []string{now, c, p.periodArg, sc.originArg, strconv.Itoa(maxCount), sc.minTTL, v.ver, v.suffix}
+			c := debtcap.New(sc.debt.PerCall, sc.debt.Total, p.rate.Limit, p.rate.Period, p.rate.Limit)
+			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
+			capped = m < n
+			return slidingCounterChargeScript, []string{now, strconv.Itoa(m), p.periodArg, sc.originArg, strconv.Itoa(maxCount), sc.minTTL,
+				v.ver, v.suffix, p.limitArg, strconv.FormatInt(c.Periods, 10)}
 		}, sc.eval, key)
+		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
+		return err
 	})
+	if err == nil && capped {
+		return fmt.Errorf("%w: ChargeN(%d) on key %q", floodgate.ErrDebtCapped, n, key)
+	}
+	return err
 }
 
 // Charges reports whether ChargeN charges: not with leased quota

@@ -43,6 +43,9 @@ func (d connectDriver) Start(t *testing.T, s conformance.Setup) conformance.Clie
 	if s.Wait != nil {
 		opts = append(opts, connectlimit.WithWait(*s.Wait), connectlimit.WithWaitTimer(s.Timer))
 	}
+	if s.Stats != nil {
+		opts = append(opts, connectlimit.WithGateStats(s.Stats))
+	}
 	lim, err := connectlimit.New(s.Limiter, opts...)
 	if err != nil {
 		t.Fatal(err)

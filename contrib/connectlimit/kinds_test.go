@@ -45,7 +45,8 @@ func serveKinds(t *testing.T, lim *connectlimit.Interceptor) (*httptest.Server, 
 func TestKindsOnThreeProtocols(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			bucket, err := floodgate.NewTokenBucket(floodgate.PerHour(10), floodgate.WithClock(func() time.Time { return time.Unix(1e9, 0) }))
+			bucket, err := floodgate.NewTokenBucket(floodgate.PerHour(10), floodgate.WithClock(func() time.Time { return time.Unix(1e9, 0) }),
+				floodgate.WithMaxDebt(floodgate.DebtLimits{PerCall: 3 * time.Hour, Total: 24 * time.Hour})) // the 24 charged fit
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -190,6 +190,13 @@ func WithCountCodes(counts func(connect.Code) bool) Option {
 // implement floodgate.Reserver.
 func WithWait(w floodgate.WaitLimits) Option { return gateOption("WithWait", floodgate.WithWait(w)) }
 
+// WithGateStats makes the interceptors' admission cores report to s, for
+// metrics: the calls they hold for their turn (WithWait), as
+// floodgate.WithGateStats does for HTTP; a route table's gates add up.
+func WithGateStats(s *floodgate.GateStats) Option {
+	return gateOption("WithGateStats", floodgate.WithGateStats(s))
+}
+
 // WithWaitTimer sets the timer waiting calls sleep on, for tests (see
 // floodgate.WithWaitTimer); it requires WithWait.
 func WithWaitTimer(after func(time.Duration) (<-chan time.Time, func() bool)) Option {

@@ -92,6 +92,13 @@ func runChain(w http.ResponseWriter, r *http.Request) {
 		c.Next()
 		return
 	}
+	// The middleware watches the response, as WithCostAfter has it do: a
+	// metered call's meter goes into gin's keys too, where
+	// floodgate.ReportCost(c, n) finds it (gin.Context.Value reads the
+	// request's context only under ContextWithFallback).
+	if m := r.Context().Value(floodgate.MeterKey); m != nil {
+		c.Set(floodgate.MeterKey, m)
+	}
 	gw := &writer{ResponseWriter: orig, mw: w}
 	c.Writer = gw
 	if ds, ok := w.(floodgate.DeferredSettler); ok {

@@ -36,6 +36,9 @@ func (grpcDriver) Start(t *testing.T, s conformance.Setup) conformance.Client {
 	if s.Wait != nil {
 		opts = append(opts, grpclimit.WithWait(*s.Wait), grpclimit.WithWaitTimer(s.Timer))
 	}
+	if s.Stats != nil {
+		opts = append(opts, grpclimit.WithGateStats(s.Stats))
+	}
 	lim, err := grpclimit.New(s.Limiter, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,10 @@ func TestCostAfterFromTrailer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := grpclimit.New(bucket(t, floodgate.PerHour(10), clk.option()), grpclimit.WithCostAfter(cost))
+	// Debt limits wide enough for the 24 charged (the default allows an
+	// hour's worth, 10, per call).
+	wide := floodgate.WithMaxDebt(floodgate.DebtLimits{PerCall: 3 * time.Hour, Total: 24 * time.Hour})
+	lim, err := grpclimit.New(bucket(t, floodgate.PerHour(10), clk.option(), wide), grpclimit.WithCostAfter(cost))
 	if err != nil {
 		t.Fatal(err)
 	}

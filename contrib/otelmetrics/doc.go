@@ -51,9 +51,17 @@
 //	floodgate.redis.lease.returned_units   counter {unit}; floodgate.limiter: given back unused
 //	floodgate.redis.lease.stranded_units   counter {unit}; floodgate.limiter: lost as if used
 //	floodgate.redis.lease.ahead_units      counter {unit}; floodgate.limiter: refill skipped (token bucket)
+//	floodgate.capped_charges               counter {charge}; floodgate.policy: charges capped by the debt limits
+//	floodgate.waiting_call.count           up-down counter {call}; floodgate.gate: held for their turn (WatchGate)
+//	floodgate.inflight.slot.count          up-down counter {slot}; floodgate.limiter: an in-flight limit's slots held
+//	floodgate.inflight.slot.limit          up-down counter {slot}; floodgate.limiter: its Max
+//	floodgate.redis.inflight.lost_leases   counter {lease}; floodgate.limiter: a Redis in-flight limit's lost leases
 //
 // The lease instruments report the Redis limiters built with
-// redisstore.WithLease, and only those.
+// redisstore.WithLease, and only those. The waiting calls are those of
+// the gates given a floodgate.GateStats (floodgate.WithGateStats)
+// registered with WatchGate; the slots those of the in-flight limits
+// registered with Watch or Limiter, the lost leases only for Redis ones.
 //
 // The names follow OpenTelemetry's naming rules for metrics: no
 // pluralized up-down counter (….key.count, ….key.limit), counters

@@ -16,7 +16,8 @@ import (
 // floodgate's in-memory limiters (floodgate.store.*), the fallback,
 // deny-cache and error counts for redisstore's (floodgate.redis.*), and
 // the lease counts of those that lease (floodgate.redis.lease.* and
-// floodgate.redis.leases, see redisstore.WithLease). A
+// floodgate.redis.leases, see redisstore.WithLease), and the slots of an
+// in-flight limit (floodgate.inflight.slot.*; its lost leases on Redis). A
 // limiter that offers neither, or a name already registered with Limiter
 // or Watch, is an error; the error of a duplicate wraps ErrDuplicateName.
 // The name, like a policy name, must be printable ASCII.

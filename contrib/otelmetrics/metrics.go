@@ -146,7 +146,9 @@ func WithBuckets(bounds ...float64) Option {
 //     floodgate.decisions;
 //   - exemptions, by wrapping WithSkip's predicate with Skip;
 //   - limiters, with Limiter (latency, store and Redis state) or Watch
-//     (store and Redis state only), under a name of your choosing.
+//     (store and Redis state only), under a name of your choosing;
+//   - the calls a middleware or interceptor holds for their turn, with
+//     WatchGate.
 //
 // Counting a decision costs one atomic add, after a lock-free map lookup
 // that each hook skips while its policy stays the same: the counts are kept here and reported by an observable counter's
@@ -158,13 +160,15 @@ type Metrics struct {
 
 	// The observable instruments, reported by one callback.
 	decisions, fallbackDecisions, denyCacheHits, redisErrors, evictions metric.Int64ObservableCounter
-	debtsLost                                                           metric.Int64ObservableCounter
+	debtsLost, capped                                                   metric.Int64ObservableCounter
 	keys, maxKeys, debtCapacity                                         metric.Int64ObservableUpDownCounter
 	fallbackActive                                                      metric.Int64ObservableGauge
 	lease                                                               leaseInstruments
+	kinds                                                               kindsInstruments
 
 	policies *metricsbase.Policies[policyCounters]
 	limiters *metricsbase.Registry[redisstore.Stats, redisstore.LeaseStats, *watched]
+	gates    *metricsbase.Gates[metric.ObserveOption]
 
 	now func() time.Time // the latency clock; tests replace it
 }
@@ -175,6 +179,10 @@ type policyCounters struct {
 	n     [metricsbase.NumOutcomes]atomic.Uint64
 	attrs [metricsbase.NumOutcomes]metric.ObserveOption
 	skips atomic.Bool // Skip was called for the policy: report skipped
+	// capped counts the settlements whose charge the key's debt limits
+	// capped (DecisionEvent.DebtCapped), reported with policy.
+	capped atomic.Uint64
+	policy metric.ObserveOption
 }
 
 // New returns a Metrics whose instruments come from the meter ScopeName of
@@ -200,8 +208,10 @@ func New(opts ...Option) (*Metrics, error) {
 			for o := range p.V.attrs {
 				p.V.attrs[o] = metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(p.Name), OutcomeKey.String(outcomeValues[o])))
 			}
+			p.V.policy = metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(p.Name)))
 		}),
 		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
+		gates:    newGates(),
 		now:      time.Now,
 	}
 	if err := m.policies.Declare(c.policies); err != nil {
@@ -216,6 +226,9 @@ func New(opts ...Option) (*Metrics, error) {
 	add(err)
 	m.decisions, err = meter.Int64ObservableCounter("floodgate.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limit decisions by policy and outcome (allowed, denied, dry_run_denied, error, skipped)."))
+	add(err)
+	m.capped, err = meter.Int64ObservableCounter("floodgate.capped_charges", metric.WithUnit("{charge}"),
+		metric.WithDescription("Calls whose real cost took their key to the most it may owe (WithMaxDebt): charged up to that bound, the rest forgiven."))
 	add(err)
 	m.keys, err = meter.Int64ObservableUpDownCounter("floodgate.store.key.count", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys held by the limiter's in-memory store."))
@@ -246,11 +259,14 @@ func New(opts ...Option) (*Metrics, error) {
 	add(err)
 	m.lease, err = newLeaseInstruments(meter)
 	add(err)
+	m.kinds, err = newKindsInstruments(meter)
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: creating instruments: %w", err)
 	}
-	observed := append([]metric.Observable{m.decisions, m.keys, m.maxKeys, m.evictions, m.debtCapacity, m.debtsLost,
+	observed := append([]metric.Observable{m.decisions, m.capped, m.keys, m.maxKeys, m.evictions, m.debtCapacity, m.debtsLost,
 		m.fallbackActive, m.fallbackDecisions, m.denyCacheHits, m.redisErrors}, m.lease.all()...)
+	observed = append(observed, m.kinds.all()...)
 	if _, err := meter.RegisterCallback(m.observe, observed...); err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}
@@ -267,6 +283,7 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(m.decisions, clamp(pc.n[i].Load()), pc.attrs[i])
 		}
+		o.ObserveInt64(m.capped, clamp(pc.capped.Load()), pc.policy)
 	}
 	for _, w := range m.limiters.All() {
 		if w.Store != nil {
@@ -296,6 +313,7 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			m.lease.observe(o, w.Lease(), w.limiter)
 		}
 	}
+	m.observeKinds(o)
 	return nil
 }
 
@@ -320,7 +338,10 @@ func clamp(n uint64) int64 {
 // A request whose key function failed is counted under the policy whose
 // key function failed (the last one tried when none yields a key). Under WithCountStatus each request is counted
 // once, by the check before its handler runs; the consumption after the
-// handler (DecisionEvent.AfterHandler) is not counted again. The same
+// handler (DecisionEvent.AfterHandler) is not counted again; a
+// settlement whose charge the key's debt limits capped
+// (DecisionEvent.DebtCapped) is counted in floodgate.capped_charges. The
+// same
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
@@ -328,6 +349,8 @@ func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
 	return func(ev floodgate.DecisionEvent) {
 		if c, o, ok := h.Resolve(&ev); ok {
 			c.n[o].Add(1)
+		} else if c, ok := h.Capped(&ev); ok {
+			c.capped.Add(1)
 		}
 	}
 }

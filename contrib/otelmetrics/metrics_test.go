@@ -110,6 +110,11 @@ var units = map[string]string{
 	"floodgate.redis.lease.returned_units":  "{unit}",
 	"floodgate.redis.lease.stranded_units":  "{unit}",
 	"floodgate.redis.lease.ahead_units":     "{unit}",
+	"floodgate.waiting_call.count":          "{call}",
+	"floodgate.capped_charges":              "{charge}",
+	"floodgate.inflight.slot.count":         "{slot}",
+	"floodgate.inflight.slot.limit":         "{slot}",
+	"floodgate.redis.inflight.lost_leases":  "{lease}",
 }
 
 var monotonic = map[string]bool{
@@ -125,6 +130,8 @@ var monotonic = map[string]bool{
 	"floodgate.redis.lease.returned_units":  true,
 	"floodgate.redis.lease.stranded_units":  true,
 	"floodgate.redis.lease.ahead_units":     true,
+	"floodgate.redis.inflight.lost_leases":  true,
+	"floodgate.capped_charges":              true,
 }
 
 // TestHookCountsOutcomes drives real middlewares, one per outcome, and
@@ -150,6 +157,9 @@ func TestHookCountsOutcomes(t *testing.T) {
 	} {
 		want["floodgate.decisions{"+k+"}"] = v
 	}
+	for _, p := range metricstest.OutcomePolicies {
+		want["floodgate.capped_charges{floodgate.policy="+p+"}"] = 0
+	}
 	metricstest.Want(t, points(t, reader), want)
 }
 
@@ -170,6 +180,7 @@ func TestObserveFromBusinessCode(t *testing.T) {
 		"floodgate.decisions{floodgate.outcome=denied,floodgate.policy=nickname}":         2,
 		"floodgate.decisions{floodgate.outcome=dry_run_denied,floodgate.policy=nickname}": 0,
 		"floodgate.decisions{floodgate.outcome=error,floodgate.policy=nickname}":          1,
+		"floodgate.capped_charges{floodgate.policy=nickname}":                             0,
 	})
 }
 
@@ -374,6 +385,7 @@ func TestDeclaredPoliciesStartAtZero(t *testing.T) {
 		for _, o := range outcomeValues[:metricsbase.Skipped] {
 			want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy="+p+"}"] = 0
 		}
+		want["floodgate.capped_charges{floodgate.policy="+p+"}"] = 0
 	}
 	metricstest.Want(t, points(t, reader), want)
 
@@ -390,5 +402,11 @@ func TestDeclaredPoliciesStartAtZero(t *testing.T) {
 		want["floodgate.decisions{floodgate.outcome="+o+",floodgate.policy=undeclared}"] = 0
 	}
 	want["floodgate.decisions{floodgate.outcome=allowed,floodgate.policy=undeclared}"] = 1
+	want["floodgate.capped_charges{floodgate.policy=undeclared}"] = 0
+	// A settlement the debt limits capped counts apart, never as a
+	// decision; one that was not capped counts nowhere.
+	hook(floodgate.DecisionEvent{Policy: "nickname", AfterHandler: true, Charged: 1 << 24, DebtCapped: true})
+	hook(floodgate.DecisionEvent{Policy: "nickname", AfterHandler: true, Charged: 3})
+	want["floodgate.capped_charges{floodgate.policy=nickname}"] = 1
 	metricstest.Want(t, points(t, reader), want)
 }

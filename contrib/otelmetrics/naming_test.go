@@ -68,8 +68,9 @@ func namingProblems(name, kind, unit string) []string {
 }
 
 // TestInstrumentNames collects every instrument, with a Redis limiter
-// falling back to a watched in-memory one, a leasing Redis limiter and a
-// declared policy, and checks that all seventeen are there and that each
+// falling back to a watched in-memory one, a leasing Redis limiter, a
+// watched gate, a Redis in-flight limit and a declared policy, and checks
+// that all twenty-one are there and that each
 // name follows OpenTelemetry's naming rules.
 func TestInstrumentNames(t *testing.T) {
 	m, reader := newMetrics(t, WithPolicies("probe"))
@@ -87,6 +88,17 @@ func TestInstrumentNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := m.Watch("leased", newRedisBucket(t, redisstore.WithLease(redisstore.Lease{}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WatchGate("api", &floodgate.GateStats{}); err != nil {
+		t.Fatal(err)
+	}
+	slots, err := redisstore.NewInFlight(metricstest.DownServer{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slots.Close() })
+	if err := m.Watch("slots", slots); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.AllowN(context.Background(), "k", 1); err != nil {

@@ -48,9 +48,17 @@
 //	floodgate_redis_lease_returned_units_total{limiter}   counter: given back unused
 //	floodgate_redis_lease_stranded_units_total{limiter}   counter: lost as if used
 //	floodgate_redis_lease_ahead_units_total{limiter}      counter: refill skipped (token bucket)
+//	floodgate_capped_charges_total{policy}                counter: charges capped by the debt limits
+//	floodgate_waiting_calls{gate}                         gauge: calls held for their turn (WatchGate)
+//	floodgate_inflight_slots{limiter}                     gauge: an in-flight limit's slots held now
+//	floodgate_inflight_max_slots{limiter}                 gauge: its Max
+//	floodgate_redis_inflight_lost_leases_total{limiter}   counter: a Redis in-flight limit's lost leases
 //
 // The lease series exist for the Redis limiters built with
-// redisstore.WithLease, and only for those.
+// redisstore.WithLease, and only for those. The waiting calls are those
+// of the gates given a floodgate.GateStats (floodgate.WithGateStats)
+// registered with WatchGate; the slots those of the in-flight limits
+// registered with Watch or Limiter, the lost leases only for Redis ones.
 //
 // A live eviction drops a key that still owed (remembered as debt, or
 // forgotten under floodgate.WithForgetEvicted): a rising

@@ -14,7 +14,8 @@ import (
 // floodgate's in-memory limiters (floodgate_store_*), the fallback,
 // deny-cache and error counts for redisstore's (floodgate_redis_*), and
 // the lease counts of those that lease (floodgate_redis_lease*, see
-// redisstore.WithLease). A
+// redisstore.WithLease), and the slots of an in-flight limit
+// (floodgate_inflight_*; its lost leases on Redis). A
 // limiter that offers neither, or a name already registered with Limiter
 // or Watch, is an error; the error of a duplicate wraps ErrDuplicateName.
 // The name, like a policy name, must be printable ASCII.

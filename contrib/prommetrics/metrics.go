@@ -105,7 +105,9 @@ func WithBuckets(bounds ...float64) Option {
 //     floodgate_decisions_total;
 //   - exemptions, by wrapping WithSkip's predicate with Skip;
 //   - limiters, with Limiter (latency, store and Redis state) or Watch
-//     (store and Redis state only), under a name of your choosing.
+//     (store and Redis state only), under a name of your choosing;
+//   - the calls a middleware or interceptor holds for their turn, with
+//     WatchGate.
 //
 // Counting a decision costs one atomic add, after a lock-free map lookup
 // that each hook skips while its policy stays the same. Store sizes and Redis state are read from the limiters' Stats when
@@ -113,18 +115,24 @@ func WithBuckets(bounds ...float64) Option {
 // concurrent use.
 type Metrics struct {
 	decisions *prometheus.CounterVec
+	capped    *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 
 	policies *metricsbase.Policies[policyCounters]
 	limiters *metricsbase.Registry[redisstore.Stats, redisstore.LeaseStats, *watched]
+	gates    *metricsbase.Gates[struct{}]
 
 	now func() time.Time // the latency clock; tests replace it
 }
 
-// policyCounters are one policy's decision counters, resolved once so
-// that counting needs no label lookup. The skipped series is made by Skip
-// alone, so that only the policies given to Skip have one.
-type policyCounters [metricsbase.Skipped]prometheus.Counter
+// policyCounters are one policy's decision counters, by outcome, and its
+// count of capped charges, resolved once so that counting needs no label
+// lookup. The skipped series is made by Skip alone, so that only the
+// policies given to Skip have one.
+type policyCounters struct {
+	outcome [metricsbase.Skipped]prometheus.Counter
+	capped  prometheus.Counter
+}
 
 // The descriptors of the metrics read at scrape time.
 var (
@@ -169,18 +177,24 @@ func New(opts ...Option) (*Metrics, error) {
 			Name: "floodgate_decisions_total",
 			Help: "Rate-limit decisions by policy and outcome (allowed, denied, dry_run_denied, error, skipped).",
 		}, []string{"policy", "outcome"}),
+		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_capped_charges_total",
+			Help: "Calls whose real cost took their key to the most it may owe (WithMaxDebt): charged up to that bound, the rest forgiven.",
+		}, []string{"policy"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_decision_duration_seconds",
 			Help:    "Time a limiter registered with Limiter took to decide.",
 			Buckets: c.buckets,
 		}, []string{"limiter"}),
 		limiters: metricsbase.NewRegistry(ErrDuplicateName, newWatched),
+		gates:    newGates(),
 		now:      time.Now,
 	}
 	m.policies = metricsbase.NewPolicies(func(p *metricsbase.Policy[policyCounters]) {
-		for o := range p.V {
-			p.V[o] = m.decisions.WithLabelValues(p.Name, outcomeLabels[o])
+		for o := range p.V.outcome {
+			p.V.outcome[o] = m.decisions.WithLabelValues(p.Name, outcomeLabels[o])
 		}
+		p.V.capped = m.capped.WithLabelValues(p.Name)
 	})
 	if err := m.policies.Declare(c.policies); err != nil {
 		return nil, fmt.Errorf("prommetrics: WithPolicies: %w", err)
@@ -191,6 +205,7 @@ func New(opts ...Option) (*Metrics, error) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
+	m.capped.Describe(ch)
 	m.duration.Describe(ch)
 	for _, d := range []*prometheus.Desc{storeKeysDesc, storeMaxKeysDesc, storeEvictionsDesc,
 		storeDebtCapacityDesc, storeDebtsLostDesc, fallbackActiveDesc, fallbackDecisionsDesc, denyCacheHitsDesc, redisErrorsDesc} {
@@ -199,12 +214,16 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range leaseDescs {
 		ch <- d
 	}
+	for _, d := range kindsDescs {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector. It reads every registered
 // limiter's Stats.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
+	m.capped.Collect(ch)
 	m.duration.Collect(ch)
 	for _, w := range m.limiters.All() {
 		if w.Store != nil {
@@ -234,6 +253,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			collectLease(ch, w.name, w.Lease())
 		}
 	}
+	m.collectKinds(ch)
 }
 
 // Hook returns a function for floodgate.WithDecisionHook that counts each
@@ -247,14 +267,19 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // A request whose key function failed is counted under the policy whose
 // key function failed (the last one tried when none yields a key). Under WithCountStatus each request is counted
 // once, by the check before its handler runs; the consumption after the
-// handler (DecisionEvent.AfterHandler) is not counted again. The same
+// handler (DecisionEvent.AfterHandler) is not counted again; a
+// settlement whose charge the key's debt limits capped
+// (DecisionEvent.DebtCapped) is counted in floodgate_capped_charges_total.
+// The same
 // function may serve several middlewares: give each its own policy names
 // (WithPolicyName), or their decisions add up under one.
 func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
 	h := m.policies.NewHook()
 	return func(ev floodgate.DecisionEvent) {
 		if c, o, ok := h.Resolve(&ev); ok {
-			c[o].Inc()
+			c.outcome[o].Inc()
+		} else if c, ok := h.Capped(&ev); ok {
+			c.capped.Inc()
 		}
 	}
 }
@@ -264,7 +289,7 @@ func (m *Metrics) Hook() func(floodgate.DecisionEvent) {
 // else allowed or denied. policy must be a fixed name, such as the
 // middleware's policy names, never a client key.
 func (m *Metrics) Observe(policy string, d floodgate.Decision, err error) {
-	m.policies.Get(policy).V[metricsbase.Classify(d.Allowed, err)].Inc()
+	m.policies.Get(policy).V.outcome[metricsbase.Classify(d.Allowed, err)].Inc()
 }
 
 // Skip wraps a predicate for floodgate.WithSkip so that each request it

@@ -91,6 +91,9 @@ func TestHookCountsOutcomes(t *testing.T) {
 	} {
 		want["floodgate_decisions_total{"+k+"}"] = v
 	}
+	for _, p := range metricstest.OutcomePolicies {
+		want["floodgate_capped_charges_total{policy="+p+"}"] = 0
+	}
 	metricstest.Want(t, series(t, m), want)
 }
 
@@ -110,6 +113,7 @@ func TestObserveFromBusinessCode(t *testing.T) {
 		"floodgate_decisions_total{outcome=allowed,policy=nickname}":        2,
 		"floodgate_decisions_total{outcome=denied,policy=nickname}":         2,
 		"floodgate_decisions_total{outcome=dry_run_denied,policy=nickname}": 0,
+		"floodgate_capped_charges_total{policy=nickname}":                   0,
 		"floodgate_decisions_total{outcome=error,policy=nickname}":          1,
 	})
 }
@@ -163,6 +167,7 @@ func TestDeclaredPoliciesStartAtZero(t *testing.T) {
 		for _, o := range outcomeLabels {
 			want["floodgate_decisions_total{outcome="+o+",policy="+p+"}"] = 0
 		}
+		want["floodgate_capped_charges_total{policy="+p+"}"] = 0
 	}
 	metricstest.Want(t, series(t, m), want)
 
@@ -179,5 +184,11 @@ func TestDeclaredPoliciesStartAtZero(t *testing.T) {
 		want["floodgate_decisions_total{outcome="+o+",policy=undeclared}"] = 0
 	}
 	want["floodgate_decisions_total{outcome=allowed,policy=undeclared}"] = 1
+	want["floodgate_capped_charges_total{policy=undeclared}"] = 0
+	// A settlement the debt limits capped counts apart, never as a
+	// decision; one that was not capped counts nowhere.
+	hook(floodgate.DecisionEvent{Policy: "nickname", AfterHandler: true, Charged: 1 << 24, DebtCapped: true})
+	hook(floodgate.DecisionEvent{Policy: "nickname", AfterHandler: true, Charged: 3})
+	want["floodgate_capped_charges_total{policy=nickname}"] = 1
 	metricstest.Want(t, series(t, m), want)
 }

@@ -48,6 +48,12 @@ type Setup struct {
 	// (the Hanging limiter, or a wait timer that holds the call): a
 	// HangUp step gives up then.
 	Deciding chan struct{}
+	// Stats, if set, is the GateStats the driver must give the adapter
+	// (WithGateStats).
+	Stats *floodgate.GateStats
+	// Check, if set, is called once the steps are done: what the case
+	// checks beyond the answers and the events.
+	Check func() error
 	// Hook is the decision hook the driver must install.
 	Hook func(floodgate.DecisionEvent)
 	// Ran is called by the handler each time it runs.
@@ -393,6 +399,11 @@ func runCase(t *testing.T, d Driver, c Case) {
 	}
 	if c.Event != nil {
 		if err := c.Event(rec.events); err != nil {
+			t.Errorf("%s: %v", d.Name(), err)
+		}
+	}
+	if s.Check != nil {
+		if err := s.Check(); err != nil {
 			t.Errorf("%s: %v", d.Name(), err)
 		}
 	}

@@ -41,6 +41,9 @@ func HTTPOptions(s Setup) []floodgate.MiddlewareOption {
 	if s.Wait != nil {
 		opts = append(opts, floodgate.WithWait(*s.Wait), floodgate.WithWaitTimer(s.Timer))
 	}
+	if s.Stats != nil {
+		opts = append(opts, floodgate.WithGateStats(s.Stats))
+	}
 	return opts
 }
 

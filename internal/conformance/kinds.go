@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -81,23 +82,36 @@ func kindCases(s Store) []Case {
 			Name:  "cost after: the reported cost is charged, and the debt waited out",
 			Setup: func() Setup { return Setup{Limiter: bucket(10), CostAfter: true} },
 			Steps: []Step{
-				{Client: "ann", Action: Succeed, Cost: 25, Want: OK},
-				// 25 charged on a quota of 10: 15 owed, and 1 more needed.
-				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: 16 * 6 * time.Minute},
+				{Client: "ann", Action: Succeed, Cost: 11, Want: OK},
+				// 11 charged on a quota of 10: 1 owed, and 1 more needed.
+				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: 2 * 6 * time.Minute},
 				{Client: "bob", Action: Succeed, Want: OK},
 			},
 			Runs:  2,
-			Event: charged(24),
+			Event: charged(10, false),
 		},
 		{
 			Name:  "cost after: a panicking handler is charged what it reported",
 			Setup: func() Setup { return Setup{Limiter: bucket(10), CostAfter: true} },
 			Steps: []Step{
-				{Client: "ann", Action: Panic, Cost: 12, Want: Panicked},
-				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: 3 * 6 * time.Minute},
+				{Client: "ann", Action: Panic, Cost: 11, Want: Panicked},
+				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: 2 * 6 * time.Minute},
 			},
 			Runs:  1,
-			Event: charged(11),
+			Event: charged(10, false),
+		},
+		{
+			// The default debt limits: one call adds an hour's refill at
+			// most, here the quota of 10; the rest of 99 is forgiven, and
+			// the settlement says so.
+			Name:  "cost after: a cost beyond the debt limit per call is charged up to it",
+			Setup: func() Setup { return Setup{Limiter: bucket(10), CostAfter: true} },
+			Steps: []Step{
+				{Client: "ann", Action: Succeed, Cost: 100, Want: OK},
+				{Client: "ann", Action: Succeed, Want: Denied, RetryAfter: 2 * 6 * time.Minute},
+			},
+			Runs:  1,
+			Event: charged(99, true),
 		},
 		{
 			Name:  "waiting: held for its turn instead of denied; a turn beyond the maximum wait is denied",
@@ -111,6 +125,37 @@ func kindCases(s Store) []Case {
 			},
 			Runs:  4,
 			Event: waited(0, 0, 30*time.Minute, time.Hour, 0),
+		},
+		{
+			Name: "waiting: the gate's stats count a call while it waits for its turn (WithGateStats)",
+			Setup: func() Setup {
+				stats := &floodgate.GateStats{}
+				var mu sync.Mutex
+				var seen []int // stats.Waiting() as each call went to sleep
+				timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+					mu.Lock()
+					seen = append(seen, stats.Waiting())
+					mu.Unlock()
+					return instantTimer(d)
+				}
+				check := func() error {
+					mu.Lock()
+					defer mu.Unlock()
+					if fmt.Sprint(seen) != "[1 1]" || stats.Waiting() != 0 || stats.Gates() == 0 {
+						return fmt.Errorf("the stats saw %v waiting as each call slept and %d after (%d gates), want [1 1] and 0", seen, stats.Waiting(), stats.Gates())
+					}
+					return nil
+				}
+				return Setup{Limiter: bucket(2), Wait: waitAnHour, Timer: timer, Stats: stats, Check: check}
+			},
+			Steps: []Step{
+				{Client: "ann", Action: Succeed, Want: OK},
+				{Client: "ann", Action: Succeed, Want: OK},
+				{Client: "ann", Action: Succeed, Want: OK}, // after 30 min
+				{Client: "ann", Action: Succeed, Want: OK}, // after 60 min
+			},
+			Runs:  4,
+			Event: waited(0, 0, 30*time.Minute, time.Hour),
 		},
 		{
 			Name: "waiting: a client that hangs up while waiting gives its turn back",
@@ -145,8 +190,9 @@ func allOverloaded(evs []floodgate.DecisionEvent) error {
 }
 
 // charged checks that the settlements charged n units beyond the
-// estimates in all, in one AfterHandler event.
-func charged(n int) func([]floodgate.DecisionEvent) error {
+// estimates in all, in one AfterHandler event, capped by the key's debt
+// limit or not.
+func charged(n int, capped bool) func([]floodgate.DecisionEvent) error {
 	return func(evs []floodgate.DecisionEvent) error {
 		var after []floodgate.DecisionEvent
 		for _, ev := range evs {
@@ -154,8 +200,8 @@ func charged(n int) func([]floodgate.DecisionEvent) error {
 				after = append(after, ev)
 			}
 		}
-		if len(after) != 1 || after[0].Charged != n || after[0].Err != nil {
-			return fmt.Errorf("settlement events %+v, want one charging %d", after, n)
+		if len(after) != 1 || after[0].Charged != n || after[0].Err != nil || after[0].DebtCapped != capped {
+			return fmt.Errorf("settlement events %+v, want one charging %d, capped %v", after, n, capped)
 		}
 		return nil
 	}

@@ -148,13 +148,28 @@ func (h *Hook[V]) Resolve(ev *floodgate.DecisionEvent) (v *V, o Outcome, ok bool
 	if ev.AfterHandler {
 		return nil, 0, false
 	}
+	return h.policy(ev), OutcomeOf(ev), true
+}
+
+// Capped returns the value of the policy of ev if ev is the settlement of
+// a call whose charge its key's debt limits capped
+// (floodgate.DecisionEvent.DebtCapped), which the adapters count apart.
+func (h *Hook[V]) Capped(ev *floodgate.DecisionEvent) (*V, bool) {
+	if !ev.AfterHandler || !ev.DebtCapped {
+		return nil, false
+	}
+	return h.policy(ev), true
+}
+
+// policy returns the value of ev's policy, through the entry last used.
+func (h *Hook[V]) policy(ev *floodgate.DecisionEvent) *V {
 	p := h.last.Load()
 	if p == nil || p.Name != ev.Policy {
 		if p = h.t.Get(ev.Policy); p.Name == ev.Policy {
 			h.last.Store(p)
 		}
 	}
-	return &p.V, OutcomeOf(ev), true
+	return &p.V
 }
 
 // Printable reports whether name is printable ASCII, as floodgate

@@ -17,14 +17,19 @@ type Sources[R, L any] struct {
 	// limiter that does not lease has one too: the adapter tells it from
 	// the stats themselves.
 	Lease func() L
+	// InFlight is nil unless the limiter is an in-flight limit
+	// (floodgate.InFlight, redisstore.InFlight).
+	InFlight func() floodgate.InFlightStats
 }
 
 // None reports that the limiter offers no statistics at all.
-func (s Sources[R, L]) None() bool { return s.Store == nil && s.Redis == nil && s.Lease == nil }
+func (s Sources[R, L]) None() bool {
+	return s.Store == nil && s.Redis == nil && s.Lease == nil && s.InFlight == nil
+}
 
 // SourcesOf returns the statistics methods l offers: floodgate's
-// in-memory limiters' Stats, and redisstore's limiters' Stats returning R
-// and LeaseStats returning L.
+// in-memory limiters' Stats, redisstore's limiters' Stats returning R
+// and LeaseStats returning L, and the in-flight limits' InFlightStats.
 func SourcesOf[R, L any](l floodgate.Limiter) Sources[R, L] {
 	var s Sources[R, L]
 	if st, ok := l.(interface{ Stats() floodgate.Stats }); ok {
@@ -35,6 +40,11 @@ func SourcesOf[R, L any](l floodgate.Limiter) Sources[R, L] {
 	}
 	if st, ok := l.(interface{ LeaseStats() L }); ok {
 		s.Lease = st.LeaseStats
+	}
+	if st, ok := l.(interface {
+		InFlightStats() floodgate.InFlightStats
+	}); ok {
+		s.InFlight = st.InFlightStats
 	}
 	return s
 }

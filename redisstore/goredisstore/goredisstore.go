@@ -15,9 +15,14 @@
 // Concurrent decisions share pipelines: while one pipeline is in flight,
 // new script calls queue, and when it returns the queue goes out as the
 // next pipeline. A lone caller sends at once (no timer, no added latency);
-// under many callers the server reads and answers hundreds of scripts per
-// round trip instead of one, which is what doubles go-redis's throughput
-// (see the redisstore README). Each call keeps its own context: a caller
+// under many callers the server reads and answers hundreds of decisions per
+// round trip instead of one. The decisions of one algorithm in a pipeline go
+// as one call of its batch script, up to 64 a call, which the server runs
+// in about 60 % of the time of as many calls (see the redisstore README:
+// batch scripts); only a *redis.Client and a ClusterClient do this, since a
+// Ring, or a client of the caller's own, could route one batch's keys to
+// several servers. A batch script answered NOSCRIPT did not run, and is
+// sent again at once as EVAL of its source. Each call keeps its own context: a caller
 // whose deadline passes, or who hangs up, returns at once with its
 // context's error, and a call withdrawn before its batch was sent never
 // reaches the server. No goroutine is started, except on a ClusterClient
@@ -32,10 +37,12 @@
 // default) before it follows a MOVED or ASK redirection, holding up the
 // whole batch and every caller queued behind it, which while slots move
 // cut decisions 80-fold and pushed some past the 100 ms decision timeout.
-// A call answered MOVED or ASK did not run on that master: it alone is
-// sent again through the ClusterClient, which follows the redirection at
-// once, within its caller's deadline. No other call of the batch is sent
-// twice, and nothing is sent again after any other error.
+// The decisions of one hash slot go as one batch script. A call answered
+// MOVED or ASK, or a batch script answered MOVED, ASK or TRYAGAIN (its
+// slot half moved), did not run on that master: each of its calls alone
+// is sent again through the ClusterClient, which follows the redirection
+// at once, within its caller's deadline. No other call of the batch is
+// sent twice, and nothing is sent again after any other error.
 //
 // # Retries
 //
@@ -78,6 +85,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scriptbatch"
 	"github.com/floodgate-go/floodgate/redisstore/internal/waitreplicas"
 	"github.com/redis/go-redis/v9"
 )
@@ -93,14 +101,15 @@ type Scripter struct {
 	err   error // a configuration error every call returns
 }
 
-// scriptCmd is one script call's command and the batch's error that is not
-// the command's own.
+// scriptCmd is one script call: its command, and its reply or error once
+// its batch has run.
 type scriptCmd struct {
-	cmd     noRetry
-	args    []any  // cmd's arguments, to send it again after a redirection
-	key     string // its first key, which routes it on a Cluster
-	payload string // the script or its SHA1, passed by pointer
-	err     error  // replicas that did not acknowledge in time
+	name       any    // evalshaName or evalName
+	payload    string // the script or its SHA1, passed by pointer
+	keys, args []string
+	reply      []int64
+	err        error // the call's own error
+	werr       error // replicas that did not acknowledge in time
 }
 
 var _ redisstore.Scripter = (*Scripter)(nil)
@@ -228,43 +237,50 @@ func (s *Scripter) run(ctx context.Context, name any, payload string, keys, args
 	if s.err != nil {
 		return nil, s.err
 	}
-	c := &groupcommit.Call[scriptCmd]{Ctx: ctx, V: scriptCmd{payload: payload}}
-	// Arguments are passed as *string: go-redis writes those as they are,
-	// where a string in an interface would cost an allocation each.
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, &c.V.payload, len(keys))
-	for i := range keys {
-		a = append(a, &keys[i])
-	}
-	for i := range args {
-		a = append(a, &args[i])
-	}
-	c.V.args = a
-	if len(keys) > 0 {
-		c.V.key = keys[0]
-	}
-	c.V.cmd = c.V.newCmd(ctx)
+	c := &groupcommit.Call[scriptCmd]{Ctx: ctx, V: scriptCmd{name: name, payload: payload, keys: keys, args: args}}
 	if err := s.batch.Do(c); err != nil {
 		if c.Released() {
 			// The script replied, and only WAIT was outstanding: the
 			// reply (a denial, maybe) stands, not replicated.
-			return c.V.cmd.Val(), waitreplicas.Late(err)
+			return c.V.reply, waitreplicas.Late(err)
 		}
 		return nil, err
 	}
-	if err := c.V.cmd.Err(); err != nil {
-		return nil, err
+	if c.V.err != nil {
+		return nil, c.V.err
 	}
-	return c.V.cmd.Val(), c.V.err
+	return c.V.reply, c.V.werr
 }
 
-// newCmd returns a command of the call's arguments.
+// newCmd returns the call's own command.
 func (v *scriptCmd) newCmd(ctx context.Context) noRetry {
-	cmd := redis.NewIntSliceCmd(ctx, v.args...)
-	if v.key != "" {
+	// Arguments are passed as *string: go-redis writes those as they are,
+	// where a string in an interface would cost an allocation each.
+	a := make([]any, 0, 3+len(v.keys)+len(v.args))
+	a = append(a, v.name, &v.payload, len(v.keys))
+	for i := range v.keys {
+		a = append(a, &v.keys[i])
+	}
+	for i := range v.args {
+		a = append(a, &v.args[i])
+	}
+	cmd := redis.NewIntSliceCmd(ctx, a...)
+	if len(v.keys) > 0 {
 		cmd.SetFirstKeyPos(3) // route by the first key's slot
 	}
 	return noRetry{cmd}
+}
+
+// take records cmd's outcome as the call's.
+func (v *scriptCmd) take(cmd noRetry) { v.reply, v.err = cmd.Result() }
+
+// batchScript returns the batch script the call can be an entry of (see
+// scriptbatch), or nil: an EVALSHA of a registered script on one key.
+func (v *scriptCmd) batchScript() *scriptbatch.Script {
+	if v.name != evalshaName || len(v.keys) != 1 {
+		return nil
+	}
+	return scriptbatch.Lookup(v.payload)
 }
 
 // send runs one batch (see the package documentation: group commit).
@@ -274,40 +290,202 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 		return
 	}
 	if len(batch) == 1 {
-		_ = s.client.Process(lead.Ctx, lead.V.cmd)
+		cmd := lead.V.newCmd(lead.Ctx)
+		_ = s.client.Process(lead.Ctx, cmd)
+		lead.V.take(cmd)
 		return
 	}
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		sendCluster(cc, lead, batch)
 		return
 	}
-	p := s.client.Pipeline()
-	for _, c := range batch {
-		_ = p.Process(c.Ctx, c.V.cmd)
-	}
 	// lead's deadline is the latest of the batch and bounds the socket
 	// reads and writes of all; its caller's cancellation must not abort
 	// the others' commands.
-	_, _ = p.Exec(groupcommit.DeadlineOnly{Parent: lead.Ctx})
+	ctx := groupcommit.DeadlineOnly{Parent: lead.Ctx}
+	// Only a client of one master takes batch scripts: a Ring, or a
+	// client of the caller's own, could route the keys of one batch to
+	// several servers.
+	_, single := s.client.(*redis.Client)
+	pl := plan(batch, all(batch), single, false)
+	pl.exec(ctx, s.client.Pipeline(), batch)
+}
+
+// all returns the indexes of every call of batch.
+func all(batch []*groupcommit.Call[scriptCmd]) []int {
+	idx := make([]int, len(batch))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// pipelined is one pipeline's commands: the calls sent with their own
+// command, and the batch scripts carrying the others (see scriptbatch).
+type pipelined struct {
+	slotted bool  // on a Cluster: batches are per slot, and may be redirected
+	alone   []int // indexes of the calls sent with their own command
+	cmds    []noRetry
+	batches []*scriptbatch.Batch
+	bcmds   []noRetry
+}
+
+// plan sorts the calls of batch at indexes idx: those that can be entries
+// of a batch script (if batching) go into batches, per slot if slotted,
+// and the others, or an entry that would be alone in its batch, are sent
+// with their own command.
+func plan(batch []*groupcommit.Call[scriptCmd], idx []int, batching, slotted bool) *pipelined {
+	pl := &pipelined{slotted: slotted}
+	var g scriptbatch.Group
+	for _, i := range idx {
+		v := &batch[i].V
+		bs := v.batchScript()
+		if !batching || bs == nil {
+			pl.alone = append(pl.alone, i)
+			continue
+		}
+		slot := -1
+		if slotted {
+			slot = scriptbatch.Slot(v.keys[0])
+		}
+		g.Add(bs, slot, i, v.keys[0], v.args)
+	}
+	for _, b := range g.Batches {
+		if b.Len() == 1 {
+			pl.alone = append(pl.alone, b.Calls[0])
+			continue
+		}
+		b.Finish()
+		pl.batches = append(pl.batches, b)
+	}
+	return pl
+}
+
+// exec runs the pipeline on p and hands each call its reply. A batch
+// script the server did not hold (NOSCRIPT) did not run: it is sent again
+// at once as EVAL of its source, on p, which loads it for the next
+// batches. On a Cluster (slotted) the calls and batches redirected are
+// left for resendRedirected.
+func (pl *pipelined) exec(ctx context.Context, p redis.Pipeliner, batch []*groupcommit.Call[scriptCmd]) {
+	pl.cmds = make([]noRetry, len(pl.alone))
+	for j, i := range pl.alone {
+		pl.cmds[j] = batch[i].V.newCmd(batch[i].Ctx)
+		_ = p.Process(batch[i].Ctx, pl.cmds[j])
+	}
+	pl.bcmds = make([]noRetry, len(pl.batches))
+	for j, b := range pl.batches {
+		pl.bcmds[j] = batchCmd(ctx, evalshaName, &b.Script.SHA, b)
+		_ = p.Process(ctx, pl.bcmds[j])
+	}
+	_, _ = p.Exec(ctx)
+	for j, i := range pl.alone {
+		batch[i].V.take(pl.cmds[j])
+	}
+	var missing []int
+	for j, b := range pl.batches {
+		switch err := pl.bcmds[j].Err(); {
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			missing = append(missing, j)
+			pl.bcmds[j] = batchCmd(ctx, evalName, &b.Script.Src, b)
+			_ = p.Process(ctx, pl.bcmds[j])
+		case !pl.slotted || !redirected(err):
+			deliver(batch, b, pl.bcmds[j])
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	_, _ = p.Exec(ctx)
+	for _, j := range missing {
+		if !pl.slotted || !redirected(pl.bcmds[j].Err()) {
+			deliver(batch, pl.batches[j], pl.bcmds[j])
+		}
+	}
+}
+
+// resendRedirected sends again, through the cluster client, each call of
+// the pipeline that a redirection proved did not run: alone, under its
+// caller's own context, all at once (after a slot moved a whole pipeline
+// may come back MOVED, and one round trip after another would add up).
+// The entries of a batch script that was redirected go each with its own
+// command, which the cluster client routes and redirects by itself.
+func (pl *pipelined) resendRedirected(cc *redis.ClusterClient, batch []*groupcommit.Call[scriptCmd], wg *sync.WaitGroup) {
+	resend := func(c *groupcommit.Call[scriptCmd]) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := c.V.newCmd(c.Ctx)
+			_ = cc.Process(c.Ctx, cmd)
+			c.V.take(cmd)
+		}()
+	}
+	for _, i := range pl.alone {
+		if c := batch[i]; redirected(c.V.err) {
+			resend(c)
+		}
+	}
+	for j, b := range pl.batches {
+		if redirected(pl.bcmds[j].Err()) {
+			for _, i := range b.Calls {
+				resend(batch[i])
+			}
+		}
+	}
+}
+
+// batchCmd returns the command of batch script b: EVALSHA of its digest
+// or EVAL of its source, as name and payload say.
+func batchCmd(ctx context.Context, name any, payload *string, b *scriptbatch.Batch) noRetry {
+	a := make([]any, 0, 3+len(b.Keys)+len(b.Args))
+	a = append(a, name, payload, len(b.Keys))
+	for i := range b.Keys {
+		a = append(a, &b.Keys[i])
+	}
+	for i := range b.Args {
+		a = append(a, &b.Args[i])
+	}
+	cmd := redis.NewIntSliceCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	return noRetry{cmd}
+}
+
+// deliver hands each entry of b its reply or error from cmd, b's command.
+func deliver(batch []*groupcommit.Call[scriptCmd], b *scriptbatch.Batch, cmd noRetry) {
+	r, err := cmd.Result()
+	if err == nil {
+		err = scriptbatch.Split(r, b.Len(), func(j int, reply []int64, err error) {
+			batch[b.Calls[j]].V.reply, batch[b.Calls[j]].V.err = reply, err
+		})
+	}
+	if err != nil {
+		for _, i := range b.Calls {
+			batch[i].V.reply, batch[i].V.err = nil, err
+		}
+	}
+}
+
+// redirected reports a Cluster's answer that a command did not run on
+// that node: MOVED or ASK (the slot is elsewhere), or TRYAGAIN (a batch
+// script whose slot is moving, some of its keys moved already).
+func redirected(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "TRYAGAIN")
 }
 
 // sendWaiting runs a batch and then its WAIT on one connection, in two
 // steps, so that the scripts' replies are in hand before WAIT can hold
 // anything up, and WAIT can be given up on without losing them (see
 // WithWaitReplicas). A go-redis pipeline whose last reply times out
-// reports the error on every command of it.
+// reports the error on every command of it. WithWaitReplicas needs a
+// *redis.Client, so batch scripts are used.
 func (s *Scripter) sendWaiting(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
 	conn := s.wait.client.Conn()
 	defer func() { _ = conn.Close() }()
 	ctx := groupcommit.DeadlineOnly{Parent: lead.Ctx}
-	p := conn.Pipeline()
-	for _, c := range batch {
-		_ = p.Process(c.Ctx, c.V.cmd)
-	}
-	_, _ = p.Exec(ctx)
+	pl := plan(batch, all(batch), true, false)
+	pl.exec(ctx, conn.Pipeline(), batch)
 	ran := false
 	for _, c := range batch {
-		if c.V.cmd.Err() == nil {
+		if c.V.err == nil {
 			ran = true
 			c.Release()
 		}
@@ -317,8 +495,8 @@ func (s *Scripter) sendWaiting(lead *groupcommit.Call[scriptCmd], batch []*group
 	}
 	if err := s.wait.await(lead.Ctx, conn, batch); err != nil {
 		for _, c := range batch {
-			if c.V.cmd.Err() == nil {
-				c.V.err = err
+			if c.V.err == nil {
+				c.V.werr = err
 			}
 		}
 	}
@@ -349,57 +527,53 @@ func (w *waitReplicas) await(ctx context.Context, conn *redis.Conn, batch []*gro
 // (go-redis's cluster pipeline waits its retry backoff, 8 to 24 ms by
 // default, before it follows a MOVED or ASK, and the whole batch and the
 // callers queued behind it wait with it: while slots move, decisions
-// slowed down 80-fold and some passed the 100 ms decision timeout.) A
-// call answered MOVED or ASK did not run on that master: it alone is sent
-// again, through the cluster client, which follows the redirection at
-// once, under its caller's own context. No other call of the batch is
-// sent twice, and nothing is re-sent after any other error.
+// slowed down 80-fold and some passed the 100 ms decision timeout.) The
+// calls of one slot go as one batch script. A call answered MOVED or ASK,
+// or a batch script answered MOVED, ASK or TRYAGAIN, did not run on that
+// master: each of its calls alone is sent again, through the cluster
+// client, which follows the redirection at once, under its caller's own
+// context. No call is sent twice otherwise, and nothing is re-sent after
+// any other error.
 func sendCluster(cc *redis.ClusterClient, lead *groupcommit.Call[scriptCmd], batch []*groupcommit.Call[scriptCmd]) {
 	ctx := groupcommit.DeadlineOnly{Parent: lead.Ctx}
-	pipes := make(map[*redis.Client]redis.Pipeliner, 3)
-	for _, c := range batch {
-		node, err := cc.MasterForKey(ctx, c.V.key)
+	nodes := make(map[*redis.Client][]int, 3)
+	for i, c := range batch {
+		key := ""
+		if len(c.V.keys) > 0 {
+			key = c.V.keys[0]
+		}
+		node, err := cc.MasterForKey(ctx, key)
 		if err != nil {
-			c.V.cmd.SetErr(err)
+			c.V.err = err
 			continue
 		}
-		p := pipes[node]
-		if p == nil {
-			p = node.Pipeline()
-			pipes[node] = p
-		}
-		_ = p.Process(c.Ctx, c.V.cmd)
+		nodes[node] = append(nodes[node], i)
 	}
 	// One master's pipeline runs here, the others' in goroutines of their
 	// own, all at once.
 	var wg sync.WaitGroup
-	var here redis.Pipeliner
-	for _, p := range pipes {
+	pls := make([]*pipelined, 0, len(nodes))
+	var here func()
+	for node, idx := range nodes {
+		pl := plan(batch, idx, true, true)
+		pls = append(pls, pl)
+		run := func() { pl.exec(ctx, node.Pipeline(), batch) }
 		if here == nil {
-			here = p
+			here = run
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = p.Exec(ctx)
+			run()
 		}()
 	}
 	if here != nil {
-		_, _ = here.Exec(ctx)
+		here()
 	}
 	wg.Wait()
-	for _, c := range batch {
-		if err := c.V.cmd.Err(); redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
-			// All at once: after a slot moved, a whole batch may come back
-			// MOVED, and one round trip after another would add up.
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c.V.cmd = c.V.newCmd(c.Ctx)
-				_ = cc.Process(c.Ctx, c.V.cmd)
-			}()
-		}
+	for _, pl := range pls {
+		pl.resendRedirected(cc, batch, &wg)
 	}
 	wg.Wait()
 }

@@ -19,6 +19,15 @@
 --   written under. A log without it was written before the first change,
 --   outside a plan.
 --
+--   a debt carried into the coming windows (ChargeN, as
+--   floodgate.SlidingLog keeps it): the newest member, scored LOG_DEBT,
+--   after every time, and named by the running total like an entry. Its
+--   units are dated a window at a time after the entry before it, the
+--   anchor: the first limit units one period after it, the next limit a
+--   period later, and so on. Once the anchor has aged out, log_open
+--   settles the debt: the window now falls in becomes a real entry, the
+--   new anchor, and the windows before it are gone.
+--
 -- An entry counts the units between its predecessor's total (or low) and
 -- its own. It is dead once its total is at or below low: low moves up to
 -- the total of the newest entry that aged out (time <= now - period), and
@@ -34,9 +43,12 @@
 local LOG_MOD = 281474976710656 -- 2^48
 local LOG_SWEEP = 16
 local LOG_VSCORE = -1125899906842624 -- -2^50, below every score of 'low'
--- LOG_MAX bounds the units a log counts: the largest limit a log takes,
--- which a log may count after its limit was lowered (see SetRate).
+-- LOG_MAX bounds the units a log's entries count: the largest limit a log
+-- takes, which a log may count after its limit was lowered (see
+-- SetRate); LOG_DEBT_MAX the units it carries ahead (2^30, as in memory).
 local LOG_MAX = 65536
+local LOG_DEBT_MAX = 1073741824
+local LOG_DEBT = 9007199254740991 -- 2^53 - 1: a debt's score, after every time
 
 -- log_diff returns a - b modulo 2^48 as a signed number: totals a log
 -- holds at once span far less than 2^47.
@@ -58,14 +70,54 @@ local function log_at(r)
   return total, tonumber(e[2])
 end
 
+-- log_tail reads the newest member into L: top and last (its total and
+-- time), and if it is a debt carried ahead, debt (its units), anchor and
+-- atotal (the entry before it: its time and total), last being then the
+-- anchor's time.
+local function log_tail(L)
+  L.top, L.last = log_at(-1)
+  L.debt = 0
+  if L.last == LOG_DEBT then
+    L.atotal, L.anchor = log_at(-2)
+    L.debt, L.last = log_diff(L.top, L.atotal), L.anchor
+  end
+end
+
+-- log_settle brings a debt carried ahead up to now, once its anchor has
+-- aged out: the windows dated at or before now - period are gone, the one
+-- now falls in becomes a real entry (the new anchor), and the rest stays
+-- ahead of it. Every entry before is then dead: low moves past them, and
+-- the log must be saved (L.dirty) even by a call that records nothing.
+local function log_settle(L, now, period, limit)
+  local m = floordiv(now - L.anchor, period)
+  if m > floordiv(L.debt + limit - 1, limit) then
+    redis.call('UNLINK', KEYS[1]) -- every window has aged out
+    L.off, L.count, L.low, L.top, L.last, L.debt = 0, 0, 0, 0, 0, 0
+    return
+  end
+  local gone = (m - 1) * limit
+  local cur = math.min(L.debt - gone, limit)
+  local rest = L.debt - gone - cur
+  local at = L.anchor + m * period
+  L.low = (L.top - rest - cur) % LOG_MOD
+  local total = (L.low + cur) % LOG_MOD
+  redis.call('ZADD', KEYS[1], at, string.format('%d', total)) -- the debt's own member, when nothing is left ahead
+  L.count = redis.call('ZCARD', KEYS[1]) - L.off
+  L.last, L.debt, L.dirty = at, rest, true
+  if rest > 0 then
+    L.anchor, L.atotal = at, total
+  end
+end
+
 -- log_open reads the log at now and returns its state: off (1 if 'low' is
 -- there, the rank of the oldest entry), count (entries, dead or not), low,
--- top and last (the newest entry's total and time), aged (the entries aged
--- out), used (units counted) and now (held at last if the clock stepped
--- back). A log without its 'low' member (nothing but a hand edit removes
--- it alone) counts as full: an upper bound of what it held.
+-- top and last (the newest entry's total and time), a debt carried ahead
+-- (see log_tail), settled (log_settle), aged (the entries aged out), used
+-- (units counted) and now (held at last if the clock stepped back). A log
+-- without its 'low' member (nothing but a hand edit removes it alone)
+-- counts as full: an upper bound of what it held.
 local function log_open(now, period, limit)
-  local L = {off = 0, count = 0, low = 0, top = 0, last = 0, aged = 0, used = 0, now = now}
+  local L = {off = 0, count = 0, low = 0, top = 0, last = 0, aged = 0, used = 0, now = now, debt = 0}
   if redis.call('ZCOUNT', KEYS[1], '-inf', LOG_VSCORE) > 0 then
     L.off = 1
   end
@@ -78,11 +130,18 @@ local function log_open(now, period, limit)
     L.count, L.top = 0, L.low
     return L
   end
-  L.top, L.last = log_at(-1)
+  log_tail(L)
   if not m then
     L.low = (L.top - limit) % LOG_MOD
   end
   L.now = math.max(now, L.last)
+  if L.debt > 0 and L.anchor <= L.now - period then
+    log_settle(L, L.now, period, limit)
+    if L.count <= 0 then
+      L.count, L.top = 0, L.low
+      return L
+    end
+  end
   L.aged = redis.call('ZCOUNT', KEYS[1], 0, L.now - period)
   if L.aged > 0 then
     local t = log_at(L.off + L.aged - 1)
@@ -90,11 +149,20 @@ local function log_open(now, period, limit)
       L.low = t
     end
   end
-  -- A log counts at most limit units, or limit*limit in debt (ChargeN:
-  -- below limit entries, each of at most limit units), or up to LOG_MAX
-  -- after its limit was lowered (see SetRate).
-  L.used = math.min(math.max(log_diff(L.top, L.low), 0), math.max(limit * limit, LOG_MAX))
+  -- A log's entries count at most limit units, or up to LOG_MAX after its
+  -- limit was lowered (see SetRate), and it carries at most LOG_DEBT_MAX
+  -- ahead.
+  L.used = math.min(math.max(log_diff(L.top, L.low), 0), LOG_MAX + LOG_DEBT_MAX)
   return L
+end
+
+-- log_end returns when the newest unit L counts ages out: its newest
+-- entry's time, or a debt's last window's, plus period.
+local function log_end(L, period, limit)
+  if L.debt > 0 then
+    return L.anchor + floordiv(L.debt + limit - 1, limit) * period + period
+  end
+  return L.last + period
 end
 
 -- log_clear empties a log whose entries are all dead, before a record:
@@ -102,7 +170,7 @@ end
 local function log_clear(L)
   if L.count > 0 and L.used == 0 then
     redis.call('UNLINK', KEYS[1])
-    L.off, L.count, L.low, L.top, L.aged = 0, 0, 0, 0, 0
+    L.off, L.count, L.low, L.top, L.aged, L.debt = 0, 0, 0, 0, 0, 0
   end
 end
 
@@ -135,12 +203,32 @@ local function log_reaching(L, need)
   return lo
 end
 
+-- log_expiry returns when the need-th oldest unit the log counts ages out
+-- (need in 1..used): the expiry of the first entry whose running total
+-- reaches it, or, for a unit of a debt carried ahead, of its window.
+local function log_expiry(L, need, period, limit)
+  local _, at = log_at(log_reaching(L, need))
+  if at == LOG_DEBT then
+    local before = log_diff(L.atotal, L.low)
+    at = L.anchor + floordiv(need - before + limit - 1, limit) * period
+  end
+  return at + period
+end
+
+-- log_debt_add adds w units to the debt carried ahead.
+local function log_debt_add(L, w)
+  redis.call('ZREM', KEYS[1], string.format('%d', L.top))
+  L.top = (L.top + w) % LOG_MOD
+  redis.call('ZADD', KEYS[1], LOG_DEBT, string.format('%d', L.top))
+  L.debt, L.used = L.debt + w, L.used + w
+end
+
 -- log_save writes the log back after a call that recorded or refunded:
 -- it removes up to LOG_SWEEP dead entries from the front, stores low and
 -- the rate's member vname ('' before any change), and sets the key to
 -- vanish when the newest entry leaves the window. It returns that wait in
 -- microseconds (0 for an empty log, unlinked).
-local function log_save(L, period, floor, vname)
+local function log_save(L, period, floor, vname, limit)
   if L.used <= 0 then
     redis.call('UNLINK', KEYS[1])
     return 0
@@ -158,7 +246,7 @@ local function log_save(L, period, floor, vname)
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', LOG_VSCORE)
     redis.call('ZADD', KEYS[1], LOG_VSCORE, vname)
   end
-  local reset = L.last + period - L.now
+  local reset = log_end(L, period, limit) - L.now
   redis.call('PEXPIRE', KEYS[1], expiry_ms(reset, floor))
   return reset
 end
@@ -212,56 +300,88 @@ local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow,
   end
   local L = log_open(tonumber(tc), sP, sL)
   how = tonumber(how)
+  local fin = 0 -- when a debt carried ahead ends under the old rate
+  if L.debt > 0 then
+    fin = log_end(L, sP, sL)
+  end
   if period < sP and L.count > 0 then
-    -- Events that age out under the new period are gone at once.
+    -- Events that age out under the new period are gone at once; a debt
+    -- carried ahead keeps its anchor.
     local aged = redis.call('ZCOUNT', KEYS[1], 0, L.now - period)
+    if L.debt > 0 then
+      aged = math.min(aged, L.count - 2)
+    end
     if aged > L.aged then
       L.low = log_at(L.off + aged - 1)
       L.aged, L.used = aged, math.max(log_diff(L.top, L.low), 0)
     end
   end
   local u = log_units(how, L.used, sL, limit)
-  if u < L.used then
+  if u < L.used and L.debt > 0 then
+    -- A log carrying a debt ahead keeps every unit, as in memory.
+  elseif u < L.used then
     L.low = (L.low + L.used - u) % LOG_MOD
+    L.used = u
+  elseif u > L.used and L.debt > 0 then
+    log_debt_add(L, u - L.used)
   elseif u > L.used then
     local total = (L.top + u - L.used) % LOG_MOD
     redis.call('ZREM', KEYS[1], string.format('%d', L.top))
     redis.call('ZADD', KEYS[1], L.last, string.format('%d', total))
-    L.top = total
+    L.top, L.used = total, u
   end
-  L.used = u
-  log_save(L, period, floor, vname)
+  if L.debt > 0 and period ~= sP then
+    -- Cut into windows of the new period from the anchor, it ends no
+    -- sooner than it did: filled up to then (see floodgate's keepEnd).
+    local windows = math.max(floordiv(fin - period - L.anchor + period - 1, period), 1)
+    local full = math.min(windows * limit, LOG_DEBT_MAX)
+    if L.debt < full then
+      log_debt_add(L, full - L.debt)
+    end
+  end
+  log_save(L, period, floor, vname, limit)
   return nil
 
 end
 
 -- log_charge records w units at L.now beyond the limit if need be
--- (ChargeN), as floodgate.SlidingLog does in memory: an entry weighs at
--- most limit units (more changes no wait for a request), and a log that
--- already holds limit live entries is folded into one entry at L.now of
--- at most limit units (its older units then count a little longer, never
--- shorter).
-local function log_charge(L, w, limit)
-  w = math.min(w, limit)
+-- (ChargeN), as floodgate.SlidingLog does in memory: what the window has
+-- room for at L.now, the rest carried ahead (see the layout above), up to
+-- most units ahead in all. A debt's member needs room: a log that holds
+-- max(limit, 2) live entries is folded first into one entry at its newest
+-- entry's time (its older units then count a little longer, never
+-- shorter). It returns 1 if most stopped it (floodgate.ErrDebtCapped).
+local function log_charge(L, w, limit, most)
   log_clear(L)
-  -- The live entries: neither aged out nor emptied by a drop (WithCountDenied).
-  if L.count - L.aged >= limit and L.off + L.count - log_reaching(L, 1) >= limit then
-    w = math.min(L.used + w, limit)
-    redis.call('UNLINK', KEYS[1])
-    L.off, L.count, L.low, L.top, L.aged, L.used = 0, 0, 0, 0, 0, 0
+  if L.debt == 0 and L.used < limit then
+    local fill = math.min(w, limit - L.used)
+    log_record(L, fill)
+    w = w - fill
   end
-  if L.count > 0 and L.last == L.now then
-    -- Merged into the newest entry: cap its weight at limit.
-    local prev = L.low
-    if L.count - L.aged > 1 then
-      local t = log_at(L.off + L.count - 2)
-      if log_diff(t, prev) > 0 then
-        prev = t
-      end
+  if w == 0 then
+    return 0
+  end
+  if L.debt >= most then
+    return 1
+  end
+  local add = math.min(w, most - L.debt)
+  if L.debt > 0 then
+    log_debt_add(L, add)
+  else
+    -- The live entries: neither aged out nor emptied by a drop
+    -- (WithCountDenied).
+    if L.off + L.count - log_reaching(L, 1) >= math.max(limit, 2) then
+      redis.call('UNLINK', KEYS[1])
+      redis.call('ZADD', KEYS[1], L.last, string.format('%d', L.top))
+      L.off, L.count, L.aged = 0, 1, 0
     end
-    w = math.min(w, limit - log_diff(L.top, prev))
+    L.atotal, L.anchor = L.top, L.last
+    L.top = (L.top + add) % LOG_MOD
+    redis.call('ZADD', KEYS[1], LOG_DEBT, string.format('%d', L.top))
+    L.count, L.debt, L.used = L.count + 1, add, L.used + add
   end
-  if w > 0 then
-    log_record(L, w)
+  if add < w then
+    return 1
   end
+  return 0
 end

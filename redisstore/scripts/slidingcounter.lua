@@ -17,12 +17,15 @@
 -- prev·(period - elapsed) <= (limit - cur - n)·period. Those products can
 -- pass 2^53, where Lua's doubles stop being exact, so they are compared as
 -- four limbs of base 2^24 (divisions by a power of two are exact); prev may
--- reach 2^30 in debt (ChargeN).
+-- reach 2^30 after a downgrade.
 --
--- Reply: {allowed, prev, cur, now}: the counts after the decision and the
--- time, in microseconds since the origin, they are as of. The caller
--- derives Remaining, RetryAfter and ResetAfter from them. Or a reply of
--- rate_get, without deciding.
+-- Reply: {allowed, prev, cur, now, real}: the counts after the decision,
+-- the time, in microseconds since the origin, they are as of, and the
+-- time it is: later than now when the counter's window is still to come
+-- (a debt carried ahead by ChargeN, or a clock that stepped back), every
+-- window until then counting the limit. The caller derives Remaining
+-- from the counts as of now, and RetryAfter and ResetAfter, waits from
+-- real. Or a reply of rate_get, without deciding.
 
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -32,7 +35,8 @@ local s, converted, prate = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8], clo
 if type(s) == 'table' then
   return s
 end
-local w, now, start, prev, cur = counter_windows(s, clock - tonumber(ARGV[5]), period)
+local real = clock - tonumber(ARGV[5])
+local w, now, start, prev, cur = counter_windows(s, real, period)
 if prate then
   -- Written under another plan of this period: its counts as of now,
   -- converted as the plan says and as inherit.Strategy.Counts does in Go
@@ -106,4 +110,4 @@ end
 if (allowed == 1 and n > 0) or converted then
   counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8])
 end
-return {allowed, prev, cur, now}
+return {allowed, prev, cur, now, real}

@@ -1,5 +1,10 @@
--- Charges events beyond what the estimate has room for (floodgate.Charger):
--- the current window counts n more, up to maxcount.
+-- Charges events beyond what the estimate has room for (floodgate.Charger),
+-- as floodgate.SlidingCounter.ChargeN does: the current window counts up
+-- to the limit (or what it held, after a downgrade), the rest is carried
+-- into the windows after it, the limit to each. The state then names the
+-- debt's last window, its count, and the window before, full; the
+-- counter's decision holds its time there (counter_windows) and counts
+-- every window until then as full.
 --
 -- KEYS[1]  the counter, as in slidingcounter.lua
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
@@ -8,15 +13,42 @@
 -- ARGV[4]  origin of the fixed windows in microseconds
 -- ARGV[5]  maxcount: the most a window counts (2^30)
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[7], ARGV[8] the rate's version and suffix (prelude_rate.lua)
+-- ARGV[9]  limit
+-- ARGV[10] the most windows a debt reaches past now's (WithMaxDebt)
 --
--- Reply: {cur}.
+-- Reply: {cur, capped}: capped is 1 if the debt stopped at its bound
+-- (floodgate.ErrDebtCapped).
 
 local period = tonumber(ARGV[3])
+local limit, periods = tonumber(ARGV[9]), tonumber(ARGV[10])
 local s = rate_get(3, ARGV[7], '', '')
 if type(s) == 'table' then
   return s
 end
-local w, now, start, prev, cur = counter_windows(s, clock_us(ARGV[1]) - tonumber(ARGV[4]), period)
-cur = math.max(math.min(cur + tonumber(ARGV[2]), tonumber(ARGV[5])), cur)
-counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8])
-return {cur}
+local real = clock_us(ARGV[1]) - tonumber(ARGV[4])
+local w, now, start, prev, cur = counter_windows(s, real, period)
+local rw = floordiv(real, period) -- now's window; w is later for a debt carried ahead
+local total = cur + tonumber(ARGV[2])
+local full = math.max(limit, cur)
+local capped = 0
+if total <= full then
+  cur = math.min(total, tonumber(ARGV[5]))
+else
+  local over = total - full
+  local k = floordiv(over + limit - 1, limit) -- windows more, at least one
+  local most = math.max(rw + periods - w, 0)
+  local rem = over - (k - 1) * limit
+  if k > most then
+    k, rem, capped = most, limit, 1
+  end
+  if k == 0 then
+    cur = full
+  elseif k == 1 then
+    w, prev, cur = w + 1, full, rem
+  else
+    w, prev, cur = w + k, limit, rem
+  end
+end
+counter_save(w, real, w * period, period, prev, cur, ARGV[6], ARGV[8])
+return {cur, capped}

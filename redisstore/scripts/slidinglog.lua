@@ -16,8 +16,11 @@
 --          its change, ARGV[10] its strategy, ARGV[11], ARGV[12] the rate
 --          logs of version 0 are in, ARGV[13] the strategy of a plan's
 --          decision, '' for any other (see log_rate)
+-- ARGV[14] the most units the log may carry ahead (WithMaxDebt), for an
+--          attempt recorded in debt
 --
--- A report, and a denial not recorded, write nothing.
+-- A report, and a denial not recorded, write nothing but the settling of
+-- a debt carried ahead (see log_settle).
 --
 -- Reply: {allowed, used, retry, reset}: the log holds used units after the
 -- decision; when denied, the request fits in retry us; the log is empty
@@ -36,15 +39,20 @@ local L = log_open(now, period, limit)
 local allowed, wrote = 0, false
 if n == 0 or L.used + n <= limit then -- a report, even above a lowered limit
   allowed = 1
-  if n > 0 then
+  if n > 0 and L.debt > 0 then
+    -- A debt carried ahead still has room in its first window: the
+    -- units join it.
+    log_debt_add(L, n)
+    wrote = true
+  elseif n > 0 then
     log_clear(L)
     log_record(L, n)
     wrote = true
   end
-elseif ARGV[5] == '1' and n > 0 and L.used > limit then
+elseif ARGV[5] == '1' and n > 0 and (L.used > limit or L.debt > 0) then
   -- In debt (ChargeN): the attempt counts as a charge would, and nothing
   -- older is dropped.
-  log_charge(L, n, limit)
+  log_charge(L, n, limit, tonumber(ARGV[14]))
   wrote = true
 elseif ARGV[5] == '1' and n > 0 then
   -- Drop the oldest units so that, with the attempt, the log counts limit
@@ -58,15 +66,14 @@ end
 local retry = 0
 if allowed == 0 then
   -- The request fits once used + n - limit units have left the window:
-  -- when the entry with which the log counts that many does.
-  local _, at = log_at(log_reaching(L, L.used + n - limit))
-  retry = at + period - L.now
+  -- when the unit with which the log counts that many does.
+  retry = log_expiry(L, L.used + n - limit, period, limit) - L.now
 end
 
 local reset = 0
-if wrote then
-  reset = log_save(L, period, ARGV[6], ARGV[8])
+if wrote or L.dirty then -- recorded, or a debt carried ahead was settled
+  reset = log_save(L, period, ARGV[6], ARGV[8], limit)
 elseif L.used > 0 then
-  reset = L.last + period - L.now
+  reset = log_end(L, period, limit) - L.now
 end
 return {allowed, L.used, retry, reset}

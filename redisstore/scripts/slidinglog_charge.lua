@@ -1,6 +1,6 @@
 -- Charges units beyond what the window has room for (floodgate.Charger):
--- records w units at now, the log may count more than limit, in debt (see
--- log_charge in prelude_log.lua for the bounds).
+-- records at now what the window has room for, and carries the rest into
+-- the coming windows (see log_charge in prelude_log.lua).
 --
 -- KEYS[1]  the log, as in slidinglog.lua
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
@@ -8,8 +8,12 @@
 -- ARGV[3]  limit
 -- ARGV[4]  period in microseconds
 -- ARGV[5]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[6..11] the rate's version, member, change time, strategy and
+--          initial rate, as ARGV[7..12] of slidinglog.lua
+-- ARGV[12] the most units the log may carry ahead (WithMaxDebt)
 --
--- Reply: {used}.
+-- Reply: {used, capped}: capped is 1 if the debt stopped at its bound
+-- (floodgate.ErrDebtCapped).
 
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
@@ -19,6 +23,6 @@ if stale then
   return stale
 end
 local L = log_open(now, period, limit)
-log_charge(L, tonumber(ARGV[2]), limit)
-log_save(L, period, ARGV[5], ARGV[7])
-return {L.used}
+local capped = log_charge(L, tonumber(ARGV[2]), limit, tonumber(ARGV[12]))
+log_save(L, period, ARGV[5], ARGV[7], limit)
+return {L.used, capped}

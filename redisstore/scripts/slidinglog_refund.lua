@@ -19,12 +19,14 @@ local stale = log_rate(ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], t
 if stale then
   return stale
 end
-local L = log_open(now, period, tonumber(ARGV[3]))
+local limit = tonumber(ARGV[3])
+local L = log_open(now, period, limit)
 if L.used == 0 then
   return {0}
 end
 L.used = L.used - math.min(tonumber(ARGV[2]), L.used)
 if L.used > 0 then
+  -- The newest units go first: a debt carried ahead's, then the entries'.
   local r = log_reaching(L, L.used)
   redis.call('ZREMRANGEBYRANK', KEYS[1], r + 1, -1)
   local total, at = log_at(r)
@@ -33,7 +35,8 @@ if L.used > 0 then
     redis.call('ZREM', KEYS[1], string.format('%d', total))
     redis.call('ZADD', KEYS[1], at, string.format('%d', top))
   end
-  L.top, L.last, L.count = top, at, r - L.off + 1
+  L.count = r - L.off + 1
+  log_tail(L)
 end
-log_save(L, period, ARGV[5], ARGV[7])
+log_save(L, period, ARGV[5], ARGV[7], limit)
 return {L.used}

@@ -15,7 +15,8 @@
 -- Every number stays below 2^53: now < 2^52, a stored arrival time at
 -- most cap (2^51) past its now, plus incq <= cap.
 --
--- Reply: {owed}, the microseconds until the bucket is full again.
+-- Reply: {owed, capped}: the microseconds until the bucket is full
+-- again, and 1 if the debt stopped at cap (floodgate.ErrDebtCapped).
 
 local now = clock_us(ARGV[1])
 local limit, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -31,16 +32,22 @@ if s then
     tat, frac = a, b
   end
 end
+local before = tat
 tat, frac = tat + tonumber(ARGV[2]), frac + tonumber(ARGV[3])
 if frac >= limit then
   tat, frac = tat + 1, frac - limit
 end
+local capped = 0
+if tat - now > cap or (tat - now == cap and frac > 0) then
+  capped = 1
+end
 if tat - now >= cap then
-  tat, frac = now + cap, 0
+  -- Saturated, never lowered: a debt beyond a cap lowered since stays.
+  tat, frac = math.max(now + cap, before), 0
 end
 local ttl = tat - now
 if frac > 0 then
   ttl = ttl + 1
 end
 redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[8], 'PX', expiry_ms(ttl, ARGV[6]))
-return {ttl}
+return {ttl, capped}

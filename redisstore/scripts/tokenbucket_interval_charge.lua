@@ -11,7 +11,8 @@
 --          ceil(maxused/limit) periods below 2^51 us)
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
 --
--- Reply: {used}.
+-- Reply: {used, capped}: capped is 1 if the count stopped at maxused
+-- (floodgate.ErrDebtCapped).
 
 local now = clock_us(ARGV[1])
 local limit, period = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -20,6 +21,10 @@ if type(s) == 'table' then
   return s
 end
 local start, used = interval_at(s, now, limit, period)
+local capped = 0
+if used + tonumber(ARGV[2]) > tonumber(ARGV[5]) then
+  capped = 1
+end
 used = math.max(math.min(used + tonumber(ARGV[2]), tonumber(ARGV[5])), used)
 interval_save(start, used, now, limit, period, ARGV[6], ARGV[8])
-return {used}
+return {used, capped}

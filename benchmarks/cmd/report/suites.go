@@ -100,6 +100,11 @@ var suites = map[string]spec{
 			{"Probe/file over builtin allocs/op", "diff", "Probe/file allocs/op", "Probe/builtin allocs/op"},
 		},
 	},
+	"redis": {
+		title: "Redis plain mode against redis_rate, in interleaved rounds",
+		about: "`BenchmarkRedisRounds` (benchmarks module, a redis-server of its own on loopback) at 1 and 256 callers: redisstore's token bucket in plain mode on go-redis (`floodgate`) and on rueidis (`floodgate-rueidis`), and go-redis/redis_rate, each making 20,000 allowed decisions over 10,000 populated keys per round, in a rotating order, rounds interleaved inside each run; the benchmark reports each library's median decisions a second over its rounds, the server's CPU time and script time per decision (`INFO cpu`, `INFO commandstats`), this process's CPU time and allocations per decision, and floodgate's ratios to redis_rate of the same rounds (`/redis_rate`: decisions a second; `-server-saving`: redis_rate's server CPU per decision ÷ floodgate's). Quoted by README.md and docs/performance.md.",
+		runs:  []benchRun{{dir: "benchmarks", bench: "^BenchmarkRedisRounds$/^callers=(1|256)$", benchtime: "7x"}},
+	},
 	"lease": {
 		title: "Leased quota on Redis against redis_rate",
 		about: "`BenchmarkRedisLeaseRounds` (benchmarks module, a redis-server of its own on loopback): redisstore's token bucket with leased quota on go-redis and rueidis, the plain mode, and redis_rate, in interleaved rounds inside each run; the benchmark reports its medians and ratios. Quoted by README.md and docs/performance.md.",
