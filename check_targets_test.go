@@ -23,14 +23,15 @@ import (
 // target is skipped with that message until the fix lands, then its
 // entry goes. Remove an entry to see the failure, with the seed and a
 // repro test. (Findings the checker made that no issue names yet are
-// marked "issue 28 finding".)
+// marked "issue 28 finding"; carriedDebts marks targets whose model
+// lags a change of the limiters' semantics, not a finding.)
 var openFindings = map[string]string{
-	"SlidingLog/CostAfter":            windowDebts,
-	"SlidingLogCountDenied/CostAfter": windowDebts,
-	"SlidingCounter/CostAfter":        windowDebts,
-	"Gate/SettledCost/SlidingLog":     windowDebts,
-	"Gate/SettledCost/SlidingCounter": windowDebts,
-	"All/BucketAndLog":                windowDebts,
+	"SlidingLog/CostAfter":              carriedDebts,
+	"SlidingLogCountDenied/CostAfter":   carriedDebts,
+	"SlidingCounter/CostAfter":          carriedDebts,
+	"Gate/SettledCost/SlidingLog":       carriedDebts,
+	"Gate/SettledCost/SlidingCounter":   carriedDebts,
+	"SlidingLogCountDenied/RateChanges": carriedDebts,
 
 	"TokenBucket/RateChangesAnyCost":           publishedCost,
 	"IntervalTokenBucket/RateChangesAnyCost":   publishedCost,
@@ -41,8 +42,11 @@ var openFindings = map[string]string{
 
 // The findings openFindings names more than once.
 const (
-	windowDebts = "issue 30 item 2: debts on windows do not carry (a sliding log forgets a charge after a window, a counter after two), " +
-		"so admitted cost per period exceeds the limit over a long run; fix in flight"
+	carriedDebts = "the checker's models are behind issue 30 item 2's fix (main, 72b6b64): a sliding log or counter now carries " +
+		"the units beyond its limit into the coming windows (a charge, a denied attempt a log counts, a rate that leaves it over), " +
+		"where the checker's window models still forget them after a window or two, so every such history fails on the model's side " +
+		"(ResetAfter 2s where the model says 1s); the models must carry debts as windowcharge_test.go's exactLog and exactCounter do, " +
+		"and know the debt limits (WithMaxDebt)"
 	publishedCost = "issue 28 finding: while SetRate converts the shards, a cost above the capacity being replaced is refused " +
 		"(ErrCostExceedsLimit, Limit of the old rate) although the key already decides under the new one; " +
 		"ReserveN then denies with no RetryAfter and no error (issue 29's class: the cost is checked against another view than the decision's)"
