@@ -32,6 +32,11 @@ var openFindings = map[string]string{
 	"Gate/SettledCost/SlidingLog":       carriedDebts,
 	"Gate/SettledCost/SlidingCounter":   carriedDebts,
 	"SlidingLogCountDenied/RateChanges": carriedDebts,
+	// A counting log left over its limit by KeepUsed carries its next
+	// denied attempt a window ahead; the model folds it (FLOODGATE_FULL
+	// seeds 139686982964987 and 247547255469196, 2026-12-06).
+	"SlidingLogCountDenied/Evictions":         carriedDebts,
+	"SlidingLogCountDenied/EvictionsNoResets": carriedDebts,
 
 	"TokenBucket/RateChangesAnyCost":           publishedCost,
 	"IntervalTokenBucket/RateChangesAnyCost":   publishedCost,
