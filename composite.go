@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+
+	"github.com/floodgate-go/floodgate/internal/yield"
 )
 
 // Refunder is implemented by limiters that can give back units an allowed
@@ -175,6 +177,7 @@ func allowAll(ctx context.Context, limiters []Limiter, key string, n int) (Decis
 	}
 	blocked := false
 	for _, l := range limiters {
+		yield.Point(ctx, "Composite: before a limiter's first look")
 		d, err := l.AllowN(ctx, key, 0)
 		if err != nil {
 			return Decision{}, err
@@ -197,6 +200,7 @@ func allowAll(ctx context.Context, limiters []Limiter, key string, n int) (Decis
 			if rep[i].Remaining >= n {
 				continue
 			}
+			yield.Point(ctx, "Composite: before asking a limiter that cannot fit")
 			d, err := l.AllowN(ctx, key, n)
 			if err != nil {
 				return Decision{}, giveBack(ctx, limiters, key, n, taken, err)
@@ -216,6 +220,7 @@ func allowAll(ctx context.Context, limiters []Limiter, key string, n int) (Decis
 		if taken[i] {
 			continue
 		}
+		yield.Point(ctx, "Composite: before a limiter's take")
 		d, err := l.AllowN(ctx, key, n)
 		if err != nil {
 			return Decision{}, giveBack(ctx, limiters, key, n, taken, err)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/yield"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
@@ -152,6 +153,7 @@ func (p *PlanLimiter) ready(ctx context.Context, key string) (*planStripe, *plan
 				return st, rec, nil // refused for capacity: the plan it has
 			}
 			st.mu.Unlock()
+			yield.Until(ctx, "PlanLimiter: waiting for the key's refresh", f.done)
 			if err := f.wait(ctx, key); err != nil && ctx.Err() != nil {
 				return nil, nil, err // the caller gave up; a failed refresh leaves the plan it has
 			}
@@ -163,6 +165,7 @@ func (p *PlanLimiter) ready(ctx context.Context, key string) (*planStripe, *plan
 		if err != nil {
 			return nil, nil, err
 		}
+		yield.Until(ctx, "PlanLimiter: waiting for the key's lookup", f.done)
 		if err := f.wait(ctx, key); err != nil {
 			return nil, nil, err
 		}

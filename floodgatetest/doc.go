@@ -1,6 +1,10 @@
 // Package floodgatetest is a conformance suite for floodgate limiters: any
 // floodgate.Limiter that can also Reset a key — in memory, on Redis, or
 // written by you — runs the same checks and must make the same decisions.
+// It also holds a concurrency checker (Check, see "The concurrency
+// checker" below), which drives a limiter with concurrent random
+// operations and holds every history to the limiter's sequential model
+// and to invariants.
 //
 // A limiter's test supplies a factory and names the algorithm it
 // implements:
@@ -119,4 +123,100 @@
 //
 // Size: a run makes ten to fifteen thousand decisions, on one goroutine
 // except in Concurrent, which uses eight.
+//
+// # The concurrency checker
+//
+// Check finds what example tests miss where two calls meet: a decision
+// racing a change of rate or plan, a refund, a reservation, an eviction,
+// a reply that arrives after its caller gave up. A test describes its
+// limiter as a Checker — the Algorithm it promises, its Rate, a New that
+// builds it on the checker's clock — and calls Check:
+//
+//	func TestCheck(t *testing.T) {
+//		floodgatetest.Check(t, floodgatetest.Checker{
+//			Algorithm: floodgatetest.TokenBucket,
+//			Rate:      floodgate.PerSecond(5),
+//			New: func(c floodgatetest.CheckConfig) (floodgate.Limiter, error) {
+//				return floodgate.NewTokenBucket(c.Rate, floodgate.WithClock(c.Now))
+//			},
+//		})
+//	}
+//
+// The checker learns what the limiter supports from the interfaces it
+// implements (Resetter, Refunder, Charger, Reserver, RateSetter,
+// Releaser) and generates programs: rounds of operations on a few keys —
+// decisions of any cost, none and above the capacity included; calls
+// settled later with a real cost below or above their estimate (a refund
+// or a charge); bookings kept or cancelled; resets; SetRate under every
+// strategy; plan changes (Checker.Plans, with the checker's resolver);
+// in-flight slots taken and released; a key spray (Checker.Spray); and
+// steady keys that stay under their quota. Several limiter instances on
+// one store (Checker.Instances) and the admission core over them
+// (Checker.Gate: waiting, costs known after the response, fail-open) are
+// driven the same way. The clock moves between rounds, and, under
+// MovingClock, while calls are in flight.
+//
+// A round's calls are interleaved in one of two ways. The deterministic
+// scheduler runs one call at a time and switches at yield points: the
+// start of each operation, every read of CheckConfig.Now, and the points
+// floodgate marks inside its compound decisions (a Composite between its
+// limiters, a PlanLimiter's decision before it waits for its key's
+// lookup); it picks the next call from the seed, half the rounds
+// by a random walk and half as PCT does (random priorities, two change
+// points), so a failure replays from its seed. A yield point reached
+// under a lock that another call then waits for would hang it: the
+// scheduler notices the round making no progress for five seconds,
+// reports where every call was parked, and fails the check. Give
+// CheckConfig.Now only where the limiter reads the time holding no lock,
+// Clock.Now elsewhere. The free-running mode runs each round's calls on
+// their own goroutines at once, for limiters that block or do I/O.
+//
+// Each history is checked against:
+//
+//   - the sequential model of the limiter, key by key: is there an order
+//     of the calls, consistent with the order in which they were called
+//     and returned, in which the model gives every call the outcome it
+//     got (linearizability)? The models are this package's reference
+//     models (see Reference models) with refunds, charges beyond the
+//     quota, bookings and slots added as floodgate documents them; a
+//     change of rate is placed in each key's history within its call, and
+//     the time of a call anywhere the clock was between its call and its
+//     return. A call whose outcome is unknown (an error after it may have
+//     reached the store) may take effect or not. A Lossy limiter (leases,
+//     a bounded store, a Composite) is only held to never allowing what
+//     the model denies.
+//   - the rules of every Decision; no decision under a rate older than
+//     one already seen (once SetRate has returned, and for a key once
+//     decided under the newer rate); Reset lasting until the key spends
+//     again (for a store that may lock a key out by design, a Lossy one
+//     with a negative Shortfall, against every debt older than the
+//     Reset: a denial that debts of other keys spent since may explain
+//     is not counted); no more admitted on a key in any interval than its limit
+//     allows there — a bucket's burst plus Rate × T, a log's Limit per
+//     window, a counter's per fixed window touched, at the largest rate
+//     in force, counting charges, net of refunds, plus what calls then in
+//     flight over-spent once over the whole run (WithCostAfter's bound),
+//     so that a debt forgiven every window shows over a long run; for a
+//     Lossy limiter, at most Shortfall units denied to a steady key over a
+//     run; for an in-flight limit, no call denied as Overloaded while the
+//     table has room (MaxKeys), no slot held by no one after its lease
+//     (SlotLease); for Plans, every decision under a plan its key had, and
+//     under fail-open no call of a key with no plan let through.
+//
+// A failing program is shrunk — rounds, then operations, then workers,
+// removed while it still fails alike — and the test fails with the calls
+// that violate the property, the seed, and a test to paste that replays
+// the shrunk program with Replay. FLOODGATE_CHECK_SEED=seed runs that seed
+// alone; FLOODGATE_FULL=1 runs each Check for 20 s instead of 1 s.
+// Checker.Find runs programs without a test and returns the Failure.
+//
+// What it cannot do: replay a free-running program exactly (Replay tries
+// it 20 times); replay a failure that depends on a store's random hash
+// seed (the in-memory store's eviction order), or on work a limiter does
+// on goroutines of its own (a PlanLimiter's lookups, which the scheduler
+// lets run free); hold the interval bound on
+// a history whose clock moved during calls (MovingClock), where only the
+// model is checked; or search beyond 100,000 states of one key, which a
+// key of a few hundred calls in rounds of a few never needs (a key that
+// does is logged and skipped).
 package floodgatetest
