@@ -310,3 +310,62 @@ func TestLeaseCounterTailOutageNoLoop(t *testing.T) {
 	}
 	t.Logf("%+v; %+v", l.LeaseStats(), l.Stats())
 }
+
+// A leased unit is granted only while the window it was counted in is
+// open: at the instant the next window starts it is the next window's,
+// and the lease's unit must go back rather than be granted. The
+// checker's history (issue 28, FLOODGATE_CHECK_SEED=1 on
+// Single/Lease/SlidingCounter/Hot), on two instances of 10 per 10 ms:
+// at 10 ms instance 0 allows 1, then 1 more with a lease of 2; at
+// exactly 20 ms it allowed the lease's last unit, counted in [10 ms,
+// 20 ms), so Redis counted 3 in that window and 8 in [20 ms, 30 ms),
+// which allowed 9; at 31 ms Redis weighed the previous window as 7.2
+// (share 8) and allowed 2 where the exact counter, weighing 9 as 8.1,
+// allows 1. Every grant here is replayed on the exact counter, and
+// right after the boundary's grant Redis must count it in the new
+// window.
+func TestLeaseCounterNoGrantAtWindowEnd(t *testing.T) {
+	addr := redistest.Shared(t)
+	r := floodgate.Rate{Limit: 10, Period: 10 * time.Millisecond}
+	lease := redisstore.Lease{MaxShare: 2, Horizon: 5 * time.Millisecond}
+	type step struct {
+		advance  time.Duration
+		instance int
+		n        int
+	}
+	steps := []step{
+		{10 * time.Millisecond, 0, 1}, {0, 0, 1},
+		{10 * time.Millisecond, 0, 1}, // the window's end: not from the lease
+		{8 * time.Millisecond, 1, 1}, {0, 0, 1}, {0, 0, 6},
+		{3 * time.Millisecond, 0, 1}, {0, 1, 1},
+	}
+	for _, c := range leaseClients(t, addr) {
+		t.Run(c.name, func(t *testing.T) {
+			clock := floodgatetest.NewClock(leaseEpoch)
+			p := prefix(t)
+			insts := leaseAlgos[1].instances(t, 2, c.s, r, redisstore.WithClock(clock.Now), redisstore.WithPrefix(p),
+				redisstore.WithLease(lease))
+			oracle := leaseAlgos[1].oracle(t, r, clock)
+			ctx := context.Background()
+			for i, s := range steps {
+				clock.Advance(s.advance)
+				d, err := insts[s.instance].AllowN(ctx, "k", s.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				od, _ := oracle.AllowN(ctx, "k", s.n)
+				at := clock.Now().Sub(leaseEpoch)
+				if d.Allowed && !od.Allowed {
+					t.Fatalf("step %d at %v: instance %d allowed %d where the exact counter denies (%+v)", i, at, s.instance, s.n, od)
+				}
+				if i == 2 {
+					if w, prev, cur := counterWindows(t, addr, p, "k"); w != 2 || prev != 2 || cur != 1 {
+						t.Fatalf("at %v, after a grant at the window's start: Redis holds window %d, prev %d, cur %d; want window 2, prev 2, cur 1",
+							at, w, prev, cur)
+					}
+				}
+			}
+		})
+	}
+}
+
