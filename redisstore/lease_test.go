@@ -370,3 +370,31 @@ func TestLeaseTokenBucketRefundKeepsMark(t *testing.T) {
 		})
 	}
 }
+
+// One WithLease value builds several limiters at once (a service's
+// options slice, shared by constructors on several goroutines): each
+// fills in the defaults on its own copy. Before, they wrote the Option's
+// one captured Lease, a data race under -race (found by the checker's
+// Lease targets, which share one option between two targets run in
+// parallel).
+func TestLeaseOptionSharedByConstructors(t *testing.T) {
+	opt := redisstore.WithLease(redisstore.Lease{MaxShare: 4})
+	var wg sync.WaitGroup
+	stats := make([]redisstore.LeaseStats, 8)
+	for i := range stats {
+		wg.Go(func() {
+			sc, err := redisstore.NewSlidingCounter(noServer{}, floodgate.Rate{Limit: 20, Period: time.Second}, opt)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			stats[i] = sc.LeaseStats()
+		})
+	}
+	wg.Wait()
+	for i, s := range stats {
+		if s.MaxKeys != redisstore.DefaultLeaseKeys {
+			t.Fatalf("limiter %d: MaxKeys %d, want the default %d", i, s.MaxKeys, redisstore.DefaultLeaseKeys)
+		}
+	}
+}
