@@ -44,7 +44,7 @@ func TestLogModelCarriesDebt(t *testing.T) {
 		{at: 0, n: 1, want: dec(true, 5, 4, 0, s)},
 		{at: 0, charge: 12},
 		{at: s / 2, n: 1, want: dec(false, 5, 0, 3*s/2, 5*s/2)},
-		{at: 2*s - 1, n: 1, want: dec(false, 5, 0, 1, s + 1)},
+		{at: 2*s - 1, n: 1, want: dec(false, 5, 0, 1, s+1)},
 		{at: 2 * s, n: 2, want: dec(true, 5, 0, 0, s)},
 		{at: 2 * s, n: 1, want: dec(false, 5, 0, s, s)},
 	})
