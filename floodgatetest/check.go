@@ -83,6 +83,11 @@ type Checker struct {
 	// Resolution is the unit to which the limiter rounds the durations
 	// it reports up (Suite.Resolution); zero: exact.
 	Resolution time.Duration
+	// MaxDebt is the limiter's bound on what a key may owe when charged
+	// beyond its quota (floodgate.WithMaxDebt; zero:
+	// floodgate.DefaultDebtLimits): the window models carry a charge's
+	// excess into the coming windows up to it, as the limiters do.
+	MaxDebt floodgate.DebtLimits
 
 	// Lossy says the limiter may allow less than its model by design
 	// (leased quota, a bounded store whose debt memory merges debts, a

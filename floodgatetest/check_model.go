@@ -71,7 +71,7 @@ func rateSetup(alg Algorithm, rc floodgate.RateChange) setup {
 }
 
 func (c *checker) modelFactory() modelFactory {
-	res := c.Resolution
+	res, debts := c.Resolution, c.MaxDebt
 	switch {
 	case len(c.Parts) > 0:
 		parts := c.Parts
@@ -82,7 +82,7 @@ func (c *checker) modelFactory() modelFactory {
 				if p.Algorithm.bucket() {
 					s.burst = or(p.Burst, p.Rate.Limit)
 				}
-				m.parts = append(m.parts, newCheckModel(p.Algorithm, s, p.CountDenied, res))
+				m.parts = append(m.parts, newCheckModel(p.Algorithm, s, p.CountDenied, res, debts))
 			}
 			return m
 		}
@@ -93,23 +93,23 @@ func (c *checker) modelFactory() modelFactory {
 		}
 		alg, how, cd := c.Algorithm, c.PlanInherit, c.CountDenied
 		return func() checkModel {
-			return &planModel{alg: alg, plans: plans, how: how, countDenied: cd, res: res, cur: -1}
+			return &planModel{alg: alg, plans: plans, how: how, countDenied: cd, res: res, debts: debts, cur: -1}
 		}
 	}
 	alg, s, cd := c.Algorithm, c.setupOf(), c.CountDenied
-	return func() checkModel { return newCheckModel(alg, s, cd, res) }
+	return func() checkModel { return newCheckModel(alg, s, cd, res, debts) }
 }
 
-func newCheckModel(alg Algorithm, s setup, countDenied bool, res time.Duration) checkModel {
+func newCheckModel(alg Algorithm, s setup, countDenied bool, res time.Duration, debts floodgate.DebtLimits) checkModel {
 	switch alg {
 	case TokenBucket:
 		return &bucketModel{newTokenBucketModel(s.rate, s.burst, res)}
 	case IntervalTokenBucket:
 		return &intervalModel{*newIntervalBucketModel(s.rate, s.burst)}
 	case SlidingLog:
-		return &logModel{limit: s.rate.Limit, period: s.rate.Period, countDenied: countDenied}
+		return newLogModel(s.rate, countDenied, debts)
 	case SlidingCounter:
-		return &counterModel{*newSlidingCounterModel(s.rate)}
+		return newCounterModel(s.rate, debts)
 	case InFlightSlots:
 		return &slotsModel{max: s.rate.Limit}
 	}
@@ -250,21 +250,62 @@ func (m *intervalModel) appendKey(b []byte, now time.Duration) []byte {
 	return b
 }
 
-// logModel is the sliding log with every admission kind: its entries are
-// kept as the store keeps them, one per time with the units recorded then,
-// since a charge folds a log by its number of entries (SlidingLog.ChargeN)
-// and a log counting denied attempts drops its oldest units
-// (WithCountDenied).
+// logModel is the sliding log with every admission kind, kept as the
+// store keeps it (SlidingLog.ChargeN): its real entries, one per time
+// with the units recorded then, since a charge folds a log by its number
+// of entries and a log counting denied attempts drops its oldest units
+// (WithCountDenied); and the debt it carries into the coming windows,
+// debt units dated from the newest entry (the anchor), Limit to each
+// window: the i-th Limit of them at anchor + i·Period, counting for a
+// Period from there, like any unit.
 type logModel struct {
 	limit       int
 	period      time.Duration
 	countDenied bool
+	debts       floodgate.DebtLimits
+	owing       debtCap
 	entries     []logEntry
+	debt        int
+}
+
+func newLogModel(r floodgate.Rate, countDenied bool, debts floodgate.DebtLimits) *logModel {
+	return &logModel{limit: r.Limit, period: r.Period, countDenied: countDenied, debts: debts, owing: newDebtCap(debts, r)}
 }
 
 func (m *logModel) capacity() int { return m.limit }
 
+// anchor returns the time a debt's windows are dated from.
+func (m *logModel) anchor() time.Duration { return m.entries[len(m.entries)-1].at }
+
+// slot returns the date of the debt's j-th window (at most 2^62 ns of
+// windows past the anchor, as the store bounds it).
+func (m *logModel) slot(j int) time.Duration {
+	return m.anchor() + time.Duration(min(int64(j), int64(1<<62)/int64(m.period)))*m.period
+}
+
+// windows returns how many windows the debt spans.
+func (m *logModel) windows() int { return (m.debt + m.limit - 1) / m.limit }
+
+// expire drops what no longer counts at now: a debt whose anchor has aged
+// out leaves the window now falls in as a real entry (every real entry
+// is as old as the anchor, so gone too), and the rest carried on from
+// it; then the real entries that aged out.
 func (m *logModel) expire(now time.Duration) {
+	if m.debt > 0 && m.anchor()+m.period <= now {
+		anchor, debt := m.anchor(), m.debt
+		k := int((now - anchor) / m.period) // the window dated at or before now
+		slots := m.windows()
+		m.entries, m.debt = nil, 0
+		if k > slots {
+			return
+		}
+		gone := (k - 1) * m.limit
+		cur := min(debt-gone, m.limit)
+		m.record(anchor+time.Duration(k)*m.period, cur)
+		if rest := debt - gone - cur; rest > 0 {
+			m.appendDebt(rest)
+		}
+	}
 	i := 0
 	for i < len(m.entries) && m.entries[i].at+m.period <= now {
 		i++
@@ -274,13 +315,17 @@ func (m *logModel) expire(now time.Duration) {
 	}
 }
 
-func (m *logModel) used() int {
+// real returns the units the real entries hold.
+func (m *logModel) real() int {
 	u := 0
 	for _, e := range m.entries {
 		u += e.weight
 	}
 	return u
 }
+
+// used returns the units the log counts, its debt's too.
+func (m *logModel) used() int { return m.real() + m.debt }
 
 // record adds w units at now, to the newest entry if it is of now.
 func (m *logModel) record(now time.Duration, w int) {
@@ -291,7 +336,7 @@ func (m *logModel) record(now time.Duration, w int) {
 	m.entries = append(m.entries, logEntry{now, w})
 }
 
-// takeOldest stops counting the k oldest units.
+// takeOldest stops counting the k oldest units (a log with no debt).
 func (m *logModel) takeOldest(k int) {
 	for k > 0 && len(m.entries) > 0 {
 		if m.entries[0].weight > k {
@@ -303,8 +348,11 @@ func (m *logModel) takeOldest(k int) {
 	}
 }
 
-// takeNewest removes the k newest units.
+// takeNewest removes the k newest units: the debt's first.
 func (m *logModel) takeNewest(k int) {
+	take := min(k, m.debt)
+	m.debt -= take
+	k -= take
 	for k > 0 && len(m.entries) > 0 {
 		last := &m.entries[len(m.entries)-1]
 		if last.weight > k {
@@ -314,6 +362,25 @@ func (m *logModel) takeNewest(k int) {
 		k -= last.weight
 		m.entries = m.entries[:len(m.entries)-1]
 	}
+}
+
+// end returns when the newest unit the log counts ages out.
+func (m *logModel) end() time.Duration {
+	if m.debt > 0 {
+		return m.slot(m.windows()) + m.period
+	}
+	return m.entries[len(m.entries)-1].at + m.period
+}
+
+// expiry returns when the need-th oldest unit ages out: its entry's, or
+// its debt window's.
+func (m *logModel) expiry(need int) time.Duration {
+	for _, e := range m.entries {
+		if need -= e.weight; need <= 0 {
+			return e.at + m.period
+		}
+	}
+	return m.slot((need+m.limit-1)/m.limit) + m.period
 }
 
 func (m *logModel) allow(now time.Duration, n int) (floodgate.Decision, error) {
@@ -326,13 +393,18 @@ func (m *logModel) allow(now time.Duration, n int) (floodgate.Decision, error) {
 	switch {
 	case n == 0 || used+n <= m.limit:
 		d.Allowed = true
-		if n > 0 {
+		switch {
+		case n > 0 && m.debt > 0: // the debt's only window has room: n joins it
+			m.debt += n
+			used += n
+		case n > 0:
 			m.record(now, n)
 			used += n
 		}
 	case !m.countDenied:
-	case used > m.limit:
-		m.chargeAt(now, n)
+	case used > m.limit || m.debt > 0:
+		// In debt: the attempt counts as a charge would.
+		m.chargeAt(now, min(n, m.limit))
 		used = m.used()
 	default:
 		m.takeOldest(used + n - m.limit)
@@ -340,17 +412,11 @@ func (m *logModel) allow(now time.Duration, n int) (floodgate.Decision, error) {
 		used = m.limit
 	}
 	d.Remaining = max(m.limit-used, 0)
-	if k := len(m.entries); k > 0 {
-		d.ResetAfter = m.entries[k-1].at + m.period - now
+	if len(m.entries) > 0 {
+		d.ResetAfter = m.end() - now
 	}
 	if !d.Allowed {
-		need := used + n - m.limit
-		for _, e := range m.entries {
-			if need -= e.weight; need <= 0 {
-				d.RetryAfter = e.at + m.period - now
-				break
-			}
-		}
+		d.RetryAfter = m.expiry(used+n-m.limit) - now
 	}
 	return d, nil
 }
@@ -370,44 +436,92 @@ func (m *logModel) charge(now time.Duration, n int) {
 		return
 	}
 	m.expire(now)
-	m.chargeAt(now, min(n, m.limit))
+	m.chargeAt(now, min(n, m.owing.perCall))
 }
 
-// chargeAt records w units at now beyond the limit if need be: a log of
-// Limit entries or more, or of one entry over the limit, folds into one
-// entry at now of at most Limit units (all of them, for the one entry),
-// and no entry weighs more than that.
+// chargeAt records w units at now beyond the limit if need be: what the
+// window has room for at now, the rest added to the debt carried ahead,
+// up to its bound (owing.total).
 func (m *logModel) chargeAt(now time.Duration, w int) {
-	w = min(w, m.limit)
-	keep := m.limit
-	used, count := m.used(), len(m.entries)
-	m.entries = append([]logEntry(nil), m.entries...)
-	if count >= m.limit || used > m.limit && count == 1 || used > 1<<31-w {
-		if used > m.limit && count == 1 {
-			keep = used
+	if m.debt == 0 {
+		if used := m.real(); used < m.limit {
+			fill := min(w, m.limit-used)
+			m.record(now, fill)
+			w -= fill
 		}
-		w = min(used+w, keep)
-		m.entries = nil
 	}
-	m.record(now, w)
-	if last := &m.entries[len(m.entries)-1]; last.weight > keep {
-		last.weight = keep
+	if w == 0 || m.debt >= m.owing.total {
+		return
 	}
+	add := min(w, m.owing.total-m.debt)
+	if m.debt > 0 {
+		m.debt += add
+		return
+	}
+	m.appendDebt(add)
+}
+
+// appendDebt starts a debt of w units after the newest entry. A log of
+// Limit entries (at least 2) folds first: its units become one entry at
+// its newest entry's time.
+func (m *logModel) appendDebt(w int) {
+	if len(m.entries) >= max(m.limit, 2) {
+		m.entries = []logEntry{{m.anchor(), m.real()}}
+	}
+	m.debt = w
 }
 
 func (m *logModel) release(int) {}
-func (m *logModel) reset()      { m.entries = nil }
+func (m *logModel) reset()      { m.entries, m.debt = nil, 0 }
 
+// change converts the log at now (SlidingLog.SetRate): the units that
+// still count keep counting until their time plus the new period, and
+// how(used) of them remain, taken from the oldest or added to the newest
+// — but a log that carries a debt keeps every unit, and its debt, cut
+// into windows of the new period from its anchor, ends no sooner than
+// it did.
 func (m *logModel) change(now time.Duration, to setup, how floodgate.Inherit) {
-	sl := &slidingLogModel{limit: m.limit, period: m.period, entries: append([]logEntry(nil), m.entries...)}
-	if len(sl.entries) == 0 && how != floodgate.StartFresh {
-		sl.entries = nil
+	m.expire(now)
+	old := *m
+	m.limit, m.period, m.owing = to.rate.Limit, to.rate.Period, newDebtCap(m.debts, to.rate)
+	if how == floodgate.StartFresh || len(m.entries) == 0 {
+		m.entries, m.debt = nil, 0
+		return
 	}
-	if how == floodgate.StartFresh {
-		sl.entries = nil
+	var end time.Duration
+	if old.debt > 0 {
+		end = old.end()
 	}
-	sl.change(now, to, how)
-	m.limit, m.period, m.entries = sl.limit, sl.period, sl.entries
+	if m.period < old.period {
+		keep := len(m.entries) // a debt keeps its anchor
+		if m.debt > 0 {
+			keep--
+		}
+		i := 0
+		for i < keep && m.entries[i].at+m.period <= now {
+			i++
+		}
+		if m.entries = m.entries[i:]; len(m.entries) == 0 {
+			m.entries = nil
+			return
+		}
+	}
+	used := m.used()
+	switch u := inheritUnits(how, used, old.limit, m.limit); {
+	case u < used && m.debt > 0:
+	case u < used:
+		m.takeOldest(used - u)
+	case u > used && m.debt > 0:
+		m.debt += u - used
+	case u > used:
+		m.entries[len(m.entries)-1].weight += u - used
+	}
+	if m.debt > 0 && m.period != old.period {
+		windows := max((end-m.period-m.anchor()+m.period-1)/m.period, 1)
+		if full := min(int(windows)*m.limit, maxLogDebt); m.debt < full {
+			m.debt = full
+		}
+	}
 }
 
 func (m *logModel) clone() checkModel {
@@ -418,20 +532,55 @@ func (m *logModel) clone() checkModel {
 
 func (m *logModel) appendKey(b []byte, now time.Duration) []byte {
 	b = fmt.Appendf(b, "sl%d/%d/", m.limit, m.period)
-	for _, e := range m.entries {
-		if e.at+m.period > now {
+	for i, e := range m.entries {
+		if e.at+m.period > now || m.debt > 0 && i == len(m.entries)-1 {
 			b = fmt.Appendf(b, "%d:%d,", e.at, e.weight)
 		}
+	}
+	if m.debt > 0 {
+		b = fmt.Appendf(b, "+%d", m.debt)
 	}
 	return b
 }
 
 // counterModel is the sliding counter (slidingCounterModel) with the
-// admission kinds.
-type counterModel struct{ slidingCounterModel }
+// admission kinds. A charge beyond the limit carries its overflow into
+// the fixed windows after the current one, Limit to each
+// (SlidingCounter.ChargeN): the state then names the debt's last window,
+// ahead of now, its count, and the window before it, which is full.
+type counterModel struct {
+	slidingCounterModel
+	debts floodgate.DebtLimits
+	owing debtCap
+}
+
+func newCounterModel(r floodgate.Rate, debts floodgate.DebtLimits) *counterModel {
+	return &counterModel{*newSlidingCounterModel(r), debts, newDebtCap(debts, r)}
+}
+
+// ahead reports whether the counts carry a debt past now's window.
+func (m *counterModel) ahead(now time.Duration) bool { return m.window > int64(now/m.period) }
 
 func (m *counterModel) allow(now time.Duration, n int) (floodgate.Decision, error) {
-	return m.allowN(now, n)
+	if !m.ahead(now) {
+		return m.allowN(now, n)
+	}
+	// Every window up to the debt's last counts the limit: only a report
+	// is allowed, and a request waits for the estimate of the last
+	// window and the one after it.
+	d := floodgate.Decision{Limit: m.limit, Allowed: n == 0}
+	if err := checkCost(n, m.limit); err != nil {
+		return floodgate.Decision{Limit: m.limit}, err
+	}
+	start := time.Duration(m.window) * m.period
+	if n > 0 {
+		d.RetryAfter = m.retryAt(start, n) - now
+	}
+	d.ResetAfter = start + 2*m.period - now
+	if m.cur == 0 {
+		d.ResetAfter -= m.period
+	}
+	return d, nil
 }
 
 func (m *counterModel) capacity() int { return m.limit }
@@ -441,20 +590,88 @@ func (m *counterModel) reserve(time.Duration, int, time.Duration) (floodgate.Res
 }
 
 // refund uncounts n events, from the current window first
-// (SlidingCounter.RefundN).
+// (SlidingCounter.RefundN); from a debt carried ahead, from its last
+// window back.
 func (m *counterModel) refund(now time.Duration, n int) {
+	if m.ahead(now) {
+		m.refundAhead(int64(now/m.period), n)
+		return
+	}
 	m.roll(now)
 	take := min(m.cur, n)
 	m.cur -= take
 	m.prev -= min(m.prev, n-take)
 }
 
+// refundAhead takes n events off a debt carried past window w: what is
+// left is carried again from w, Limit to a window; taking more than the
+// debt leaves window w counting the limit (or the full window before
+// the debt's last) less the rest, after a full one.
+func (m *counterModel) refundAhead(w int64, n int) {
+	carried := int(m.window-w-1)*m.limit + m.cur // the windows after w
+	if n < carried {
+		left := carried - n
+		k := (left + m.limit - 1) / m.limit
+		prev := m.limit
+		if w+int64(k) == m.window {
+			prev = m.prev
+		}
+		m.window, m.prev, m.cur = w+int64(k), prev, left-(k-1)*m.limit
+		return
+	}
+	cur := m.prev // window w, when it is the one before the last
+	if m.window-w > 1 {
+		cur = m.limit
+	}
+	m.window, m.prev, m.cur = w, m.limit, cur-min(cur, n-carried)
+}
+
+// charge counts n events at now, those beyond the limit (or beyond the
+// count a downgrade left) in the windows after the current one (or after
+// the debt's last), Limit to each, the last holding the rest; at most
+// owing.perCall events, and up to owing.periods windows past now's.
 func (m *counterModel) charge(now time.Duration, n int) {
 	if n <= 0 {
 		return
 	}
-	m.roll(now)
-	m.cur = min(m.cur+min(n, maxCost), 1<<30)
+	c := min(n, m.owing.perCall)
+	w := int64(now / m.period)
+	if !m.ahead(now) {
+		m.roll(now)
+	}
+	total := m.cur + c
+	full := max(m.limit, m.cur)
+	if total <= full {
+		m.cur = min(total, 1<<30)
+		return
+	}
+	over := total - full
+	k := int64((over + m.limit - 1) / m.limit) // windows more, at least one
+	most := max(w+m.owing.periods-m.window, 0)
+	rem := over - int(k-1)*m.limit
+	if k > most {
+		k, rem = most, m.limit
+	}
+	switch k {
+	case 0:
+		m.cur = full
+	case 1:
+		m.window, m.prev, m.cur = m.window+1, full, rem
+	default:
+		m.window, m.prev, m.cur = m.window+k, m.limit, rem
+	}
+}
+
+func (m *counterModel) change(now time.Duration, to setup, how floodgate.Inherit) {
+	if m.ahead(now) {
+		// A debt carried ahead is converted as of its last window.
+		now = time.Duration(m.window) * m.period
+	}
+	m.slidingCounterModel.change(now, to, how)
+	if m.prev == 0 && m.cur == 0 {
+		m.window = 0 // nothing left, nothing carried ahead
+	}
+	m.owing = newDebtCap(m.debts, to.rate)
 }
 
 func (m *counterModel) release(int) {}
@@ -463,7 +680,9 @@ func (m *counterModel) clone() checkModel { c := *m; return &c }
 
 func (m *counterModel) appendKey(b []byte, now time.Duration) []byte {
 	c := m.slidingCounterModel
-	c.roll(now)
+	if !m.ahead(now) {
+		c.roll(now)
+	}
 	return fmt.Appendf(b, "sc%d/%d/%d/%d/%d", c.limit, c.period, c.window, c.prev, c.cur)
 }
 
@@ -643,6 +862,7 @@ type planModel struct {
 	how         floodgate.Inherit
 	countDenied bool
 	res         time.Duration
+	debts       floodgate.DebtLimits
 	cur         int // -1: the key has no state yet
 	m           checkModel
 }
@@ -652,7 +872,7 @@ type planModel struct {
 func (m *planModel) use(now time.Duration, plan int) {
 	switch {
 	case m.cur < 0:
-		m.m = newCheckModel(m.alg, m.plans[plan], m.countDenied, m.res)
+		m.m = newCheckModel(m.alg, m.plans[plan], m.countDenied, m.res, m.debts)
 	case plan != m.cur:
 		m.m.change(now, m.plans[plan], m.how)
 	}

@@ -62,7 +62,7 @@ func (l *lockedModels) at(read time.Time) time.Duration {
 func (l *lockedModels) model(key string, now time.Duration) checkModel {
 	m := l.models[key]
 	if m == nil {
-		m = newCheckModel(l.alg, l.cur, l.cd, 0)
+		m = newCheckModel(l.alg, l.cur, l.cd, 0, floodgate.DebtLimits{})
 		l.models[key] = m
 	}
 	if l.staleRate && l.pending != nil && l.stale[key] > 0 {

@@ -178,7 +178,9 @@
 //     and returned, in which the model gives every call the outcome it
 //     got (linearizability)? The models are this package's reference
 //     models (see Reference models) with refunds, charges beyond the
-//     quota, bookings and slots added as floodgate documents them; a
+//     quota (on a sliding log or counter, carried into the coming
+//     windows up to Checker.MaxDebt), bookings and slots added as
+//     floodgate documents them; a
 //     change of rate is placed in each key's history within its call, and
 //     the time of a call anywhere the clock was between its call and its
 //     return. A call whose outcome is unknown (an error after it may have

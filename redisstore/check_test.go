@@ -36,11 +36,6 @@ func init() {
 		for _, alg := range []string{"TokenBucket", "IntervalTokenBucket", "SlidingLog", "SlidingCounter"} {
 			openRedisFindings[topo+"/AnyCost/"+alg] = staleCost
 		}
-		for _, alg := range []string{"SlidingLog", "SlidingCounter"} {
-			openRedisFindings[topo+"/CostAfter/"+alg] = "the checker's models are behind issue 30 item 2's fix (main, 28c69a2): a Redis sliding log " +
-				"or counter now carries the units beyond its limit into the coming windows, where the checker's window models still forget " +
-				"them after a window or two (see carriedDebts in the root package's check_targets_test.go)"
-		}
 		for _, target := range []string{"DenyCache/TokenBucket", "DenyCache/SlidingLog", "DenyCache/SlidingCounter",
 			"DenyCache/Refunds/TokenBucket", "DenyCache/Refunds/SlidingLog"} {
 			openRedisFindings[topo+"/"+target] = ownRefund
