@@ -82,7 +82,7 @@ func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now st
 	for range maxRateTries {
 		v := sc.rates.view.Load()
 		p := v.alg.(*scParams)
-		args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, "", "0", v.ver, v.suffix,
+		args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), p.limitArg, p.periodArg, sc.originArg, v.minTTL, "", "0", v.ver, v.suffix,
 			strconv.Itoa(leaseReserve(p.rate.Limit, sc.lease.cfg.MaxShare))}
 		if c.retUnits > 0 && c.retAlg == p {
 			args[7], args[8] = strconv.FormatInt(c.retQ, 10), strconv.Itoa(c.retUnits)
@@ -167,6 +167,6 @@ func (a scLease) refundLeased(ctx context.Context, key string, n int, now string
 	sc := a.sc
 	return sc.refundRated(ctx, sc.leaseKeys(key), now, func(v *rateView) (*script, []string) {
 		p := v.alg.(*scParams)
-		return leaseSlidingCounterRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, v.ver, v.suffix}
+		return leaseSlidingCounterRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, v.minTTL, v.ver, v.suffix}
 	}, sc.eval, key)
 }

@@ -121,7 +121,7 @@ func (a *tbLease) leaseEval(ctx context.Context, key string, c *leaseCall, now s
 func (a *tbLease) args(p *tbParams, v *rateView, c *leaseCall, now string) []string {
 	tq, tr := bits.Div64(0, p.period, p.limit)
 	args := []string{now, strconv.Itoa(c.n), strconv.Itoa(c.want), strconv.FormatUint(tq, 10), strconv.FormatUint(tr, 10),
-		p.tauQ, p.tauR, p.limitArg, a.b.minTTL, strconv.FormatInt(c.hold, 10), "", "", "0", "0", v.ver, v.suffix}
+		p.tauQ, p.tauR, p.limitArg, v.minTTL, strconv.FormatInt(c.hold, 10), "", "", "0", "0", v.ver, v.suffix}
 	if c.retUnits > 0 && c.retAlg == p {
 		q, r := p.units(c.retUnits)
 		args[10], args[11] = strconv.FormatInt(c.retQ, 10), strconv.FormatInt(c.retR, 10)
@@ -197,6 +197,6 @@ func (a *tbLease) refundLeased(ctx context.Context, key string, n int, now strin
 		q, r := p.units(n)
 		tq, tr := bits.Div64(0, p.period, p.limit)
 		return leaseTokenBucketRefundScript, []string{now, strconv.FormatUint(q, 10), strconv.FormatUint(r, 10),
-			strconv.FormatUint(tq, 10), strconv.FormatUint(tr, 10), p.limitArg, b.minTTL, v.ver, v.suffix}
+			strconv.FormatUint(tq, 10), strconv.FormatUint(tr, 10), p.limitArg, v.minTTL, v.ver, v.suffix}
 	}, b.eval, key)
 }

@@ -56,6 +56,18 @@ import (
 // reads it and decides again. So no key, once decided under the new
 // rate, is ever decided under the old one again.
 //
+// How an emptied key keeps its version. A key's version lives in its
+// state, so a state that goes away must not take it along while an
+// instance may still decide under an older view: a state of a changed
+// rate that would be deleted (refunded to nothing, reset, converted to
+// fresh) is left as its suffix alone (a sliding log as its rate's
+// member); a decision under a changed rate that finds the key empty
+// leaves its version there before it decides, even if it writes nothing
+// (a cost of 0); and every such state, or what is left of it, lives at
+// least twice the refresh interval (rateView.minTTL), longer than any
+// instance holds a view it read before the change. An emptied key reads
+// as fresh under any rate.
+//
 // A key left alone through several changes is converted once, at its
 // next decision, from the rate it was last decided under straight to the
 // newest, as of the newest change (floodgatetest's
@@ -110,7 +122,13 @@ type rateView struct {
 	// (AllowPlanN), which carry the rate on version 0 too; ver is rec.v as
 	// a script argument.
 	suffix, planSuffix, ver string
-	alg                     any // the limiter's parameters: *tbParams, *slParams, *scParams
+	// minTTL is the shortest expiry, in milliseconds, of a state written
+	// under rec: base.minTTL, and under a changed rate (v > 0) at least
+	// twice the refresh interval, so that the state, or what is left of it
+	// when emptied (its suffix alone), outlives every instance's older
+	// view (see "How an emptied key keeps its version").
+	minTTL string
+	alg    any // the limiter's parameters: *tbParams, *slParams, *scParams
 }
 
 // suffixFor returns the suffix of the states a decision of mode m writes.
@@ -160,6 +178,12 @@ func (l *base) initRates(kind string, p rateParams, c config, compile func(rateP
 	return l.adopt(rateRecord{rate: p, initial: p})
 }
 
+// minTTLms is minTTL as a number.
+func (l *base) minTTLms() int64 {
+	ms, _ := strconv.ParseInt(l.minTTL, 10, 64)
+	return ms
+}
+
 // adopt makes rec the rate the limiter decides under.
 func (l *base) adopt(rec rateRecord) error {
 	alg, err := l.rates.compile(rec.rate)
@@ -168,8 +192,12 @@ func (l *base) adopt(rec rateRecord) error {
 	}
 	v := &rateView{rec: rec, ver: strconv.FormatInt(rec.v, 10), alg: alg}
 	v.planSuffix = fmt.Sprintf("|%d %d %d %d", rec.v, rec.rate.limit, rec.rate.period, rec.rate.burst)
+	v.minTTL = l.minTTL
 	if rec.v > 0 {
 		v.suffix = v.planSuffix
+		if least := 2 * l.rates.refresh.Milliseconds(); least > l.minTTLms() {
+			v.minTTL = strconv.FormatInt(least, 10)
+		}
 	}
 	l.rates.view.Store(v)
 	if l.deny != nil {

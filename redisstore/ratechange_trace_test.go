@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -10,26 +9,17 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
-// emptiedUnderNewRate is the finding TestRateChangeOutlivesEmptiedKey
-// holds, open until a key keeps the version it was last decided under
-// when its state is emptied.
-const emptiedUnderNewRate = "issue 29 item 1's class, open: a key decided under a new rate and then emptied (its units refunded, " +
-	"reset, or only probed at cost 0, so no state holds the version) is decided under the old rate by an instance that has " +
-	"not read the record yet (the checker's Cluster/IntervalTokenBucket failure, seed 1, free-running)"
-
 // TestRateChangeOutlivesEmptiedKey: a change of rate reaches instance a
 // (it made it) but not yet b (its refresh interval is not over, as for
 // every instance while SetRate waits). a decides a key under the new rate
 // and leaves nothing of it in Redis: b must still never decide that key
 // under the old rate (ratechange.go: "no key, once decided under the new
-// rate, is ever decided under the old one again"). Today the key's
-// version lives only in its state: once the state is gone b decides under
-// the old rate, as the checker found (#111 under the new rate, #112's
-// refund emptying the key, #107 under the old rate with the old reset).
+// rate, is ever decided under the old one again"). The key's version
+// lived only in its state: once the state was gone b decided under the
+// old rate, as the checker found (#111 under the new rate, #112's refund
+// emptying the key, #107 under the old rate with the old reset). An
+// emptied key now keeps its version (prelude_rate.lua, rate_get).
 func TestRateChangeOutlivesEmptiedKey(t *testing.T) {
-	if os.Getenv("FLOODGATE_CHECK_OPEN") == "" {
-		t.Skip(emptiedUnderNewRate + " (FLOODGATE_CHECK_OPEN=1 runs it)")
-	}
 	ctx := context.Background()
 	empty := []struct {
 		name string

@@ -161,7 +161,7 @@ func (sc *SlidingCounter) RefundN(ctx context.Context, key string, n int) error 
 	return sc.refund(ctx, key, func(ctx context.Context, now string) error {
 		return sc.refundRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
 			p := v.alg.(*scParams)
-			return slidingCounterRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL, v.ver, v.suffix}
+			return slidingCounterRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, v.minTTL, v.ver, v.suffix}
 		}, sc.eval, key)
 	})
 }
@@ -213,7 +213,7 @@ func (sc *SlidingCounter) evalPlanScale(ctx context.Context, key string, n int, 
 func (sc *SlidingCounter) evalMode(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
 	return sc.evalRated(ctx, sc.keys(key), n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*scParams)
-		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, sc.minTTL,
+		return slidingCounterScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, sc.originArg, v.minTTL,
 			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
 	}, convert: sc.convert, want: 5, read: sc.decision})
 }

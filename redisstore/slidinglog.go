@@ -163,7 +163,7 @@ func (l *SlidingLog) RefundN(ctx context.Context, key string, n int) error {
 	return l.refund(ctx, key, func(ctx context.Context, now string) error {
 		return l.refundRated(ctx, l.keys(key), now, func(v *rateView) (*script, []string) {
 			p := v.alg.(*slParams)
-			return slidingLogRefundScript, append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, l.minTTL}, logRateArgs(v)...)
+			return slidingLogRefundScript, append([]string{now, strconv.Itoa(n), p.limitArg, p.periodArg, v.minTTL}, logRateArgs(v)...)
 		}, l.eval, key)
 	})
 }
@@ -225,7 +225,7 @@ func (l *SlidingLog) evalMode(ctx context.Context, key string, n int, now string
 	return l.evalRated(ctx, l.keys(key), n, m, ratedScript{build: func(v *rateView, _ conversion) (*script, []string) {
 		p := v.alg.(*slParams)
 		args := make([]string, 0, 14) // 12, the plan's strategy and the debt's bound
-		args = append(args, now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, l.minTTL)
+		args = append(args, now, strconv.Itoa(n), p.limitArg, p.periodArg, l.countDenied, v.minTTL)
 		args = append(args, logRateArgs(v)...)
 		if m != plainMode {
 			// The plan's rate named on version 0 too.

@@ -238,13 +238,13 @@ func (b *TokenBucket) RefundN(ctx context.Context, key string, n int) error {
 		return b.refundRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
 			p := v.alg.(*tbParams)
 			if b.interval {
-				return intervalRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, b.minTTL, v.ver, v.suffix}
+				return intervalRefundScript, []string{now, strconv.Itoa(n), p.limitArg, p.periodArg, v.minTTL, v.ver, v.suffix}
 			}
 			// More than the burst fills the bucket all the same.
 			hi, lo := bits.Mul64(uint64(min(n, p.burst)), p.period)
 			decQ, decR := bits.Div64(hi, lo, p.limit)
 			return tokenBucketRefundScript, []string{now, strconv.FormatUint(decQ, 10), strconv.FormatUint(decR, 10),
-				p.limitArg, b.minTTL, v.ver, v.suffix}
+				p.limitArg, v.minTTL, v.ver, v.suffix}
 		}, b.eval, key)
 	})
 }
@@ -317,7 +317,7 @@ func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now strin
 		incQ, incR := bits.Div64(hi, lo, p.limit)
 		return tokenBucketScript, []string{now, strconv.Itoa(n),
 			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, b.minTTL, v.ver, conv.suffix, conv.expect, conv.with,
+			p.tauQ, p.tauR, p.limitArg, v.minTTL, v.ver, conv.suffix, conv.expect, conv.with,
 			p.periodArg, p.burstArg, m.arg()}
 	}, convert: b.convertGreedy, want: 5, read: b.greedyDecision})
 }
@@ -346,7 +346,7 @@ func (b *TokenBucket) greedyDecision(v *rateView, r []int64, _ int) (floodgate.D
 func (b *TokenBucket) evalInterval(ctx context.Context, key string, n int, now string, m planMode) (floodgate.Decision, error) {
 	return b.evalRated(ctx, []string{b.key(key)}, n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
-		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL,
+		return intervalScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, v.minTTL,
 			v.ver, conv.suffix, conv.expect, conv.with, m.arg()}
 	}, convert: b.convertInterval, want: 4, read: func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
 		return v.alg.(*tbParams).intervalDecision(r[1:], n, r[0] == 1)

@@ -75,7 +75,7 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 			if b.interval {
 				most := min(p.maxUsed(), int64(p.burst)+int64(min(c.Total, 1<<61)))
 				return intervalChargeScript, []string{now, strconv.Itoa(m), p.limitArg, p.periodArg,
-					strconv.FormatInt(most, 10), b.minTTL, v.ver, v.suffix}
+					strconv.FormatInt(most, 10), v.minTTL, v.ver, v.suffix}
 			}
 			// How far past now the debt may reach, in µs: the same bound
 			// as in memory, whose tau is in ns.
@@ -89,7 +89,7 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 				}
 			}
 			return tokenBucketChargeScript, []string{now, strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-				p.limitArg, strconv.FormatUint(ahead, 10), b.minTTL, v.ver, v.suffix}
+				p.limitArg, strconv.FormatUint(ahead, 10), v.minTTL, v.ver, v.suffix}
 		}, b.eval, key)
 		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
 		return err
@@ -169,7 +169,7 @@ func (b *TokenBucket) reserveGreedy(ctx context.Context, key string, n int, now,
 		incQ, incR := bits.Div64(hi, lo, p.limit) // n <= burst: at most tau
 		args := []string{now, strconv.Itoa(n),
 			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, b.minTTL, maxWait, v.ver, v.suffix}
+			p.tauQ, p.tauR, p.limitArg, v.minTTL, maxWait, v.ver, v.suffix}
 		r, unrepl, err := b.reply(ctx, tokenBucketReserveScript, []string{b.key(key)}, args, -1)
 		if err == nil {
 			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {
@@ -213,7 +213,7 @@ func (b *TokenBucket) reserveInterval(ctx context.Context, key string, n int, no
 		if n > p.burst {
 			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, checkCost(n, p.burst)
 		}
-		args := []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, b.minTTL, maxWait, v.ver, v.suffix}
+		args := []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, v.minTTL, maxWait, v.ver, v.suffix}
 		r, unrepl, err := b.reply(ctx, intervalReserveScript, []string{b.key(key)}, args, -1)
 		if err == nil {
 			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {

@@ -54,7 +54,7 @@ func (l *SlidingLog) ChargeN(ctx context.Context, key string, n int) error {
 			c := l.debtCap(p)
 			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
 			capped = m < n
-			args := append([]string{now, strconv.Itoa(m), p.limitArg, p.periodArg, l.minTTL}, logRateArgs(v)...)
+			args := append([]string{now, strconv.Itoa(m), p.limitArg, p.periodArg, v.minTTL}, logRateArgs(v)...)
 			return slidingLogChargeScript, append(args, logDebtMost(c))
 		}, l.eval, key)
 		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
@@ -107,7 +107,7 @@ func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error 
 			c := debtcap.New(sc.debt.PerCall, sc.debt.Total, p.rate.Limit, p.rate.Period, p.rate.Limit)
 			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
 			capped = m < n
-			return slidingCounterChargeScript, []string{now, strconv.Itoa(m), p.periodArg, sc.originArg, strconv.Itoa(maxCount), sc.minTTL,
+			return slidingCounterChargeScript, []string{now, strconv.Itoa(m), p.periodArg, sc.originArg, strconv.Itoa(maxCount), v.minTTL,
 				v.ver, v.suffix, p.limitArg, strconv.FormatInt(c.Periods, 10)}
 		}, sc.eval, key)
 		capped = capped || err == nil && len(r) >= 2 && r[1] == 1

@@ -46,7 +46,7 @@ local function lease_counter_save(w, now, start, period, prev, cur, leased, floo
   elseif prev > 0 then
     ttl = start + period - now
   else
-    redis.call('DEL', KEYS[1])
+    rate_clear(suffix, floor)
     return
   end
   local s = string.format('%d %d %d', w, prev, cur)

@@ -83,7 +83,7 @@ end
 -- before now is deleted.
 local function tb_write(q, r, wq, wr, now, tq, tr, limit, floor, suffix)
   if p_le(q, r, now, 0) then
-    redis.call('DEL', KEYS[1])
+    rate_clear(suffix, floor)
     return
   end
   local ttl = q - now

@@ -43,7 +43,7 @@ local function counter_save(w, now, start, period, prev, cur, floor, suffix, lea
   elseif prev > 0 then
     ttl = start + period - now
   else
-    redis.call('DEL', KEYS[1])
+    rate_clear(suffix, floor)
     return
   end
   local state = string.format('%d %d %d', w, prev, cur)

@@ -35,7 +35,7 @@ end
 -- it is full now.
 local function interval_save(start, used, now, limit, period, floor, suffix)
   if used == 0 then
-    redis.call('DEL', KEYS[1])
+    rate_clear(suffix, floor)
     return
   end
   local full = start + ceildiv(used, limit) * period

@@ -83,6 +83,27 @@ local function log_tail(L)
   end
 end
 
+-- log_versioned reports whether vname names a changed rate (version
+-- above 0), whose member an emptied log keeps.
+local function log_versioned(vname)
+  return vname ~= nil and string.match(vname, '^v [1-9]') ~= nil
+end
+
+-- log_empty empties the log (UNLINK frees a large set off the main
+-- thread) but for the member vname of a changed rate, kept for ms
+-- milliseconds, so that the key is never decided again under an older
+-- version while an instance may hold one (see rate_get in
+-- prelude_rate.lua). It returns the members left (0 or 1).
+local function log_empty(vname, ms)
+  redis.call('UNLINK', KEYS[1])
+  if not log_versioned(vname) or ms <= 0 then
+    return 0
+  end
+  redis.call('ZADD', KEYS[1], LOG_VSCORE, vname)
+  redis.call('PEXPIRE', KEYS[1], ms)
+  return 1
+end
+
 -- log_settle brings a debt carried ahead up to now, once its anchor has
 -- aged out: the windows dated at or before now - period are gone, the one
 -- now falls in becomes a real entry (the new anchor), and the rest stays
@@ -91,8 +112,10 @@ end
 local function log_settle(L, now, period, limit)
   local m = floordiv(now - L.anchor, period)
   if m > floordiv(L.debt + limit - 1, limit) then
-    redis.call('UNLINK', KEYS[1]) -- every window has aged out
-    L.off, L.count, L.low, L.top, L.last, L.debt = 0, 0, 0, 0, 0, 0
+    -- Every window has aged out.
+    local m = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', LOG_VSCORE, 'LIMIT', 0, 1)[1]
+    local keep = log_empty(m, redis.call('PTTL', KEYS[1]))
+    L.off, L.count, L.low, L.top, L.last, L.debt = keep, 0, 0, 0, 0, 0
     return
   end
   local gone = (m - 1) * limit
@@ -227,10 +250,11 @@ end
 -- it removes up to LOG_SWEEP dead entries from the front, stores low and
 -- the rate's member vname ('' before any change), and sets the key to
 -- vanish when the newest entry leaves the window. It returns that wait in
--- microseconds (0 for an empty log, unlinked).
+-- microseconds (0 for an empty log, unlinked but for the member of a
+-- changed rate, kept for floor: see log_empty).
 local function log_save(L, period, floor, vname, limit)
   if L.used <= 0 then
-    redis.call('UNLINK', KEYS[1])
+    log_empty(vname, expiry_ms(0, floor))
     return 0
   end
   local es = redis.call('ZRANGE', KEYS[1], L.off, L.off + LOG_SWEEP - 1)
@@ -290,7 +314,15 @@ local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow,
     sv, sL, sP = tonumber(sv), tonumber(sL), tonumber(sP)
   end
   local plan = sv == ver and phow and phow ~= '' and (sL ~= limit or sP ~= period)
-  if sv == ver and not plan or redis.call('EXISTS', KEYS[1]) == 0 then
+  if sv == ver and not plan then
+    return nil
+  end
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    -- A call under a changed rate leaves its version on a key it finds
+    -- empty, even if it writes nothing (see log_empty).
+    if log_versioned(vname) then
+      log_empty(vname, expiry_ms(0, floor))
+    end
     return nil
   end
   if plan then

@@ -9,6 +9,23 @@
 -- the algorithm's, and a leasing limiter's extras after them (see
 -- lease_prelude_*.lua).
 
+-- rate_versioned reports whether suffix is that of a changed rate
+-- (version above 0), which an emptied key keeps.
+local function rate_versioned(suffix)
+  return suffix ~= nil and string.match(suffix, '^|[1-9]') ~= nil
+end
+
+-- rate_clear empties KEYS[1], written with suffix: a state of a changed
+-- rate is left as its suffix alone, for floor milliseconds (see rate_get);
+-- any other is deleted.
+local function rate_clear(suffix, floor)
+  if rate_versioned(suffix) then
+    redis.call('SET', KEYS[1], suffix, 'PX', math.max(tonumber(floor), 1))
+  else
+    redis.call('DEL', KEYS[1])
+  end
+end
+
 -- rate_get reads the state KEYS[1], of at least k numbers, for a caller
 -- that decides under version ver, whose states end with suffix, at now,
 -- with a period of period microseconds. It returns the numbers of the
@@ -35,12 +52,23 @@
 -- suffix, now and period are nil for the callers that never convert (a
 -- refund, a charge, a lease): they take a state of their version as it
 -- is.
-local function rate_get(k, ver, expect, with, suffix, now, period)
+--
+-- An emptied key keeps its version: a state of a changed rate that would
+-- be deleted is left as its suffix alone (rate_clear), and a decision
+-- under a changed rate that meets no state, or the suffix of an older
+-- version, leaves its own suffix (for floor milliseconds) before it
+-- decides, so that a decision that writes nothing (a cost of 0, a
+-- denial) is seen too. A key once decided under a version is so never
+-- decided under an older one while an instance may still hold it: the
+-- suffix lives as long as the state would, and at least floor (twice the
+-- refresh interval, see rateView.minTTL).
+local function rate_get(k, ver, expect, with, suffix, now, period, floor)
   local s = redis.call('GET', KEYS[1])
-  if not s then
-    return nil, false
+  ver = tonumber(ver)
+  local body, rate = '', ''
+  if s then
+    body, rate = string.match(s, '^([^|]*)|?(.*)$')
   end
-  local body, rate = string.match(s, '^([^|]*)|?(.*)$')
   local sv, sL, sP, sB = 0, 0, 0, 0
   if rate ~= '' then
     sv, sL, sP, sB = string.match(rate, '^(%d+) (%d+) (%d+) (%d+)$')
@@ -49,7 +77,16 @@ local function rate_get(k, ver, expect, with, suffix, now, period)
     end
     sv = tonumber(sv)
   end
-  ver = tonumber(ver)
+  if body == '' then
+    -- No state, or an emptied one: nothing to convert, under any rate.
+    if sv > ver then
+      return {-1}
+    end
+    if floor and sv < ver and rate_versioned(suffix) then
+      redis.call('SET', KEYS[1], suffix, 'PX', math.max(tonumber(floor), 1))
+    end
+    return nil, false
+  end
   local code = -2
   if sv == ver then
     -- Another rate under the same version: a plan's decision on a key

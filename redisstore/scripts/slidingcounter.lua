@@ -32,7 +32,7 @@ local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local period = tonumber(ARGV[4])
 local clock = clock_us(ARGV[1])
-local s, converted, prate = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8], clock, period)
+local s, converted, prate = rate_get(3, ARGV[7], ARGV[9], ARGV[10], ARGV[8], clock, period, ARGV[6])
 if type(s) == 'table' then
   return s
 end

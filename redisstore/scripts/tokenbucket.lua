@@ -119,7 +119,7 @@ local function plan_greedy(ahead, frac, L, B, P, B2, how)
 end
 
 local tat, frac, mark = now, 0, ''
-local s, converted, prate = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10], now, tonumber(ARGV[13]))
+local s, converted, prate = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10], now, tonumber(ARGV[13]), ARGV[8])
 if type(s) == 'table' then
   return s
 end
@@ -154,7 +154,7 @@ if converted then
   if tat > now or frac > 0 then
     redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[10], 'PX', expiry_ms(tat - now + 1, ARGV[8]))
   else
-    redis.call('DEL', KEYS[1])
+    rate_clear(ARGV[10], ARGV[8])
   end
 end
 

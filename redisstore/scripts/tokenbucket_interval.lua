@@ -26,7 +26,7 @@ local now = clock_us(ARGV[1])
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local limit, period = tonumber(ARGV[4]), tonumber(ARGV[5])
-local s, converted, prate = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8], now, period)
+local s, converted, prate = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8], now, period, ARGV[6])
 if type(s) == 'table' then
   return s
 end

@@ -26,7 +26,7 @@ if frac < 0 then
   tat, frac = tat - 1, frac + tonumber(ARGV[4])
 end
 if tat < now or (tat == now and frac == 0) then
-  redis.call('DEL', KEYS[1])
+  rate_clear(ARGV[7], ARGV[5])
   return {1}
 end
 local ttl = tat - now
