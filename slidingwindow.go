@@ -285,15 +285,22 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 // the change (an event that had aged out under the old period does not
 // come back under a longer one). ScaleUsed and AddDifference drop units
 // from the oldest events, or add them to the newest, so that no event
-// counts for less, or for less long, than exact scaling would have it.
-// Times are kept in the new period's unit (see NewSlidingLog), rounded
-// up. A key whose log counts more than the new Limit keeps those units
-// until they age out (its memory still bounded by the largest Limit it
+// counts for less, or for less long, than exact scaling would have it;
+// the newest event gains at least what a log counting any number of
+// units from its own to the whole would (ScaleUsed caps a log above the
+// old Limit at max(used, new Limit)), taken back from the oldest if the
+// log gains less, so that a log that counts at least as long as another
+// still does after the change, which the debts of evicted keys rely on.
+// A log within the old Limit converts as its count alone says. Times are
+// kept in the new period's unit (see NewSlidingLog), rounded up. A key
+// whose log counts more than the new Limit keeps those units until they
+// age out (its memory still bounded by the largest Limit it
 // had).
 //
 // A key that carries a debt into the coming windows (ChargeN) keeps
-// every unit of it under ScaleUsed and AddDifference too, and under a
-// new period the debt is cut into windows of the new period from its
+// every unit of it under ScaleUsed and AddDifference too (its debt
+// gaining as if its last window's units were the newest event), and
+// under a new period the debt is cut into windows of the new period from its
 // anchor, filled so that it ends no sooner than it did (more charged,
 // never less: the units' dates are whole windows after the anchor, which
 // a shorter period would otherwise bring forward).
