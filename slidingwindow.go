@@ -294,8 +294,7 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 // A log within the old Limit converts as its count alone says. Times are
 // kept in the new period's unit (see NewSlidingLog), rounded up. A key
 // whose log counts more than the new Limit keeps those units until they
-// age out (its memory still bounded by the largest Limit it
-// had).
+// age out (its memory still bounded by the largest Limit it had).
 //
 // A key that carries a debt into the coming windows (ChargeN) keeps
 // every unit of it under ScaleUsed and AddDifference too (its debt
