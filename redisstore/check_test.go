@@ -40,8 +40,6 @@ func init() {
 			"DenyCache/Refunds/TokenBucket", "DenyCache/Refunds/SlidingLog"} {
 			openRedisFindings[topo+"/"+target] = ownRefund
 		}
-		openRedisFindings[topo+"/Lease/SlidingCounter/Hot"] = leasedWindow
-		openRedisFindings[topo+"/Lease/Refunds/SlidingCounter"] = leasedRefund
 	}
 }
 
@@ -53,12 +51,6 @@ const (
 		"(the entry is dropped before the racing denial stores it), so the key stays denied for up to DenyCacheMaxAge though the doc says " +
 		"an instance's own Reset and refunds clear its entry at once (still found by the long run of 2026-12-06: " +
 		"Single/DenyCache/SlidingLog, FLOODGATE_CHECK_SEED=193388945621204)"
-	leasedRefund = "issue 28 finding, still open after issue 30 item 7's fix: with refunds while leases are out, the leased counter " +
-		"allows more than one exact counter would (a refund of 4 units at 1.823 s, then at 2.027 s 20 of 20 allowed where the exact " +
-		"counter, weighing the previous window, allows 19; the long run of 2026-12-06, FLOODGATE_CHECK_SEED=181043096726983)"
-	leasedWindow = "issue 28 finding, still open after issue 30 item 7's fix: the leased counter allows more than one exact counter would " +
-		"(a sequential history on two instances, 10 per 10 ms: 9 units in the window [20 ms, 30 ms), then at 31 ms 2 units allowed " +
-		"where the exact counter, weighing the previous window as 8.1, allows 1; FLOODGATE_CHECK_SEED=1 on Single/Lease/SlidingCounter/Hot)"
 )
 
 // checkClients are the scripters of one topology: the instances take

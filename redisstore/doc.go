@@ -282,7 +282,8 @@
 // leases may still allow: the client's one key carries a mark after its
 // plain state while a lease may allow units (the bucket: the end of the
 // latest lease's slots; the counter: the units leased in the current
-// window), which the plain scripts read past and drop when they write.
+// window), which the plain decision, sent by a leasing instance when it
+// leases nothing, keeps when it writes.
 // Run every instance of a policy in the same mode: a plain limiter's
 // RefundN or Reset does not know of leases.
 //

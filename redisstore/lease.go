@@ -78,6 +78,9 @@ const (
 // can give back units that a leasing instance still grants.
 func WithLease(l Lease) Option {
 	return func(c *config) error {
+		// A copy for each limiter: one Option value may build several,
+		// at once, and each fills in its own defaults.
+		l := l
 		switch {
 		case l.MaxKeys < 0 || l.MaxKeys > maxLeaseKeys:
 			return fmt.Errorf("%w: Lease.MaxKeys %d must be in 0..%d (0 for the default)", floodgate.ErrInvalidOption, l.MaxKeys, maxLeaseKeys)

@@ -378,7 +378,9 @@ func mustLeased(t *testing.T, a leaseAlgo, s redisstore.Scripter, r floodgate.Ra
 // TestLeaseMarkInBucketKey: a leasing bucket keeps its lease mark in the
 // bucket's own key (one key per client: evicted and moved between Cluster
 // nodes whole), and a plain limiter on the same prefix reads that key,
-// shares the count, and drops the mark when it writes.
+// shares the count, and keeps the mark when it writes: a refund must not
+// free the slots of units the lease still holds
+// (TestLeaseTokenBucketRefundKeepsMark).
 func TestLeaseMarkInBucketKey(t *testing.T) {
 	addr := redistest.Shared(t)
 	rate := floodgate.Rate{Limit: 40, Period: time.Hour}
@@ -410,7 +412,7 @@ func TestLeaseMarkInBucketKey(t *testing.T) {
 	if want := rate.Limit - 4 - held(lease) - 1; d.Remaining != want {
 		t.Fatalf("the plain limiter sees Remaining %d, want %d: the lease's units count", d.Remaining, want)
 	}
-	if got := fields(); got != 2 {
-		t.Fatalf("the bucket holds %d fields after a plain decision, want 2", got)
+	if got := fields(); got != 4 {
+		t.Fatalf("the bucket holds %d fields after a plain decision, want 4 (the mark kept)", got)
 	}
 }

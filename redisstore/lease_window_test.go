@@ -310,3 +310,130 @@ func TestLeaseCounterTailOutageNoLoop(t *testing.T) {
 	}
 	t.Logf("%+v; %+v", l.LeaseStats(), l.Stats())
 }
+
+// A leased unit is granted only while the window it was counted in is
+// open: at the instant the next window starts it is the next window's,
+// and the lease's unit must go back rather than be granted. The
+// checker's history (issue 28, FLOODGATE_CHECK_SEED=1 on
+// Single/Lease/SlidingCounter/Hot), on two instances of 10 per 10 ms:
+// at 10 ms instance 0 allows 1, then 1 more with a lease of 2; at
+// exactly 20 ms it allowed the lease's last unit, counted in [10 ms,
+// 20 ms), so Redis counted 3 in that window and 8 in [20 ms, 30 ms),
+// which allowed 9; at 31 ms Redis weighed the previous window as 7.2
+// (share 8) and allowed 2 where the exact counter, weighing 9 as 8.1,
+// allows 1. Every grant here is replayed on the exact counter, and
+// right after the boundary's grant Redis must count it in the new
+// window.
+func TestLeaseCounterNoGrantAtWindowEnd(t *testing.T) {
+	addr := redistest.Shared(t)
+	r := floodgate.Rate{Limit: 10, Period: 10 * time.Millisecond}
+	lease := redisstore.Lease{MaxShare: 2, Horizon: 5 * time.Millisecond}
+	type step struct {
+		advance  time.Duration
+		instance int
+		n        int
+	}
+	steps := []step{
+		{10 * time.Millisecond, 0, 1}, {0, 0, 1},
+		{10 * time.Millisecond, 0, 1}, // the window's end: not from the lease
+		{8 * time.Millisecond, 1, 1}, {0, 0, 1}, {0, 0, 6},
+		{3 * time.Millisecond, 0, 1}, {0, 1, 1},
+	}
+	for _, c := range leaseClients(t, addr) {
+		t.Run(c.name, func(t *testing.T) {
+			clock := floodgatetest.NewClock(leaseEpoch)
+			p := prefix(t)
+			insts := leaseAlgos[1].instances(t, 2, c.s, r, redisstore.WithClock(clock.Now), redisstore.WithPrefix(p),
+				redisstore.WithLease(lease))
+			oracle := leaseAlgos[1].oracle(t, r, clock)
+			ctx := context.Background()
+			for i, s := range steps {
+				clock.Advance(s.advance)
+				d, err := insts[s.instance].AllowN(ctx, "k", s.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				od, _ := oracle.AllowN(ctx, "k", s.n)
+				at := clock.Now().Sub(leaseEpoch)
+				if d.Allowed && !od.Allowed {
+					t.Fatalf("step %d at %v: instance %d allowed %d where the exact counter denies (%+v)", i, at, s.instance, s.n, od)
+				}
+				if i == 2 {
+					if w, prev, cur := counterWindows(t, addr, p, "k"); w != 2 || prev != 2 || cur != 1 {
+						t.Fatalf("at %v, after a grant at the window's start: Redis holds window %d, prev %d, cur %d; want window 2, prev 2, cur 1",
+							at, w, prev, cur)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A refund taken while another instance's plain decision has written the
+// counter never uncounts leased units: they go back with their tail, and
+// would be taken twice. The checker's history (issue 28,
+// FLOODGATE_CHECK_SEED=181043096726983 on
+// Single/Lease/Refunds/SlidingCounter), three instances of 20 a second:
+// in window [1 s, 2 s) instance 1 leases, instance 2 decides by the plain
+// script, which wrote the counts without the leased units; instance 1's
+// refund of 4 (for a decision of window 0) then took them from the
+// window, and once the lease's tail went back too, Redis counted 0 units
+// in a window that allowed 1, and allowed 20 of 20 at 2.027 s where the
+// exact counter allows 19. Every grant is replayed on the exact counter,
+// refunds included, and Redis's count of the closed window must be the
+// exact one.
+func TestLeaseCounterRefundKeepsLeasedUnits(t *testing.T) {
+	addr := redistest.Shared(t)
+	r := floodgate.Rate{Limit: 20, Period: time.Second}
+	type step struct {
+		advance  time.Duration
+		instance int
+		n        int
+		refund   bool
+	}
+	steps := []step{
+		{379 * time.Millisecond, 2, 1, false},
+		{44 * time.Millisecond, 1, 5, false},
+		{1400 * time.Millisecond, 1, 1, false}, {0, 1, 1, false}, {0, 2, 1, false},
+		{0, 1, 4, true}, // settles the 5 of 423 ms at 1
+		{0, 0, 1, false},
+		{204 * time.Millisecond, 1, 20, false},
+	}
+	for _, c := range leaseClients(t, addr) {
+		t.Run(c.name, func(t *testing.T) {
+			clock := floodgatetest.NewClock(leaseEpoch)
+			p := prefix(t)
+			insts := leaseAlgos[1].instances(t, 3, c.s, r, redisstore.WithClock(clock.Now), redisstore.WithPrefix(p),
+				redisstore.WithLease(redisstore.Lease{MaxShare: 4}))
+			oracle := leaseAlgos[1].oracle(t, r, clock)
+			ctx := context.Background()
+			for i, s := range steps {
+				clock.Advance(s.advance)
+				at := clock.Now().Sub(leaseEpoch)
+				if s.refund {
+					if err := insts[s.instance].RefundN(ctx, "k", s.n); err != nil {
+						t.Fatal(err)
+					}
+					if err := oracle.(floodgate.Refunder).RefundN(ctx, "k", s.n); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				d, err := insts[s.instance].AllowN(ctx, "k", s.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				od, _ := oracle.AllowN(ctx, "k", s.n)
+				if d.Allowed && !od.Allowed {
+					t.Fatalf("step %d at %v: instance %d allowed %d where the exact counter denies (%+v)", i, at, s.instance, s.n, od)
+				}
+			}
+			for _, l := range insts {
+				l.(*redisstore.SlidingCounter).EndLeaseNow("k")
+			}
+			if w, prev, _ := counterWindows(t, addr, p, "k"); w != 2 || prev != 1 {
+				t.Fatalf("Redis holds window %d with %d units counted in window 1, which allowed 4 and had 3 of them refunded", w, prev)
+			}
+		})
+	}
+}

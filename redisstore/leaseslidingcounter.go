@@ -64,7 +64,7 @@ func (a scLease) plan(e *leaseEntry, c *leaseCall, rate float64) {
 		return
 	}
 	period := a.sc.params().period
-	end := e.anchor + e.first
+	end := e.anchor + e.first + 1 // the window's end (see leaseEval)
 	if c.anchor >= end {
 		end += ((c.anchor-end)/period + 1) * period
 	}
@@ -119,7 +119,12 @@ func (a scLease) leaseEval(ctx context.Context, key string, c *leaseCall, now st
 		c.got = int(r[4])
 		periodUs := p.period / 1000
 		w := r[3] / periodUs
-		c.next = leaseState{units: c.got, anchor: c.anchor, first: ((w+1)*periodUs - r[3]) * 1000,
+		// first is the window's last nanosecond, not its end: a lease's
+		// deadline is inclusive (a token bucket's unit may be allowed at
+		// the start of its slot), and at the end the next window has
+		// begun, where a unit counted in this one would weigh only as
+		// the previous window's share.
+		c.next = leaseState{units: c.got, anchor: c.anchor, first: ((w+1)*periodUs-r[3])*1000 - 1,
 			snap: [3]int64{r[1], r[2], r[3]}, endQ: w, times: leaseTimes{stepDen: 1}, alg: p}
 		return a.granted(c.next, c.got-c.n, c.anchor), nil
 	}

@@ -4,8 +4,11 @@
 -- units are leased in window w by " leased": the units leased in w beyond
 -- the decisions that took them, which refunds leave counted, since an
 -- instance may still allow them. One key, so that it is evicted and moved
--- between Cluster nodes as a whole; the plain scripts read past the
--- leased units (and drop them when they write).
+-- between Cluster nodes as a whole. The plain decision
+-- (slidingcounter.lua), which a leasing instance sends when it leases
+-- nothing, keeps them when it writes in their window (counter_save in
+-- prelude_counter.lua): dropped, a refund could take leased units that
+-- their tail then gives back again.
 
 -- lease_counter_read reads the counter s (its numbers, from rate_get in
 -- prelude_rate.lua) at now, as counter_windows in

@@ -11,7 +11,8 @@
 -- latest lease's slots, which refunds must not move the bucket below.
 -- Leases are stacked on the timeline, so every earlier lease ends before
 -- the latest one. One key, so that it is evicted and moved between
--- Cluster nodes as a whole; the plain scripts read past the mark. The
+-- Cluster nodes as a whole; the plain decision (tokenbucket.lua), which a
+-- leasing instance sends when it leases nothing, keeps the mark. The
 -- rate's version follows (prelude_rate.lua).
 
 local function p_add(aq, ar, bq, br, limit)

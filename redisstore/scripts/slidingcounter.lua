@@ -1,6 +1,7 @@
 -- Sliding-window counter: check and count in one script.
 --
--- KEYS[1]  the counter: "w prev cur" (prelude_counter.lua)
+-- KEYS[1]  the counter: "w prev cur", and a leasing limiter's leased
+--          units, which it keeps (prelude_counter.lua)
 -- ARGV[1]  now in microseconds, or "" to read the server's TIME
 -- ARGV[2]  n, the cost (0 reports without counting)
 -- ARGV[3]  limit
@@ -36,7 +37,7 @@ if type(s) == 'table' then
   return s
 end
 local real = clock - tonumber(ARGV[5])
-local w, now, start, prev, cur = counter_windows(s, real, period)
+local w, now, start, prev, cur, leased = counter_windows(s, real, period)
 if prate then
   -- Written under another plan of this period: its counts as of now,
   -- converted as the plan says and as inherit.Strategy.Counts does in Go
@@ -108,6 +109,6 @@ if allowed == 1 and n > 0 then
   cur = cur + n
 end
 if (allowed == 1 and n > 0) or converted then
-  counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8])
+  counter_save(w, now, start, period, prev, cur, ARGV[6], ARGV[8], leased)
 end
 return {allowed, prev, cur, now, real}

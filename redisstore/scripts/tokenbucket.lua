@@ -118,16 +118,24 @@ local function plan_greedy(ahead, frac, L, B, P, B2, how)
   return h, r
 end
 
-local tat, frac = now, 0
+local tat, frac, mark = now, 0, ''
 local s, converted, prate = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10], now, tonumber(ARGV[13]))
 if type(s) == 'table' then
   return s
 end
 if s then
   -- A leasing limiter may have appended a lease mark (see
-  -- lease_tokenbucket.lua); this script keeps only "tat frac".
-  local a, b = string.match(s, '^(%d+) (%d+)')
+  -- lease_prelude_tokenbucket.lua): the end of the slots a lease may
+  -- still allow units from, which a refund must not move the bucket
+  -- below. A decision, which leasing instances send when they lease
+  -- nothing, keeps it: dropped, a refund could free the slots of units
+  -- an instance still holds. It lies at or before the arrival time, so
+  -- it lasts as long as the state does.
+  local a, b, m = string.match(s, '^(%d+) (%d+)(.*)$')
   a, b = tonumber(a), tonumber(b)
+  if string.match(m, '^ %d+ %d+$') then
+    mark = m
+  end
   -- A bucket whose arrival time has passed is full: start from now.
   if a >= now then
     tat, frac = a, b
@@ -164,7 +172,7 @@ if n == 0 or ahead < tauq or (ahead == tauq and nfrac <= taur) then
     end
     -- The key vanishes when the bucket is full again: its state then
     -- equals a fresh one.
-    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. ARGV[10], 'PX', expiry_ms(ttl, ARGV[8]))
+    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. mark .. ARGV[10], 'PX', expiry_ms(ttl, ARGV[8]))
   end
   return {1, ntat - now, nfrac, 0, 0}
 end
