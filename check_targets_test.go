@@ -25,13 +25,6 @@ import (
 // repro test. (Findings the checker made that no issue names yet are
 // marked "issue 28 finding".)
 var openFindings = map[string]string{
-	// Found by the long run once the models carry debts (2026-12-06).
-	"SlidingLogCountDenied/EvictionsNoResets": "issue 28 finding: a counting log evicted while it carries a debt comes back " +
-		"(restoreAhead) with its units dated later than the exact log's, which is safe, but a ScaleUsed upgrade then adds the " +
-		"inherited units to the debt's window only, so the real entry before it ages out first: 2/1s with 2 units counted and " +
-		"2 carried, upgraded to 10/1s, reports Remaining 2 where the exact log, whose 2 units are all in one entry, converts to " +
-		"10 and reports 0 (up to 2 units over the exact log for under a Period; FLOODGATE_FULL seed 180750442324228, " +
-		"deterministic, shrunk to 82 ops; the same seed free-running fails too)",
 	"TokenBucket/RateChangesAnyCost":           publishedCost,
 	"IntervalTokenBucket/RateChangesAnyCost":   publishedCost,
 	"SlidingLog/RateChangesAnyCost":            publishedCost,

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/inherit"
 )
 
 // SlidingLog is an in-memory sliding-log limiter: for each key it allows at
@@ -283,15 +285,21 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 // the change (an event that had aged out under the old period does not
 // come back under a longer one). ScaleUsed and AddDifference drop units
 // from the oldest events, or add them to the newest, so that no event
-// counts for less, or for less long, than exact scaling would have it.
-// Times are kept in the new period's unit (see NewSlidingLog), rounded
-// up. A key whose log counts more than the new Limit keeps those units
-// until they age out (its memory still bounded by the largest Limit it
-// had).
+// counts for less, or for less long, than exact scaling would have it;
+// the newest event gains at least what a log counting any number of
+// units from its own to the whole would (ScaleUsed caps a log above the
+// old Limit at max(used, new Limit)), taken back from the oldest if the
+// log gains less, so that a log that counts at least as long as another
+// still does after the change, which the debts of evicted keys rely on.
+// A log within the old Limit converts as its count alone says. Times are
+// kept in the new period's unit (see NewSlidingLog), rounded up. A key
+// whose log counts more than the new Limit keeps those units until they
+// age out (its memory still bounded by the largest Limit it had).
 //
 // A key that carries a debt into the coming windows (ChargeN) keeps
-// every unit of it under ScaleUsed and AddDifference too, and under a
-// new period the debt is cut into windows of the new period from its
+// every unit of it under ScaleUsed and AddDifference too (its debt
+// gaining as if its last window's units were the newest event), and
+// under a new period the debt is cut into windows of the new period from its
 // anchor, filled so that it ends no sooner than it did (more charged,
 // never less: the units' dates are whole windows after the anchor, which
 // a shorter period would otherwise bring forward).
@@ -815,18 +823,55 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 	if b.unit != a.unit {
 		a.reunit(st, b)
 	}
+	a.convertUnits(st, b, how)
+	if st.inDebt() && b.period != a.period {
+		b.keepEnd(st, end)
+	}
+}
+
+// convertUnits sets how many units st counts under b, and which, as
+// how says: units dropped are the oldest; units added go to the newest
+// entry, at least what any count from that entry's units to the log's
+// would gain (inherit.Strategy.Gain), taken back from the oldest if the
+// log itself gains less. That keeps the order a bounded store needs (see
+// inherit.Strategy.Counts): a log whose every unit counts as long as
+// one of another's converts to one that still does. A log restored from
+// a debt counts at least as long as the log it stands for, but may count
+// more units, of which ScaleUsed adds fewer: raised from 2/s to 10/s, a
+// log of 2 units at 0 s and 2 owed for 1 s gained 6 while the restored
+// one, its anchor counting the most units a log counts, gained none, and
+// the key had 8 left at 1.1 s instead of 2. A log that counts no
+// more than the old Limit converts as its count alone says. A debt
+// carried ahead keeps every unit (more charged, never less) and gains
+// with its last window's units as the newest.
+func (a *slAlg) convertUnits(st *slState, b *slAlg, how Inherit) {
 	used := st.used()
-	switch u := uint32(how.units(uint64(used), uint64(a.limit), uint64(b.limit))); {
+	c, c2 := uint64(a.limit), uint64(b.limit)
+	u := uint32(how.units(uint64(used), c, c2))
+	switch {
 	case u < used && st.inDebt():
 		// A log that carries a debt ahead keeps every unit: its oldest
 		// hold its anchor's place (more charged, never less).
 	case u < used:
 		st.takeOldest(used - u)
-	case u > used:
-		st.entry(int(st.count) - 1).total += u - used
-	}
-	if st.inDebt() && b.period != a.period {
-		b.keepEnd(st, end)
+	case st.inDebt():
+		d := uint64(st.debtUnits())
+		last := d - (d-1)/c*c // its last window's units
+		st.addDebt(uint32(inherit.Strategy(how).Gain(uint64(used), last, c, c2)))
+	default:
+		newest := st.entry(int(st.count) - 1)
+		prev := st.low
+		if st.count > 1 {
+			prev = st.entry(int(st.count) - 2).total
+		}
+		cur := newest.total - prev
+		older, keep := inherit.Strategy(how).Counts(uint64(used-cur), uint64(cur), c, c2)
+		newest.total += uint32(keep) - cur
+		if take := used - cur - uint32(older); take > 0 {
+			// Not for none: a restored log's newest may count
+			// maxLogUnits, beyond what takeOldest's sign test reads.
+			st.takeOldest(take)
+		}
 	}
 }
 

@@ -477,9 +477,11 @@ func (m *logModel) reset()      { m.entries, m.debt = nil, 0 }
 // change converts the log at now (SlidingLog.SetRate): the units that
 // still count keep counting until their time plus the new period, and
 // how(used) of them remain, taken from the oldest or added to the newest
-// — but a log that carries a debt keeps every unit, and its debt, cut
-// into windows of the new period from its anchor, ends no sooner than
-// it did.
+// entry (at least what any count from its units to used would gain,
+// moved from the oldest if used gains less) — but a log that carries a
+// debt keeps every unit, its debt gains as its last window's units are
+// the newest, and, cut into windows of the new period from its anchor,
+// it ends no sooner than it did.
 func (m *logModel) change(now time.Duration, to setup, how floodgate.Inherit) {
 	m.expire(now)
 	old := *m
@@ -511,10 +513,19 @@ func (m *logModel) change(now time.Duration, to setup, how floodgate.Inherit) {
 	case u < used && m.debt > 0:
 	case u < used:
 		m.takeOldest(used - u)
-	case u > used && m.debt > 0:
-		m.debt += u - used
-	case u > used:
-		m.entries[len(m.entries)-1].weight += u - used
+	case m.debt > 0:
+		// The debt gains the most any count from its last window's
+		// units to the whole would, and keeps every unit.
+		last := m.debt - (m.debt-1)/old.limit*old.limit
+		m.debt += logGain(how, last, used, old.limit, m.limit)
+	default:
+		// The newest entry gains the most any count from its units to
+		// the whole would, taken back from the oldest if the whole
+		// gains less (inherit.Strategy.Counts says why).
+		newest := &m.entries[len(m.entries)-1]
+		add := min(logGain(how, newest.weight, used, old.limit, m.limit), u-newest.weight)
+		newest.weight += add
+		m.takeOldest(used + add - u)
 	}
 	if m.debt > 0 && m.period != old.period {
 		windows := max((end-m.period-m.anchor()+m.period-1)/m.period, 1)
@@ -522,6 +533,17 @@ func (m *logModel) change(now time.Duration, to setup, how floodgate.Inherit) {
 			m.debt = full
 		}
 	}
+}
+
+// logGain returns the most a count t from cur to used gains from c to
+// c2 (none where it loses), found by trying each t up to the largest
+// below which the gain may grow (c: it shrinks beyond), and used.
+func logGain(how floodgate.Inherit, cur, used, c, c2 int) int {
+	gain := max(inheritUnits(how, used, c, c2)-used, 0)
+	for t := cur; t <= min(used, max(cur, c)); t++ {
+		gain = max(gain, inheritUnits(how, t, c, c2)-t)
+	}
+	return gain
 }
 
 func (m *logModel) clone() checkModel {

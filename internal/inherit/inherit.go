@@ -71,11 +71,24 @@ func (how Strategy) Counts(prev, cur, c, c2 uint64) (uint64, uint64) {
 		take := min(prev, drop)
 		return prev - take, cur - (drop - take)
 	case cur > 0:
-		gain := func(t uint64) uint64 { return how.Units(t, c, c2) - min(t, how.Units(t, c, c2)) }
-		cur = min(u, cur+max(gain(used), gain(min(used, max(cur, c)))))
+		cur = min(u, cur+how.Gain(used, cur, c, c2))
 		return u - cur, cur
 	}
 	return prev + u - used, cur
+}
+
+// Gain returns what the newest units of a state must gain, under c2, for
+// the conversion to keep the order of states (see Counts): the state
+// counts used units of capacity c, the newest cur of them (cur <= used),
+// and gains the most any count t from cur to used would, Units(t) − t
+// (none where Units takes units away). The gain peaks at c, so that is
+// what counts between cur and used gain, at most; a state that counts no
+// more than c gains what its own count does. A sliding log's newest
+// entry is its cur, and a debt it carries ahead gains this with cur its
+// last window's units (see floodgate.SlidingLog.SetRate).
+func (how Strategy) Gain(used, cur, c, c2 uint64) uint64 {
+	gain := func(t uint64) uint64 { u := how.Units(t, c, c2); return u - min(t, u) }
+	return max(gain(used), gain(min(used, max(cur, c))))
 }
 
 // Bucket is a greedy token bucket's rate: Limit tokens per Period, up to

@@ -291,6 +291,18 @@ local function log_units(how, u, c, c2)
   return 0
 end
 
+-- log_gain returns what the newest units of a log that counted used of
+-- limit c, cur of them newest, gain under c2: the most any count from cur
+-- to used would (inherit.Strategy.Gain), which keeps the order of logs
+-- (see floodgate.SlidingLog's convertUnits).
+local function log_gain(how, used, cur, c, c2)
+  local function gain(t)
+    local v = log_units(how, t, c, c2)
+    return v - math.min(t, v)
+  end
+  return math.max(gain(used), gain(math.min(used, math.max(cur, c))))
+end
+
 -- log_rate brings the log to the rate version ver (see ratechange.go):
 -- it returns {-1} for the caller when the log was written under a newer
 -- version, and otherwise converts a log written under an older one, as
@@ -298,7 +310,9 @@ end
 -- rate iL, iP before the first change) to limit, period, as how says:
 -- the events still counted at tc keep counting until their time plus the
 -- new period; units are taken from the oldest events, or added to the
--- newest (see floodgate.SlidingLog.SetRate). A plan's decision (phow the
+-- newest, at least what any count from its units to the whole would gain
+-- (log_gain), taken back from the oldest if the whole gains less, as in
+-- memory (see floodgate.SlidingLog.SetRate). A plan's decision (phow the
 -- strategy of its plan changes, '0' KeepUsed or '1' ScaleUsed; nil
 -- otherwise) also converts a log of its version written under another
 -- rate, another plan's, the same way as of now.
@@ -354,13 +368,29 @@ local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow,
   elseif u < L.used then
     L.low = (L.low + L.used - u) % LOG_MOD
     L.used = u
-  elseif u > L.used and L.debt > 0 then
-    log_debt_add(L, u - L.used)
-  elseif u > L.used then
-    local total = (L.top + u - L.used) % LOG_MOD
-    redis.call('ZREM', KEYS[1], string.format('%d', L.top))
-    redis.call('ZADD', KEYS[1], L.last, string.format('%d', total))
-    L.top, L.used = total, u
+  elseif L.debt > 0 then
+    -- It gains as its last window's units are the newest.
+    local last = L.debt - floordiv(L.debt - 1, sL) * sL
+    local add = log_gain(how, L.used, last, sL, limit)
+    if add > 0 then
+      log_debt_add(L, add)
+    end
+  else
+    -- The newest entry gains what any count from its units to the
+    -- whole would, taken back from the oldest if the whole gains less.
+    local cur = L.used
+    if L.count - L.aged >= 2 then
+      cur = math.min(cur, log_diff(L.top, log_at(L.off + L.count - 2)))
+    end
+    local add = math.min(log_gain(how, L.used, cur, sL, limit), u - cur)
+    if add > 0 then
+      local total = (L.top + add) % LOG_MOD
+      redis.call('ZREM', KEYS[1], string.format('%d', L.top))
+      redis.call('ZADD', KEYS[1], L.last, string.format('%d', total))
+      L.top = total
+    end
+    L.low = (L.low + L.used + add - u) % LOG_MOD
+    L.used = u
   end
   if L.debt > 0 and period ~= sP then
     -- Cut into windows of the new period from the anchor, it ends no
