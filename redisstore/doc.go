@@ -89,7 +89,9 @@
 // Every key expires (PEXPIRE) when its state equals a fresh one: a bucket
 // when it is full again, a log when its newest event leaves the window, a
 // counter when its counts stop weighing on the estimate. Nothing idle is
-// left in Redis.
+// left in Redis. Once the rate has changed (SetRate), a key lives at least
+// twice the refresh interval, and an emptied one keeps its rate's version
+// alone for that long (see WithRateRefresh).
 //
 // # Clock and resolution
 //
