@@ -219,7 +219,7 @@ func (l *linearizer) times(last time.Duration, rec *crec) []time.Duration {
 // model outcome matches what it got.
 func (l *linearizer) step(st keyState, rec *crec) []keyState {
 	var out []keyState
-	if busy(rec) {
+	if busy(rec, l.c.Algorithm) {
 		// Refused for a capacity the whole service shares: the key's
 		// state is untouched.
 		for _, t := range l.times(st.last, rec) {
@@ -324,10 +324,12 @@ func (l *linearizer) apply(st *keyState, rec *crec, t time.Duration) (bool, stri
 // busy reports whether rec is a denial for a capacity the whole service
 // shares (Decision.Overloaded with no error), outside an in-flight limit,
 // whose full table is checked apart: a PlanLimiter's lookup refused for
-// capacity. Such a denial decides nothing for the key.
-func busy(rec *crec) bool {
+// capacity (Limit 0), or a rate limiter's decision that met a new rate at
+// every try (redisstore's busy denial, which carries the key's Limit).
+// Such a denial decides nothing for the key.
+func busy(rec *crec, alg Algorithm) bool {
 	return (rec.eff == effAllow || rec.eff == effReserve) && rec.err == nil && !rec.unknown &&
-		!rec.d.Allowed && rec.d.Overloaded && rec.d.Limit == 0
+		!rec.d.Allowed && rec.d.Overloaded && (rec.d.Limit == 0 || alg != InFlightSlots)
 }
 
 // roundUp rounds d up to the limiter's resolution.

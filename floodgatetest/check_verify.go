@@ -160,7 +160,7 @@ func (r *run) checkPlans(recs []*crec) *failure {
 		}
 	}
 	for _, rec := range recs {
-		if !decided(rec) || busy(rec) || rec.gated && rec.blocked && !rec.d.Allowed && rec.d.Limit == 0 {
+		if !decided(rec) || busy(rec, r.c.Algorithm) || rec.gated && rec.blocked && !rec.d.Allowed && rec.d.Limit == 0 {
 			continue
 		}
 		if strings.HasPrefix(rec.key, "u") {
@@ -353,7 +353,7 @@ func (r *run) checkResets(recs []*crec) *failure {
 		}
 	next:
 		for _, d := range byKey[rec.key] {
-			if !decided(d) || busy(d) || d.inv < rec.ret || d.d.Allowed || d.n == 0 || d.n > d.d.Limit {
+			if !decided(d) || busy(d, r.c.Algorithm) || d.inv < rec.ret || d.d.Allowed || d.n == 0 || d.n > d.d.Limit {
 				continue
 			}
 			if r.c.DenyCache > 0 && d.inst != rec.inst && d.t0 < rec.t1+r.c.DenyCache {
