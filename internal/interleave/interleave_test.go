@@ -3,7 +3,10 @@ package interleave
 import (
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Overheads takes each round's difference to the baseline before the
@@ -49,5 +52,98 @@ func TestRunInTurns(t *testing.T) {
 	cases[1].Call = func() error { return boom }
 	if _, err := Run(cases, 2, 2); !errors.Is(err, boom) {
 		t.Errorf("Run: %v, want boom", err)
+	}
+}
+
+// RunSaturated makes each batch's calls from workers goroutines at
+// once: the warm-up batch's first calls of a case wait for each other,
+// which serial calls could never do. Every case runs its batch once a
+// round (and once more to warm up), in an order that changes between
+// rounds.
+func TestRunSaturatedAtOnce(t *testing.T) {
+	const workers, batch, rounds = 4, 8, 12
+	var (
+		mu       sync.Mutex
+		starts   []string
+		arrived  atomic.Int32
+		together = make(chan struct{})
+	)
+	call := func(name string, n *atomic.Int32) func() error {
+		return func() error {
+			k := n.Add(1)
+			if k%batch == 1 {
+				mu.Lock()
+				starts = append(starts, name)
+				mu.Unlock()
+			}
+			if name == "a" && k <= workers { // the warm-up's first calls
+				if arrived.Add(1) == workers {
+					close(together)
+				}
+				select {
+				case <-together:
+				case <-time.After(10 * time.Second):
+					return errors.New("the first calls did not run at once")
+				}
+			}
+			return nil
+		}
+	}
+	var na, nb atomic.Int32
+	res, err := RunSaturated([]Case{{"a", call("a", &na)}, {"b", call("b", &nb)}}, rounds, batch, workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if na.Load() != (rounds+1)*batch || nb.Load() != (rounds+1)*batch {
+		t.Errorf("calls a %d, b %d; want %d each", na.Load(), nb.Load(), (rounds+1)*batch)
+	}
+	if len(res) != 2 || res[0].Name != "a" || res[1].Name != "b" {
+		t.Fatalf("results %+v", res)
+	}
+	if len(starts) != 2*(rounds+1) {
+		t.Fatalf("%d batches started, want %d", len(starts), 2*(rounds+1))
+	}
+	orders := map[string]bool{}
+	for r := 1; r <= rounds; r++ { // after the warm-up, a then b
+		pair := starts[2*r] + starts[2*r+1]
+		if pair != "ab" && pair != "ba" {
+			t.Fatalf("round %d ran %q, want each case once", r, pair)
+		}
+		orders[pair] = true
+	}
+	if len(orders) != 2 {
+		t.Errorf("every round ran in the order %v", orders)
+	}
+}
+
+// RunSaturated stops at the first error and names its case: no round
+// runs after the warm-up's error, and a worker makes no call after its
+// own error.
+func TestRunSaturatedStopsAtError(t *testing.T) {
+	boom := errors.New("boom")
+	for _, workers := range []int{1, 4} {
+		var calls atomic.Int32
+		cases := []Case{
+			{"a", func() error { return nil }},
+			{"b", func() error {
+				if calls.Add(1) == 5 {
+					return boom
+				}
+				return nil
+			}},
+		}
+		_, err := RunSaturated(cases, 3, 100, workers)
+		if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "b: ") {
+			t.Fatalf("%d workers: RunSaturated: %v, want b: boom", workers, err)
+		}
+		// The other workers may run on until they see the error, but
+		// not past the warm-up's batch; one worker stops at once.
+		n, most := calls.Load(), int32(100)
+		if workers == 1 {
+			most = 5
+		}
+		if n > most {
+			t.Errorf("%d workers: %d calls of b, want at most %d", workers, n, most)
+		}
 	}
 }
