@@ -24,6 +24,10 @@ type Result struct {
 	// CPU is the case's CPU time per call in each round, in ns; nil
 	// where the platform cannot read it.
 	CPU []float64
+	// Base is the baseline's CPU time per call each reading of CPU is
+	// set against, where it is not the first case's reading of the same
+	// round (RunSaturated's mean of the two around it); else nil.
+	Base []float64
 	// Cores is the CPU time over the wall time of each round: how many
 	// cores the process kept busy while the case ran (nil where CPU is).
 	Cores []float64
@@ -34,10 +38,10 @@ type Result struct {
 // Run calls every case batch times a round, in turn, for rounds rounds,
 // and returns what each cost. It stops at the first error.
 func Run(cases []Case, rounds, batch int) ([]Result, error) {
-	m := newMeter(cases)
+	m := newMeter(cases, 0)
 	for range rounds {
 		for i, c := range cases {
-			err := m.measure(i, batch, func() error {
+			_, _, err := m.measure(i, batch, func() error {
 				for range batch {
 					if err := c.Call(); err != nil {
 						return err
@@ -50,19 +54,32 @@ func Run(cases []Case, rounds, batch int) ([]Result, error) {
 			}
 		}
 	}
-	return m.results(rounds * batch), nil
+	return m.results(), nil
 }
 
 // RunSaturated is Run with each batch of calls made by workers
-// goroutines at once, so that the process keeps every core busy; the
-// cases run in a new random order each round (from a fixed seed). Run's
+// goroutines at once, so that the process keeps every core busy. Run's
 // serial calls leave the cores idle between a call and its answer, and
 // the Go runtime's threads spin looking for work there: on an idle
 // machine that spinning, which varies from round to round, is most of a
 // call's CPU time and hides microseconds. With calls always waiting to
-// run, there is nothing to spin for, and a round's CPU time is the
-// calls' own work. The random order spreads what one case leaves to
-// the next (a garbage collection it set off) over all cases alike.
+// run, there is nothing to spin for, and a batch's CPU time is the
+// calls' own work.
+//
+// A round runs the baseline (the first case), then each other case
+// followed by the baseline again, the cases in a new random order each
+// round (from a fixed seed); each case's reading is set against the
+// mean of the two baseline batches around it (Result.Base), so that a
+// load that drifts within a round weighs on both sides alike, and the
+// random order spreads what one case leaves to the next over all cases.
+//
+// Each reading of the CPU time comes after settleTime idle: the kernel
+// adds a thread's time to the process's when the thread stops or at a
+// timer tick (every 4 ms at 250 Hz), so a reading taken while another
+// thread runs misses up to a tick of it, 4 µs a call in a batch of
+// 1,000; idle, every thread has stopped, and a garbage collection the
+// batch set off has ended and is counted in the batch that set it off.
+// The idle time's own CPU (threads parking) is the same for every case.
 //
 // Before the first round every case runs one unmeasured batch, so that
 // connections, streams and goroutine stacks have grown to the load.
@@ -72,22 +89,47 @@ func RunSaturated(cases []Case, rounds, batch, workers int) ([]Result, error) {
 			return nil, fmt.Errorf("%s: %w", c.Name, err)
 		}
 	}
-	m := newMeter(cases)
-	order := make([]int, len(cases))
-	for i := range order {
-		order[i] = i
+	m := newMeter(cases, settleTime)
+	run := func(i int) (float64, bool, error) {
+		cpu, ok, err := m.measure(i, batch, func() error { return callAtOnce(cases[i].Call, batch, workers) })
+		if err != nil {
+			return 0, false, fmt.Errorf("%s: %w", cases[i].Name, err)
+		}
+		return cpu, ok, nil
+	}
+	others := make([]int, len(cases)-1)
+	for i := range others {
+		others[i] = i + 1
 	}
 	rng := rand.New(rand.NewPCG(1, 31)) // the same orders in every run
 	for range rounds {
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
-			if err := m.measure(i, batch, func() error { return callAtOnce(cases[i].Call, batch, workers) }); err != nil {
-				return nil, fmt.Errorf("%s: %w", cases[i].Name, err)
+		rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		before, okBefore, err := run(0)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range others {
+			_, ok, err := run(i)
+			if err != nil {
+				return nil, err
 			}
+			after, okAfter, err := run(0)
+			if err != nil {
+				return nil, err
+			}
+			if ok && okBefore && okAfter {
+				m.res[i].Base = append(m.res[i].Base, (before+after)/2)
+			}
+			before, okBefore = after, okAfter
 		}
 	}
-	return m.results(rounds * batch), nil
+	return m.results(), nil
 }
+
+// settleTime is how long RunSaturated idles before each reading of the
+// CPU time: longer than a tick and than a garbage collection of a small
+// heap.
+const settleTime = 5 * time.Millisecond
 
 // callAtOnce makes calls of call from workers goroutines, each taking
 // the next call until there are none left, and returns the first error;
@@ -116,53 +158,63 @@ func callAtOnce(call func() error, calls, workers int) error {
 	return firstErr
 }
 
-// meter records each case's CPU time, cores and allocations per round.
+// meter records each case's CPU time, cores and allocations per batch.
 type meter struct {
 	res     []Result
 	mallocs []uint64
+	calls   []int
 	ms      runtime.MemStats
+	// settle is how long the process idles before each reading of the
+	// CPU time (RunSaturated's settleTime; none for Run).
+	settle time.Duration
 }
 
-func newMeter(cases []Case) *meter {
-	m := &meter{res: make([]Result, len(cases)), mallocs: make([]uint64, len(cases))}
+func newMeter(cases []Case, settle time.Duration) *meter {
+	m := &meter{res: make([]Result, len(cases)), mallocs: make([]uint64, len(cases)), calls: make([]int, len(cases)), settle: settle}
 	for i, c := range cases {
 		m.res[i].Name = c.Name
 	}
 	return m
 }
 
-// measure runs batch calls of case i through calls and records what
-// they cost.
-func (m *meter) measure(i, batch int, calls func() error) error {
+// measure runs batch calls of case i through calls, records what they
+// cost and returns their CPU time per call, if it could be read.
+func (m *meter) measure(i, batch int, calls func() error) (float64, bool, error) {
+	time.Sleep(m.settle)
 	runtime.ReadMemStats(&m.ms)
 	before, cpuBefore, start := m.ms.Mallocs, processCPU(), time.Now()
 	if err := calls(); err != nil {
-		return err
+		return 0, false, err
 	}
-	cpuAfter, wall := processCPU(), time.Since(start)
+	wall := time.Since(start)
+	time.Sleep(m.settle)
+	cpuAfter := processCPU()
 	runtime.ReadMemStats(&m.ms)
 	m.mallocs[i] += m.ms.Mallocs - before
-	if cpuBefore >= 0 && cpuAfter >= 0 {
-		r := &m.res[i]
-		r.CPU = append(r.CPU, float64(cpuAfter-cpuBefore)/float64(batch))
-		if wall > 0 {
-			r.Cores = append(r.Cores, float64(cpuAfter-cpuBefore)/float64(wall))
-		}
+	m.calls[i] += batch
+	if cpuBefore < 0 || cpuAfter < 0 {
+		return 0, false, nil
 	}
-	return nil
+	r, cpu := &m.res[i], float64(cpuAfter-cpuBefore)/float64(batch)
+	r.CPU = append(r.CPU, cpu)
+	if wall > 0 {
+		r.Cores = append(r.Cores, float64(cpuAfter-cpuBefore)/float64(wall))
+	}
+	return cpu, true, nil
 }
 
-// results returns what was measured over calls calls of each case.
-func (m *meter) results(calls int) []Result {
+// results returns what was measured of each case.
+func (m *meter) results() []Result {
 	for i := range m.res {
-		m.res[i].Allocs = float64(m.mallocs[i]) / float64(calls)
+		m.res[i].Allocs = float64(m.mallocs[i]) / float64(max(m.calls[i], 1))
 	}
 	return m.res
 }
 
 // Overhead is a case's cost over the baseline (the first case): the
-// median over rounds of the CPU time per call it took more in the same
-// round, and the allocations per call it made more.
+// median over rounds of the CPU time per call it took more than the
+// baseline in the same round (than Result.Base, where set), and the
+// allocations per call it made more.
 type Overhead struct {
 	Name      string
 	CPU       float64 // ns per call, the median of the rounds' differences
@@ -184,10 +236,14 @@ func Overheads(res []Result) []Overhead {
 	var out []Overhead
 	for _, r := range res[1:] {
 		o := Overhead{Name: r.Name, Allocs: r.Allocs - base.Allocs, BaseAlloc: base.Allocs}
-		if len(r.CPU) == len(base.CPU) && len(r.CPU) > 0 {
+		against := base.CPU
+		if r.Base != nil {
+			against = r.Base
+		}
+		if len(r.CPU) == len(against) && len(r.CPU) > 0 {
 			diff := make([]float64, len(r.CPU))
 			for i := range diff {
-				diff[i] = r.CPU[i] - base.CPU[i]
+				diff[i] = r.CPU[i] - against[i]
 			}
 			slices.Sort(diff)
 			o.CPU, o.CPULow, o.CPUHigh = quantile(diff, 0.5), quantile(diff, 0.25), quantile(diff, 0.75)

@@ -57,9 +57,10 @@ func TestRunInTurns(t *testing.T) {
 
 // RunSaturated makes each batch's calls from workers goroutines at
 // once: the warm-up batch's first calls of a case wait for each other,
-// which serial calls could never do. Every case runs its batch once a
-// round (and once more to warm up), in an order that changes between
-// rounds.
+// which serial calls could never do. A round runs the baseline, then
+// each other case followed by the baseline again, the others in an
+// order that changes between rounds; every case's reading is paired
+// with the baseline's around it.
 func TestRunSaturatedAtOnce(t *testing.T) {
 	const workers, batch, rounds = 4, 8, 12
 	var (
@@ -89,30 +90,53 @@ func TestRunSaturatedAtOnce(t *testing.T) {
 			return nil
 		}
 	}
-	var na, nb atomic.Int32
-	res, err := RunSaturated([]Case{{"a", call("a", &na)}, {"b", call("b", &nb)}}, rounds, batch, workers)
+	var na, nb, nc atomic.Int32
+	res, err := RunSaturated([]Case{{"a", call("a", &na)}, {"b", call("b", &nb)}, {"c", call("c", &nc)}}, rounds, batch, workers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if na.Load() != (rounds+1)*batch || nb.Load() != (rounds+1)*batch {
-		t.Errorf("calls a %d, b %d; want %d each", na.Load(), nb.Load(), (rounds+1)*batch)
+	if na.Load() != (1+3*rounds)*batch || nb.Load() != (1+rounds)*batch || nc.Load() != (1+rounds)*batch {
+		t.Errorf("calls a %d, b %d, c %d; want %d, %d, %d", na.Load(), nb.Load(), nc.Load(),
+			(1+3*rounds)*batch, (1+rounds)*batch, (1+rounds)*batch)
 	}
-	if len(res) != 2 || res[0].Name != "a" || res[1].Name != "b" {
+	if len(res) != 3 || res[0].Name != "a" || res[1].Name != "b" || res[2].Name != "c" {
 		t.Fatalf("results %+v", res)
 	}
-	if len(starts) != 2*(rounds+1) {
-		t.Fatalf("%d batches started, want %d", len(starts), 2*(rounds+1))
+	if got := strings.Join(starts[:3], ""); got != "abc" {
+		t.Errorf("warm-up in order %q, want abc", got)
 	}
 	orders := map[string]bool{}
-	for r := 1; r <= rounds; r++ { // after the warm-up, a then b
-		pair := starts[2*r] + starts[2*r+1]
-		if pair != "ab" && pair != "ba" {
-			t.Fatalf("round %d ran %q, want each case once", r, pair)
+	for r := range rounds {
+		got := strings.Join(starts[3+5*r:3+5*r+5], "")
+		if got != "abaca" && got != "acaba" {
+			t.Fatalf("round %d ran %q, want abaca or acaba", r, got)
 		}
-		orders[pair] = true
+		orders[got] = true
 	}
 	if len(orders) != 2 {
 		t.Errorf("every round ran in the order %v", orders)
+	}
+	if res[0].CPU != nil { // where the CPU time can be read
+		if len(res[0].CPU) != 3*rounds || len(res[1].CPU) != rounds || len(res[1].Base) != rounds || res[0].Base != nil {
+			t.Errorf("readings: a %d, b %d against %d baselines, a's baselines %v", len(res[0].CPU), len(res[1].CPU), len(res[1].Base), res[0].Base)
+		}
+	}
+	if res[0].Allocs < 0 || res[1].Allocs < 0 {
+		t.Errorf("allocations %v, %v", res[0].Allocs, res[1].Allocs)
+	}
+}
+
+// Overheads sets a case's readings against its own baselines where
+// RunSaturated paired them, not against the first case's readings.
+func TestOverheadsPairedBase(t *testing.T) {
+	res := []Result{
+		{Name: "bare", CPU: []float64{100, 900, 110, 500, 95, 300}, Allocs: 10},
+		{Name: "limited", CPU: []float64{103, 505, 96}, Base: []float64{100, 500, 95}, Allocs: 13},
+	}
+	o := Overheads(res)[0]
+	// Differences 3, 5, 1: sorted 1 3 5.
+	if o.CPU != 3 || o.CPULow != 1 || o.CPUHigh != 3 || o.Allocs != 3 || !o.HasCPU {
+		t.Errorf("overhead %+v, want CPU 3 (1–3), 3 allocs", o)
 	}
 }
 
