@@ -64,12 +64,14 @@ var grpcQuotaOnAllowed = []grpclimit.Option{grpclimit.WithQuotaOnAllowed()}
 //     server, the median of the rounds' differences in CPU time per call
 //     (client and server) and the allocations per call;
 //   - e2e-saturated/grpc: the gRPC servers of e2e/grpc called by 32
-//     goroutines at once over each one's connection, in rounds of 1,000
-//     calls in a random order (interleave.RunSaturated), so that both
-//     cores stay busy: serial calls leave them idle between a call and
-//     its answer, and on an idle machine the runtime's spinning there
-//     outweighs the adapter by an order of magnitude. Run it with
-//     -benchtime 64000x or more (64 rounds).
+//     goroutines at once over each one's connection, so that both cores
+//     stay busy (serial calls leave them idle between a call and its
+//     answer, and on an idle machine the runtime's spinning there
+//     outweighs the adapter by an order of magnitude), in batches of
+//     1,000 calls, each case's between two of the bare server's and set
+//     against their mean, in a new random order each round
+//     (interleave.RunSaturated). Run it with -benchtime 64000x or more
+//     (64 rounds).
 func BenchmarkTransport(b *testing.B) {
 	b.Run("direct/grpc", benchGRPCDirect)
 	b.Run("direct/http", benchHTTPDirect)
@@ -213,9 +215,10 @@ func benchGRPCEndToEnd(b *testing.B) {
 }
 
 // saturatedCallers and saturatedBatch are how e2e-saturated calls each
-// server: 32 calls in flight on its connection keep both cores of the
-// machine the figures are taken on busy (base-cores ≈ 2); a round of
-// 1,000 makes its ends, where fewer calls are in flight, a small part.
+// server: 32 calls in flight on its connection are many times what 2
+// cores can serve at once (base-cores says whether they kept them
+// busy); a batch of 1,000 makes its ends, where fewer calls are in
+// flight, a small part.
 const (
 	saturatedCallers = 32
 	saturatedBatch   = 1000

@@ -146,45 +146,9 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 	}
 }
 
-// saturatedCallers and saturatedBatch are how
-// BenchmarkUnaryOverheadSaturated calls each handler: 32 calls in
-// flight keep both cores of the machine the figures are taken on busy
-// (base-cores ≈ 2); a round of 1,000 makes its ends, where fewer calls
-// are in flight, a small part.
-const (
-	saturatedCallers = 32
-	saturatedBatch   = 1000
-)
-
-// BenchmarkUnaryOverheadSaturated measures the cases of
-// BenchmarkUnaryOverhead with 32 goroutines calling each handler at once
-// (interleave.RunSaturated: over HTTP/1.1 up to 32 connections, kept
-// open between rounds; over h2c streams of one connection), so that
-// every core stays busy and a round's CPU time is the calls' work, not
-// the runtime's spinning between one client's calls; the cases run in a
-// new random order each round. It reports the same metrics, and
-// base-cores, the cores the process kept busy while the bare handler
-// ran. Run it with -benchtime 100000x (100 rounds of 1,000 calls).
-func BenchmarkUnaryOverheadSaturated(b *testing.B) {
-	for _, tr := range benchTransports {
-		b.Run(tr.name, func(b *testing.B) {
-			var cases []interleave.Case
-			for _, c := range handlerCases(b) {
-				call := benchClient(b, tr.h2c, tr.opts, c.opts)
-				if err := call(); err != nil {
-					b.Fatal(err) // connects
-				}
-				cases = append(cases, interleave.Case{Name: c.name, Call: call})
-			}
-			interleave.BenchSaturated(b, cases, saturatedBatch, saturatedCallers)
-		})
-	}
-}
-
 // benchClient serves the echo procedure with opts on a loopback port,
 // over HTTP/1.1 and, with h2c, unencrypted HTTP/2, and returns a call of
-// a connect-go client with clientOpts, safe to make from many goroutines
-// at once.
+// a connect-go client with clientOpts.
 func benchClient(b *testing.B, h2c bool, clientOpts []connect.ClientOption, opts []connect.HandlerOption) func() error {
 	svc := &service{}
 	mux := http.NewServeMux()
@@ -199,9 +163,7 @@ func benchClient(b *testing.B, h2c bool, clientOpts []connect.ClientOption, opts
 	srv := &http.Server{Handler: mux, Protocols: protocols, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(ln) }() // returns when Close is called
 	b.Cleanup(func() { _ = srv.Close() })
-	// Serial calls use one connection; saturated ones over HTTP/1.1 one
-	// for each call in flight, which stay open between rounds.
-	transport := &http.Transport{MaxIdleConnsPerHost: saturatedCallers, Protocols: new(http.Protocols)}
+	transport := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
 	if h2c {
 		transport.Protocols.SetUnencryptedHTTP2(true)
 	} else {
@@ -209,18 +171,10 @@ func benchClient(b *testing.B, h2c bool, clientOpts []connect.ClientOption, opts
 	}
 	b.Cleanup(transport.CloseIdleConnections)
 	client := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](&http.Client{Transport: transport}, "http://"+ln.Addr().String()+echoProcedure, clientOpts...)
-	// A call writes its request's header and peer: calls at once each
-	// take a request of their own from reqs, made beforehand, so that a
-	// call allocates none.
-	reqs := make(chan *connect.Request[wrapperspb.StringValue], saturatedCallers)
-	for range saturatedCallers {
-		reqs <- connect.NewRequest(wrapperspb.String("hi"))
-	}
+	req := connect.NewRequest(wrapperspb.String("hi"))
 	ctx := context.Background()
 	return func() error {
-		req := <-reqs
 		_, err := client.CallUnary(ctx, req)
-		reqs <- req
 		return err
 	}
 }

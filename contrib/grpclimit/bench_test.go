@@ -218,9 +218,9 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 
 // saturatedCallers and saturatedBatch are how BenchmarkUnaryOverheadSaturated
 // calls each server: 32 calls in flight on its connection, 1,000 calls a
-// round. 32 callers keep both cores of the machine the figures are taken
-// on busy (base-cores ≈ 2); a round of 1,000 makes the ends of a round,
-// where fewer calls are in flight, a small part of it.
+// batch. 32 callers are many times what 2 cores can serve at once
+// (base-cores says whether they kept them busy); a batch of 1,000 makes
+// its ends, where fewer calls are in flight, a small part of it.
 const (
 	saturatedCallers = 32
 	saturatedBatch   = 1000
@@ -230,8 +230,9 @@ const (
 // BenchmarkUnaryOverhead with 32 goroutines calling each server at once
 // over its one connection (interleave.RunSaturated), so that every core
 // stays busy and a round's CPU time is the calls' work, not the
-// runtime's spinning between calls; the cases run in a new random order
-// each round. It reports the same metrics, and base-cores, the cores the
+// runtime's spinning between calls; each case's batch runs between two
+// of the bare server's, in a new random order each round, and is set
+// against their mean. It reports the same metrics, and base-cores, the cores the
 // process kept busy while the bare server ran. Run it with -benchtime
 // 100000x (100 rounds of 1,000 calls).
 func BenchmarkUnaryOverheadSaturated(b *testing.B) {
