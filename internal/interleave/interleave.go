@@ -21,14 +21,15 @@ type Case struct {
 // Result is what Run measured of a case.
 type Result struct {
 	Name string
-	// CPU is the case's CPU time per call in each round, in ns; nil
-	// where the platform cannot read it.
+	// CPU is the case's CPU time per call in each batch, in ns (one a
+	// round, but the baseline's RunSaturated runs more); nil where the
+	// platform cannot read it.
 	CPU []float64
 	// Base is the baseline's CPU time per call each reading of CPU is
 	// set against, where it is not the first case's reading of the same
 	// round (RunSaturated's mean of the two around it); else nil.
 	Base []float64
-	// Cores is the CPU time over the wall time of each round: how many
+	// Cores is the CPU time over the wall time of each batch: how many
 	// cores the process kept busy while the case ran (nil where CPU is).
 	Cores []float64
 	// Allocs is the heap objects allocated per call over all rounds.
@@ -285,7 +286,7 @@ func Bench(b *testing.B, cases []Case, batch int) []Overhead {
 
 // BenchSaturated is Bench with RunSaturated: each round's batch of calls
 // made by workers goroutines at once. Besides Bench's metrics it reports
-// "base-cores" (the median over rounds of the cores the process kept
+// "base-cores" (the median over batches of the cores the process kept
 // busy while the baseline ran: below the machine's count, something
 // other than the calls held the cores, or the calls could not fill them).
 func BenchSaturated(b *testing.B, cases []Case, batch, workers int) []Overhead {
