@@ -20,7 +20,9 @@ import (
 // exactly the RetryAfter AllowN would have reported. A later booking
 // waits behind this one, so waiting callers are served in order; RefundN
 // gives a booking back. A turn further than maxWait is denied as by
-// AllowN, taking nothing. maxWait is capped at 2^61 ns.
+// AllowN, taking nothing. maxWait is capped at 2^61 ns. A cost above the
+// burst of the rate key decides under (its own, also while SetRate
+// converts the store) returns ErrCostExceedsLimit, as AllowN does.
 //
 // Interval refill books the same way: the tokens of the periods to come,
 // Rate.Limit at each boundary.
