@@ -75,9 +75,9 @@ func (c *Call[V]) Released() bool { return c.released.Load() }
 
 // maxInFlight is the most batches a Batcher has in flight at once. One
 // leaves the server idle while the client reads a batch's replies and
-// writes the next; two keep it busy meanwhile (see the package doc). More
-// would split the queue into smaller batches for no further overlap: the
-// server runs one script at a time.
+// writes the next; two keep it busy meanwhile (see the package doc). Three
+// gained nothing consistent over two in issue 31's runs: more split the
+// queue into smaller batches, and the server runs one script at a time.
 const maxInFlight = 2
 
 // Batcher groups concurrent calls into batches, at most two in flight.
