@@ -73,10 +73,10 @@ func (v debt) max(w debt) debt {
 // a full memory): it is only ever raised, never lowered or freed before
 // it runs out, except by a Reset of such a key, and a key that finds one
 // starts from it. So a key that comes back from a rounded entry leaves it
-// in place, a refund while it is remembered is given back only in an
-// exact entry of its own (which the key finds first) if its buckets have
-// a free pair, and two keys that share it are both bound by the larger
-// debt: neither is ever forgiven.
+// in place, a refund while it is remembered is not given back, and two
+// keys that share it are both bound by the larger debt: neither is ever
+// forgiven. A debt to be kept exactly (debt.keep: a sliding log's, an
+// interval bucket's) is never rounded: its store has twice the words.
 //
 // Entries whose debt has run out are free again, so the memory heals as
 // the debts end. An entry with the marker amount shields a key from the

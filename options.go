@@ -221,7 +221,9 @@ func WithForgetEvicted() Option {
 // key, BenchmarkDebtMemory), and a few more for the shards of a small
 // store that a spray gives more than their share, allocated by each
 // shard at its first live eviction, so that a store sized for its
-// traffic never pays for it. perKey must be in 1..64.
+// traffic never pays for it. A sliding log and a token bucket with
+// WithIntervalRefill keep every debt exact, in twice the words (128 bytes
+// a key by default). perKey must be in 1..64.
 //
 // A key the store drops while it still holds state (a live eviction)
 // leaves its debt there, in an entry of its own, and comes back from it.
@@ -231,16 +233,14 @@ func WithForgetEvicted() Option {
 // of the bound) debts take one word each, rounded up, and come back as a
 // bound: a debt ends later by less than 2^-15 of its remaining time and a
 // second (or 8.2 µs; 2.6 s on a day's debt), its amount is rounded up to
-// 10 significant bits (exact up to 511 events or tokens), and the
-// key restored from it allows no more than it would have: a token bucket
-// with its tokens (an interval bucket allowing nothing until its last
-// token is back), a sliding counter with its events in the newer window,
-// a sliding log with its units at its newest time; never longer than the
-// debt's rounded end. A refund made while a key is held rounded is given
-// back only where its place has room for an exact entry. While every debt has an entry of its own no key is charged
-// for another's, except a fresh key whose 28-bit fingerprint meets a
-// rounded entry's in its place (about one fresh key in 20 million on a
-// memory seven eighths full). Measured with every sprayed key spending its
+// 10 significant bits (exact up to 511 events or tokens), and the key
+// restored from it allows no more than it would have: a token bucket with
+// its tokens, a sliding counter with its events in the newer window;
+// never longer than the debt's rounded end. A refund made while a key is
+// held rounded is not given back (charged more, never less). While every
+// debt has an entry of its own no key is charged for another's, except a
+// fresh key whose 28-bit fingerprint meets a rounded entry's in its place
+// (about one fresh key in 20 million on a memory seven eighths full). Measured with every sprayed key spending its
 // whole quota right before 100,000 fresh keys arrive, the default keeps
 // every debt in an entry of its own and denies no fresh key up to a spray
 // of 8 × MaxKeys keys (docs/reliability.md has the figures,
