@@ -104,6 +104,10 @@ var unquotedFigures = map[string]map[string]string{
 		"8 B":   "the size of a debt memory word, a fact of the code (TestStateSizes)",
 		"128 B": "twice the default words of 8 B a key, the sizing code of the sliding log and interval bucket",
 		"8 ×":   "issue 33's spray size for the debt memory's stated size, not a measurement",
+		"35 %":  "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
+		"18 %":  "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
+		"10 %":  "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
+		"8 %":   "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
 		"85 %":  "the share of the store's CPU samples in the bucket's Mutex.Lock in a CPU profile of BenchmarkScale at 10⁶ keys (command in the text, 2026-12-06 12:07 UTC): a profile, which no report records",
 	},
 	"docs/policies.md": {
