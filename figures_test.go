@@ -101,6 +101,10 @@ var unquotedFigures = map[string]map[string]string{
 		"3 ×":  "issue 33's target for GC at 10⁷ keys against 10⁵, not a measurement",
 		"50 B": "issue 33's target for bytes per key, not a measurement",
 		"64 B": "issue 33's target for the debt memory, not a measurement",
+		"35 %": "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
+		"18 %": "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
+		"10 %": "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
+		"8 %":  "a CPU profile of BenchmarkMiddleware/allowed/floodgate (command in the text, 2026-12-06 14:19 UTC): a profile, which no report records",
 		"85 %": "the share of the store's CPU samples in the bucket's Mutex.Lock in a CPU profile of BenchmarkScale at 10⁶ keys (command in the text, 2026-12-06 12:07 UTC): a profile, which no report records",
 	},
 	"docs/policies.md": {

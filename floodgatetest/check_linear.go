@@ -388,7 +388,10 @@ func (l *linearizer) matches(rec *crec, want floodgate.Decision, werr error, r f
 		// counting denied attempts records it), else it is as before.
 		return true, !want.Allowed, ""
 	case l.c.DenyCache > 0 && !got.Allowed && !want.Allowed:
-		if got.Limit != want.Limit || l.roundUp(got.RetryAfter) > want.RetryAfter {
+		// A stale entry (another instance undid meanwhile) may wait
+		// longer than the model, as long as the cache can know.
+		stale := l.staleOK[rec] && got.RetryAfter <= l.c.DenyCache
+		if got.Limit != want.Limit || l.roundUp(got.RetryAfter) > want.RetryAfter && !stale {
 			return false, false, fmt.Sprintf("a denial must not wait longer than the model's %s", modelString(want, r, booking))
 		}
 		return true, true, ""

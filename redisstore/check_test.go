@@ -39,10 +39,6 @@ func init() {
 		for _, alg := range []string{"TokenBucket", "IntervalTokenBucket"} {
 			openRedisFindings[topo+"/Reserving/"+alg] = reserveConverts
 		}
-		for _, target := range []string{"DenyCache/TokenBucket", "DenyCache/SlidingLog", "DenyCache/SlidingCounter",
-			"DenyCache/Refunds/TokenBucket", "DenyCache/Refunds/SlidingLog"} {
-			openRedisFindings[topo+"/"+target] = ownRefund
-		}
 	}
 }
 
@@ -58,10 +54,6 @@ const (
 		"Single/TokenBucket and Cluster/IntervalTokenBucket; 4 more seeds in the long runs of that day). The fix: the reserve and " +
 		"charge scripts convert in " +
 		"their own round trip, as the decision script does"
-	ownRefund = "issue 29 item 6, after its fix: a denial cached by a decision that raced the instance's own Reset or refund outlives them " +
-		"(the entry is dropped before the racing denial stores it), so the key stays denied for up to DenyCacheMaxAge though the doc says " +
-		"an instance's own Reset and refunds clear its entry at once (still found by the long run of 2026-12-06: " +
-		"Single/DenyCache/SlidingLog, FLOODGATE_CHECK_SEED=193388945621204)"
 )
 
 // checkClients are the scripters of one topology: the instances take

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -27,6 +28,20 @@ import (
 // how long a reset or refunded client can be denied by a stale entry. The
 // entry starts at the local time read before the request was sent, so it
 // never outlives the true RetryAfter either.
+//
+// Clearing the entry is not enough for this process's own Reset or
+// refund: a denial Redis made before the undo ran may come back after
+// the entry was dropped, and one made while the undo was on its way may
+// be stored before the undo lands. So each key has a generation (shared
+// by the keys that hash alike: see denyGens), which an undo bumps, and
+// drops the entry with, under the shard's lock, once its round trip is
+// over, whatever came of it; a decision reads the generation before it
+// sends its request, and its denial is stored only if the generation is
+// the same when it takes the lock to store it. A denial whose round trip
+// overlapped an undo is then never cached; one made wholly after it is.
+// A lost store costs a round trip, never a wrong answer: Redis decides.
+// An undo that failed (a timeout) may still run on the server later,
+// unseen: its key is then as stale as after another instance's undo.
 //
 // A change of rate (SetRate on any instance) breaks it too: an upgrade
 // lets the request in at once. So an entry is kept with the version of
@@ -54,6 +69,19 @@ type denyCache struct {
 type denyShard struct {
 	mu  sync.Mutex
 	lru *simplelru.LRU[string, denyEntry]
+	// gens are the generations of the shard's keys, a key's at
+	// gens[hash>>32 % denyGens]: bumped under mu (forget), read without
+	// it before a round trip (ticket) and under it to store (store).
+	// Outside the LRU, so that an eviction does not lose them.
+	gens [denyGens]atomic.Uint64
+}
+
+// denyTicket is what a decision holds of its key's place in the cache,
+// from before its round trip to the store of its denial.
+type denyTicket struct {
+	hash uint64 // the key's: its shard and generation
+	gen  uint64 // the key's generation before the round trip
+	now  int64  // local ns, read before the round trip
 }
 
 type denyEntry struct {
@@ -66,6 +94,12 @@ type denyEntry struct {
 }
 
 const denyShards = 16
+
+// denyGens is the number of generations per shard (512 for the 16
+// shards, 4 KiB in all): an undo of one key drops the stores of the keys
+// in flight that share its generation, about one in 512, each a round
+// trip later.
+const denyGens = 32
 
 func newDenyCache(maxKeys int) *denyCache {
 	n := denyShards
@@ -85,15 +119,29 @@ func newDenyCache(maxKeys int) *denyCache {
 	return c
 }
 
-func (c *denyCache) shard(key string) *denyShard {
-	return &c.shards[maphash.String(c.seed, key)&c.mask]
+func (c *denyCache) shard(hash uint64) *denyShard {
+	return &c.shards[hash&c.mask]
 }
 
-// lookup returns the cached denial of a request of cost n for key at local
-// time now, if one given under rate version ver still holds. Its
-// RetryAfter is held to the entry's age left (see denyCache).
-func (c *denyCache) lookup(key string, n int, now, ver int64, limit int) (floodgate.Decision, bool) {
-	sh := c.shard(key)
+// gen returns the generation of the keys of hash in sh.
+func (sh *denyShard) gen(hash uint64) *atomic.Uint64 {
+	return &sh.gens[(hash>>32)%denyGens]
+}
+
+// ticket returns key's ticket at local time now, to be taken before the
+// decision's round trip is sent.
+func (c *denyCache) ticket(key string, now int64) denyTicket {
+	h := maphash.String(c.seed, key)
+	return denyTicket{hash: h, gen: c.shard(h).gen(h).Load(), now: now}
+}
+
+// lookup returns the cached denial of a request of cost n for key (its
+// ticket tk) at the ticket's time, if one given under rate version ver
+// still holds. Its RetryAfter is held to the entry's age left (see
+// denyCache).
+func (c *denyCache) lookup(key string, tk denyTicket, n int, ver int64, limit int) (floodgate.Decision, bool) {
+	now := tk.now
+	sh := c.shard(tk.hash)
 	sh.mu.Lock()
 	e, ok := sh.lru.Get(key)
 	if ok && now >= e.expires {
@@ -115,12 +163,14 @@ func (c *denyCache) lookup(key string, n int, now, ver int64, limit int) (floodg
 	return d, true
 }
 
-// store caches a denial that Redis gave for a request sent at local time
-// now, under rate version ver.
-func (c *denyCache) store(key string, n int, now, ver int64, d floodgate.Decision) {
+// store caches a denial d that Redis gave for a request of cost n sent
+// at the time of its ticket tk, under rate version ver, unless an undo of
+// key's generation came since tk was taken.
+func (c *denyCache) store(key string, tk denyTicket, n int, ver int64, d floodgate.Decision) {
 	if d.RetryAfter <= 0 {
 		return
 	}
+	now := tk.now
 	e := denyEntry{
 		ver:       ver,
 		n:         n,
@@ -131,16 +181,31 @@ func (c *denyCache) store(key string, n int, now, ver int64, d floodgate.Decisio
 	}
 	// Clone: the key may be a slice of a request's memory.
 	key = strings.Clone(key)
-	sh := c.shard(key)
+	sh := c.shard(tk.hash)
 	sh.mu.Lock()
-	sh.lru.Add(key, e)
+	if sh.gen(tk.hash).Load() == tk.gen {
+		sh.lru.Add(key, e)
+	}
 	sh.mu.Unlock()
 }
 
-// remove forgets key.
+// remove forgets key: its state moved away from "fits" (it was allowed),
+// or a denial may not say what a caller asks.
 func (c *denyCache) remove(key string) {
-	sh := c.shard(key)
+	sh := c.shard(maphash.String(c.seed, key))
 	sh.mu.Lock()
+	sh.lru.Remove(key)
+	sh.mu.Unlock()
+}
+
+// forget forgets key after an undo of this process (a Reset, a refund, a
+// charge), once its round trip is over: it drops the entry, and every
+// denial whose round trip began before (see denyCache).
+func (c *denyCache) forget(key string) {
+	h := maphash.String(c.seed, key)
+	sh := c.shard(h)
+	sh.mu.Lock()
+	sh.gen(h).Add(1)
 	sh.lru.Remove(key)
 	sh.mu.Unlock()
 }

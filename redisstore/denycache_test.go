@@ -373,3 +373,138 @@ func TestDenyCacheRetryAfterBounded(t *testing.T) {
 		}
 	}
 }
+
+// stepScripter runs before ahead of every call of the Scripter it wraps
+// and after on every reply, each with the call's keys, when set: a test
+// steps in between a round trip's send and its reply.
+type stepScripter struct {
+	redisstore.Scripter
+	before func(keys []string)
+	after  func(keys []string, r []int64)
+}
+
+func (s stepScripter) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	return s.step(keys, func() ([]int64, error) { return s.Scripter.EvalSha(ctx, sha, keys, args) })
+}
+
+func (s stepScripter) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+	return s.step(keys, func() ([]int64, error) { return s.Scripter.Eval(ctx, src, keys, args) })
+}
+
+func (s stepScripter) step(keys []string, call func() ([]int64, error)) ([]int64, error) {
+	if s.before != nil {
+		s.before(keys)
+	}
+	r, err := call()
+	if err == nil && s.after != nil {
+		s.after(keys, r)
+	}
+	return r, err
+}
+
+// clientKey reports whether keys are a client's (they carry its hash
+// tag), not the rate record's.
+func clientKey(keys []string) bool { return len(keys) > 0 && strings.Contains(keys[0], "{") }
+
+// leftAfter is a key's Remaining, at 2 an hour, after 2 taken, the undo,
+// and 1 more taken.
+var leftAfter = map[string]int{"Reset": 1, "RefundN": 0}
+
+// undoOwn runs the instance's own Reset of key, or its refund of one
+// unit.
+func undoOwn(t *testing.T, l limiter, undo, key string) {
+	t.Helper()
+	var err error
+	if undo == "Reset" {
+		err = l.Reset(context.Background(), key)
+	} else {
+		err = l.(floodgate.Refunder).RefundN(context.Background(), key, 1)
+	}
+	if err != nil {
+		t.Fatalf("%s(%q): %v", undo, key, err)
+	}
+}
+
+// TestDenyCacheOwnUndoRacingDenial (issue 29 item 6, the checker's
+// ownRefund finding): an instance's own Reset or refund clears its cached
+// denial of the key at once, also of a denial whose round trip raced it.
+// A's denial of k comes back from Redis, and before A caches it, A's own
+// Reset or RefundN of k runs and returns (the reply hook): the denial,
+// made before the undo, must not be cached after it. Before the fix, the
+// undo dropped the entry first and the racing denial stored it after, so
+// the next decision was denied from the cache for up to DenyCacheMaxAge
+// (on this frozen clock, for good) though Redis had room.
+func TestDenyCacheOwnUndoRacingDenial(t *testing.T) {
+	addr := redistest.Shared(t)
+	for _, cl := range clients(t, addr) {
+		for _, alg := range algos {
+			for _, undo := range []string{"Reset", "RefundN"} {
+				t.Run(cl.name+"/"+alg.name+"/"+undo, func(t *testing.T) {
+					clock := &fakeClock{t0}
+					var armed, fired atomic.Bool
+					var a limiter
+					hook := func(keys []string, r []int64) {
+						// A decision's denial (see TestDenyCacheDenialInFlightAcrossChange).
+						if !clientKey(keys) || len(r) < 4 || r[0] != 0 || !armed.CompareAndSwap(true, false) {
+							return
+						}
+						undoOwn(t, a, undo, "k")
+						fired.Store(true)
+					}
+					a = alg.mustNew(t, stepScripter{Scripter: cl.s, after: hook}, floodgate.PerHour(2), redisstore.WithClock(clock.Now),
+						patient, redisstore.WithPrefix(prefix(t)), redisstore.WithDenyCache(100))
+					mustAllowed(t, a, "k", 2, true)
+					armed.Store(true)
+					mustAllowed(t, a, "k", 1, false) // Redis's denial, made before the undo
+					if !fired.Load() {
+						t.Fatal("no denial was stepped into: the test did not test")
+					}
+					if d := mustAllowed(t, a, "k", 1, true); d.Remaining != leftAfter[undo] {
+						t.Fatalf("after A's own %s: %+v, want Remaining %d", undo, d, leftAfter[undo])
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestDenyCacheOwnUndoInFlight: the other order. While A's own Reset or
+// refund of k is on its way (the send hook, before its script is sent),
+// a decision of A is denied by Redis, which has not run the undo yet, and
+// cached; then the undo runs and returns. The next decision must go to
+// Redis and be allowed. Before the fix, the undo dropped the entry before
+// its round trip only, so the denial made during it stayed cached.
+func TestDenyCacheOwnUndoInFlight(t *testing.T) {
+	addr := redistest.Shared(t)
+	for _, cl := range clients(t, addr) {
+		for _, alg := range algos {
+			for _, undo := range []string{"Reset", "RefundN"} {
+				t.Run(cl.name+"/"+alg.name+"/"+undo, func(t *testing.T) {
+					clock := &fakeClock{t0}
+					var armed, fired atomic.Bool
+					var a limiter
+					hook := func(keys []string) {
+						// The undo's script, on the client's keys: not a
+						// read of the rate record.
+						if !clientKey(keys) || !armed.CompareAndSwap(true, false) {
+							return
+						}
+						mustAllowed(t, a, "k", 1, false) // Redis has not run the undo yet
+						fired.Store(true)
+					}
+					a = alg.mustNew(t, stepScripter{Scripter: cl.s, before: hook}, floodgate.PerHour(2), redisstore.WithClock(clock.Now),
+						patient, redisstore.WithPrefix(prefix(t)), redisstore.WithDenyCache(100))
+					mustAllowed(t, a, "k", 2, true)
+					armed.Store(true)
+					undoOwn(t, a, undo, "k")
+					if !fired.Load() {
+						t.Fatal("no denial was made during the undo: the test did not test")
+					}
+					if d := mustAllowed(t, a, "k", 1, true); d.Remaining != leftAfter[undo] {
+						t.Fatalf("after A's own %s returned: %+v, want Remaining %d", undo, d, leftAfter[undo])
+					}
+				})
+			}
+		}
+	}
+}

@@ -183,7 +183,10 @@
 // whatever other instances do, since others can only consume more, and
 // time only moves the state towards "fits". Only a Reset, a refund or a
 // change of rate breaks that. This process clears its own entry on a
-// Reset or refund; another instance's reaches it within DenyCacheMaxAge,
+// Reset or refund by the time the call returns, and caches no denial
+// whose round trip overlapped it (a generation per key, read before the
+// round trip, checked before the store); another instance's reaches it
+// within DenyCacheMaxAge,
 // which is how long a client can be denied by a stale entry. A change of
 // rate reaches it by the time SetRate returns: an entry answers only
 // under the rate version it was denied under, read within the refresh

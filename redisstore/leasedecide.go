@@ -172,7 +172,7 @@ func (l *base) refundLease(ctx context.Context, key string, n int) error {
 	}
 	if l.lease.giveBack(key, n, now) {
 		if l.deny != nil {
-			l.deny.remove(key)
+			l.deny.forget(key)
 		}
 		return nil
 	}

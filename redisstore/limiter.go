@@ -180,11 +180,15 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	if err != nil {
 		return floodgate.Decision{Limit: l.limit()}, err
 	}
+	// The key's ticket, taken before the round trip: an undo of this
+	// process that overlaps it keeps its denial out of the cache.
+	var tk denyTicket
 	if l.deny != nil && n > 0 {
+		tk = l.deny.ticket(key, local)
 		// Only under the rate read within the refresh interval: a change
 		// of rate drops every denial made before it (see denyCache).
 		if ver, fresh := l.rateRead(); fresh {
-			if d, ok := l.deny.lookup(key, n, local, ver, l.limit()); ok {
+			if d, ok := l.deny.lookup(key, tk, n, ver, l.limit()); ok {
 				l.counts.denyCacheHits.Add(1)
 				return d, nil
 			}
@@ -231,10 +235,10 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 			// now understate its RetryAfter.
 			l.deny.remove(key)
 		} else {
-			// The entry starts at local, read before the request was sent:
-			// the server decided at that time or later, so the entry never
-			// outlives the true RetryAfter.
-			l.deny.store(key, n, local, ver, d)
+			// The entry starts at local (the ticket's), read before the
+			// request was sent: the server decided at that time or later,
+			// so the entry never outlives the true RetryAfter.
+			l.deny.store(key, tk, n, ver, d)
 		}
 	}
 	return d, nil
@@ -360,9 +364,6 @@ func (l *base) reset(ctx context.Context, key string, keys []string) error {
 	if err := l.checkKey(key); err != nil {
 		return err
 	}
-	if l.deny != nil {
-		l.deny.remove(key)
-	}
 	var errs []error
 	if r, ok := l.fallback.(floodgate.Resetter); ok {
 		errs = append(errs, r.Reset(ctx, key))
@@ -371,6 +372,11 @@ func (l *base) reset(ctx context.Context, key string, keys []string) error {
 	_, err := resetScript.run(cctx, l.client, keys, nil)
 	if cancel != nil {
 		cancel()
+	}
+	if l.deny != nil {
+		// After the round trip, whatever came of it: a denial made
+		// before the reset ran may still be on its way (see denyCache).
+		l.deny.forget(key)
 	}
 	if err != nil {
 		l.counts.countError(err)
@@ -382,7 +388,7 @@ func (l *base) reset(ctx context.Context, key string, keys []string) error {
 // refund runs a refund script for key under the per-decision timeout. It
 // does not go to the fallback: units taken from Redis are given back to
 // Redis or not at all. It drops the key's cached denial, which the refund
-// may have made too long.
+// may have made too long, once the round trip is over (see denyCache).
 func (l *base) refund(ctx context.Context, key string, run func(ctx context.Context, now string) error) error {
 	if err := l.checkKey(key); err != nil {
 		return err
@@ -390,9 +396,6 @@ func (l *base) refund(ctx context.Context, key string, run func(ctx context.Cont
 	_, arg, err := l.clock()
 	if err != nil {
 		return err
-	}
-	if l.deny != nil {
-		l.deny.remove(key)
 	}
 	cctx, cancel := l.bound(ctx)
 	// A charge or a refund is made under the rate every instance decides
@@ -404,6 +407,9 @@ func (l *base) refund(ctx context.Context, key string, run func(ctx context.Cont
 	}
 	if cancel != nil {
 		cancel()
+	}
+	if l.deny != nil {
+		l.deny.forget(key)
 	}
 	if err != nil {
 		l.counts.countError(err)

@@ -245,8 +245,10 @@ func WithProbeInterval(d time.Duration) Option {
 // the package documentation for why), except after a Reset or a refund on
 // another instance, which this one cannot see: it may deny such a client
 // for up to DenyCacheMaxAge after. Its own Reset and refunds clear its
-// entry at once, and a change of rate (SetRate on any instance) every
-// entry made before it, by the time SetRate returns. A cached answer's
+// entry by the time they return, also of a denial whose round trip raced
+// them (made before the undo ran, answered after), and a change of rate
+// (SetRate on any instance) every entry made before it, by the time
+// SetRate returns. A cached answer's
 // RetryAfter is what is left of its entry's age, at most DenyCacheMaxAge:
 // after that the cache asks Redis again, and only Redis knows the true
 // wait. Remaining and ResetAfter are those of the cached denial, aged by
