@@ -142,8 +142,8 @@ func limiterTargets(add func(string, floodgatetest.Checker)) {
 		add(a.name+"/RateChanges", rates)
 		rates.MaxCost = 0
 		add(a.name+"/RateChangesAnyCost", rates)
-		// A store of 8 keys, its debt memory of one debt a key (32 in
-		// all, then merged), under a spray of 8 keys a round beside the
+		// A store of 8 keys, its debt memory of one word a key (16 in
+		// all: 8 debts exact, then up to 16 rounded, then merged), under a spray of 8 keys a round beside the
 		// traffic on 4, with rate changes and resets: a restored key is
 		// never allowed what an exact store would deny, and a Reset
 		// lasts against every debt older than it (debts spent after it and

@@ -25,8 +25,8 @@ const (
 	// roughly 13 MiB. A sliding log
 	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
-	// to drop live keys adds its debt memory, about 130 bytes per key of
-	// the bound by default (see WithDebtMemory).
+	// to drop live keys adds its debt memory, 64 bytes per key of the
+	// bound by default (see WithDebtMemory).
 	DefaultMaxKeys = 1 << 18
 	// MaxShards bounds WithShards: each shard costs a cache line and an
 	// LRU up front, and beyond a few per core more shards buy nothing.
@@ -216,22 +216,35 @@ func WithForgetEvicted() Option {
 	}
 }
 
-// WithDebtMemory sizes the debt memory: room for perKey debts per key of
-// WithMaxKeys (default DefaultDebtsPerKey, 8), at 16 bytes a debt, and a
-// few per cent more for the shards a spray gives more than their share
-// (131 bytes per key of MaxKeys by default in a 100,000-key store,
-// BenchmarkDebtMemory), allocated by each shard at its first live
-// eviction, so that a store sized for its traffic never pays for it.
-// perKey must be in 1..64.
+// WithDebtMemory sizes the debt memory: room for perKey words of 8
+// bytes per key of WithMaxKeys (default DefaultDebtsPerKey, 8: 64 bytes a
+// key, BenchmarkDebtMemory), and a few more for the shards of a small
+// store that a spray gives more than their share, allocated by each
+// shard at its first live eviction, so that a store sized for its
+// traffic never pays for it. A sliding log and a token bucket with
+// WithIntervalRefill keep every debt exact, in twice the words (128 bytes
+// a key by default). perKey must be in 1..64.
 //
 // A key the store drops while it still holds state (a live eviction)
-// leaves its debt there, in an entry of its own, and comes back from it
+// leaves its debt there, in an entry of its own, and comes back from it.
+// While at most half the words are taken, a debt takes two and comes back
 // exactly: a token bucket with its exact tokens, a window with the units
-// it counted. While every debt has an entry of its own, no key is charged
-// for another's. Measured with every sprayed key spending its whole quota
-// right before 100,000 fresh keys arrive, the default denies no fresh key
-// up to a spray of 8 × MaxKeys keys (docs/reliability.md has
-// the figures, `go test -run TestSprayPrice -v`).
+// it counted. Under pressure (a spray past perKey/2 live evictions per key
+// of the bound) debts take one word each, rounded up, and come back as a
+// bound: a debt ends later by less than 2^-15 of its remaining time and a
+// second (or 8.2 µs; 2.6 s on a day's debt), its amount is rounded up to
+// 10 significant bits (exact up to 511 events or tokens), and the key
+// restored from it allows no more than it would have: a token bucket with
+// its tokens, a sliding counter with its events in the newer window;
+// never longer than the debt's rounded end. A refund made while a key is
+// held rounded is not given back (charged more, never less). While every
+// debt has an entry of its own no key is charged for another's, except a
+// fresh key whose 28-bit fingerprint meets a rounded entry's in its place
+// (about one fresh key in 20 million on a memory seven eighths full). Measured with every sprayed key spending its
+// whole quota right before 100,000 fresh keys arrive, the default keeps
+// every debt in an entry of its own and denies no fresh key up to a spray
+// of 8 × MaxKeys keys (docs/reliability.md has the figures,
+// `go test -run TestSprayPrice -v`).
 //
 // Past that size (Stats().DebtCapacity, reached when Stats().Merged or,
 // with WithForgetOverflow, Stats().Forgotten starts to grow), a fixed
@@ -240,7 +253,7 @@ func WithForgetEvicted() Option {
 // into a bound shared by the keys of its place in the memory, and a new
 // key that hashes there waits until it runs out. WithForgetOverflow
 // chooses the other way. A larger perKey moves that point further, for
-// 16 bytes per key of MaxKeys each.
+// 8 bytes per key of MaxKeys each.
 func WithDebtMemory(perKey int) Option {
 	return func(c *config) error {
 		if perKey <= 0 || perKey > maxDebtsPerKey {

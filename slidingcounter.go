@@ -431,14 +431,25 @@ func packCount(n uint64) uint32 {
 	return countExact | uint32(e)<<countMantBits | uint32(m)&(1<<countMantBits-1)
 }
 
-// unpackCount returns the sum a packed amount holds (see packCount).
+// unpackCount returns the sum a packed amount holds (see packCount). It
+// keeps the order of every amount, not only of those packCount returns:
+// the debt memory rounds an amount up to a number it can hold (see
+// debts), which may lie between the exact sums and the smallest packed
+// one, 2^25 with an exponent of countMinExp; those count as that one.
 func unpackCount(a uint32) uint32 {
 	if a < countExact {
 		return a
 	}
 	e := a >> countMantBits & (countExact>>countMantBits - 1)
+	if e < countMinExp {
+		return countExact
+	}
 	return (1<<countMantBits | a&(1<<countMantBits-1)) << e
 }
+
+// countMinExp is the exponent packCount gives the smallest packed sum,
+// countExact (2^25, of bit length 26, less countMantBits+1).
+const countMinExp = 26 - (countMantBits + 1)
 
 // convert sets st, counts under a at now, to the counts under b that
 // inherit what they count as how says (see SlidingCounter.SetRate).

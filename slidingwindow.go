@@ -161,6 +161,9 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	a := newSLAlg(r, c.countDenied, c.debt)
 	l := &SlidingLog{}
 	l.cur.Store(a)
+	// A log's debts are kept exactly (see slAlg.debt), in two words each:
+	// its debt memory has twice the words, for as many debts.
+	c.debtsPerKey *= 2
 	if l.store, err = newStore[slState](c, a); err != nil {
 		return nil, err
 	}
@@ -615,15 +618,27 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	if st.count == 0 {
 		return debt{}
 	}
+	// Every debt of a log is kept exactly (keep): restored, a debt the
+	// memory rounded up would date the log's units after entries made
+	// later, which its conversions under a change of rate do not take
+	// (issue 33: rounded log debts met KeepUsed and forgave, seed
+	// 12093151878822871369 of TestBoundedStoreNeverForgivesAcrossRateChanges).
 	if st.inDebt() {
-		return debt{at: a.end(st), amt: a.step.saturated()}
+		return debt{at: a.end(st), amt: a.step.saturated(), keep: true}
 	}
-	at := a.at(st, int(st.count)-1) + a.period
+	// The newest entry is the last, but for one restored from a debt the
+	// memory rounded up, which may be dated after entries made later
+	// (see restore): the debt ends when the latest entry ages out.
+	at := a.at(st, int(st.count)-1)
+	for i := range int(st.count) - 1 {
+		at = max(at, a.at(st, i))
+	}
+	at += a.period
 	used := st.used()
 	if used > uint32(a.limit) {
-		return debt{at: at, amt: a.step.saturated()}
+		return debt{at: at, amt: a.step.saturated(), keep: true}
 	}
-	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used)}
+	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used), keep: true}
 }
 
 // restore sets st, keeping its ring, to a log that owes v at now: the
@@ -790,6 +805,9 @@ func (a *slAlg) bestStep(st *slState, used uint32) uint32 {
 		}
 		e := st.entry(i)
 		n, age := e.total-st.low, newest-int64(e.off)
+		if age <= 0 {
+			continue // dated no earlier than the newest (see debt): no step
+		}
 		if gain := uint64(n) * uint64(age); gain > most {
 			early, back, most = n, age, gain
 		}

@@ -26,7 +26,7 @@ func sprayKeys() (n, maxKeys int) {
 }
 
 // sprayBytesPerKey is the heap bound the spray holds the store to, per
-// tracked key, besides its debt memory (16 B a debt of Stats().DebtCapacity,
+// tracked key, besides its debt memory (8 B a word of Stats().DebtCapacity,
 // allocated once the store evicts live keys): the documented cost of a
 // tracked token bucket, about 50 B, with generous headroom. Exceeding it
 // means the bound on keys is not a bound on memory.
@@ -144,7 +144,7 @@ func TestKeySpray(t *testing.T) {
 			perKey := float64(after-before) / float64(st.Keys)
 			bound := sprayBytesPerKey
 			if st.EvictedLive > 0 {
-				bound += 16 * st.DebtCapacity / maxKeys
+				bound += 8 * st.DebtCapacity / maxKeys
 			}
 			if tc.wantKeys < 0 && perKey > float64(bound) {
 				t.Errorf("heap grew %d B for %d keys (%.0f B/key), bound %d B/key", after-before, st.Keys, perKey, bound)
@@ -391,8 +391,11 @@ func TestSprayDailyReward(t *testing.T) {
 //
 // It runs m = 2, 4, 8, 16 and 32 with the default (keep every limit) and
 // m = 16 and 32 with WithForgetOverflow, on every algorithm, and bounds
-// the default: at most 0.1 % of fresh keys denied up to m = 4, 1 % up to
-// m = 8, and never a victim freed. The figures are logged:
+// the default: no debt merged (every one kept an entry of its own, exact
+// or rounded up) up to m = 8, at most 0.1 % of fresh keys denied up to
+// m = 4 (a fresh key whose 24-bit fingerprint meets a rounded entry's in
+// its buckets starts from that debt), 1 % up to m = 8, and never a victim
+// freed. The figures are logged:
 //
 //	go test -run TestSprayPrice -v .
 func TestSprayPrice(t *testing.T) {
@@ -416,13 +419,22 @@ func TestSprayPrice(t *testing.T) {
 						"debt memory %3.0f B per key of MaxKeys; %+v",
 						m, c.name, 100*p.reported, 100*p.requested, p.freed, p.victims, p.debtBytes, p.stats)
 					if c.opts != nil {
-						if p.reported != 0 || p.requested != 0 {
-							t.Errorf("WithForgetOverflow denied fresh keys: %.3f %%", 100*p.reported)
+						// A fresh key is charged for another's debt only
+						// when its 28-bit fingerprint meets a rounded
+						// entry's in its two buckets: about 6 in 100
+						// million on a full memory, so one report in the
+						// 100,000 in about one run of 30 (6 cases).
+						if p.reported > 1e-5 || p.requested != 0 {
+							t.Errorf("WithForgetOverflow denied fresh keys: %.3f %% of reports, %.1f %% of requests", 100*p.reported, 100*p.requested)
 						}
 						return
 					}
 					if p.freed != 0 {
 						t.Errorf("%d victims freed early: the spray bought a reset", p.freed)
+					}
+					if m <= 8 && p.stats.Merged != 0 {
+						t.Errorf("after a %d × MaxKeys spray, %d debts lost their own entry (Merged): the default memory keeps one each up to 8 ×: %+v",
+							m, p.stats.Merged, p.stats)
 					}
 					bound := map[int]float64{2: 0.001, 4: 0.001, 8: 0.01}[m]
 					if bound > 0 && (p.reported > bound || p.requested > bound+0.005) {
@@ -463,7 +475,7 @@ func measureSprayPrice(t *testing.T, build func(floodgate.Rate, ...floodgate.Opt
 	spray(t, lim, rate.Limit, "x", m*maxKeys, func() {})
 	var p sprayPrice
 	p.stats = lim.Stats()
-	p.debtBytes = float64(16*p.stats.DebtCapacity) / float64(maxKeys) // 16 B a debt: BenchmarkDebtMemory
+	p.debtBytes = float64(8*p.stats.DebtCapacity) / float64(maxKeys) // 8 B a word: BenchmarkDebtMemory
 	if p.stats.EvictedLive < uint64((m-1)*maxKeys) {
 		t.Fatalf("the spray evicted too few live keys: %+v", p.stats)
 	}

@@ -31,10 +31,12 @@ type Stats struct {
 	// new clients whose place in it is bound by debts merged there.
 	Restored uint64
 	// DebtCapacity is how many debts the debt memory holds, each in an
-	// entry of its own (WithDebtMemory; 0 with WithForgetEvicted). Up to
-	// about that many live evictions of distinct keys whose debts still
-	// run, no key is charged for another's debt. The memory is allocated
-	// by each shard at its first live eviction.
+	// entry of its own (WithDebtMemory; 0 with WithForgetEvicted): its
+	// words, one a debt rounded up under pressure, two a debt kept
+	// exactly while half of them or fewer are taken. Up to about that
+	// many live evictions of distinct keys whose debts still run, no key
+	// is charged for another's debt. The memory is allocated by each
+	// shard at its first live eviction.
 	DebtCapacity int
 	// Merged counts debts that found no entry of their own in the full
 	// debt memory and were merged into a bound shared with the other keys
@@ -438,7 +440,7 @@ func (sh *shard[S, A]) owed(h uint64, now int64, track bool) debt {
 	}
 	f := sh.debts.find(h, now)
 	v := f.owed(now)
-	if track && f.own != nil {
+	if track && f.own != nil && !f.rounded { // a rounded entry stays (see debts)
 		sh.debts.put(h, debt{}, now)
 	}
 	return v
@@ -664,7 +666,7 @@ func (s *store[S, A]) stats() Stats {
 		}
 		sh.mu.Unlock()
 		if s.debtsPerKey > 0 {
-			st.DebtCapacity += debtBuckets(sh.share, s.debtsPerKey) * debtWays
+			st.DebtCapacity += debtBuckets(sh.share, s.debtsPerKey) * debtWords
 		}
 	}
 	return st
@@ -684,11 +686,26 @@ func (s *store[S, A]) remember(sh *shard[S, A], h uint64, v debt, now int64) {
 }
 
 // debtBuckets returns the buckets of the debt memory of a shard of size
-// keys: perKey debts per key, and three standard deviations more, since a
-// spray of random keys gives each shard a Poisson share of the debts: 2 %
-// more for a shard of 4,096 keys (the default store), 12 % for one of 128.
+// keys: perKey words per key, and more only for a small shard. A spray
+// of random keys gives each shard a Poisson share of the debts; a spray
+// of eight times the bound fills the default memory to about seven
+// eighths of its words (one per debt, rounded up under pressure: see
+// debts), so the eighth left over covers three standard deviations of a
+// shard's share once it has 576 words (72 keys at the default), and a
+// smaller shard gets the difference. A memory of more than 32 KiB is
+// allocated in whole pages of 8 KiB (Go's allocator rounds a large
+// object up to them): it is rounded down to them, so that it costs no
+// more than perKey words a key (a shard of 6,250 keys, in the default
+// 100,000-key store, holds 7.86 words a key).
 func debtBuckets(size, perKey int) int {
 	n := size * perKey
-	n += 3 * int(math.Sqrt(float64(n))+1)
-	return (n + debtWays - 1) / debtWays
+	if slack := 3*math.Sqrt(float64(n)) - float64(n)/8; slack > 0 {
+		n += int(slack) + 1
+	}
+	const page, large = 8 << 10 / (8 * debtWords), 32 << 10 / (8 * debtWords) // in buckets
+	b := (n + debtWords - 1) / debtWords
+	if b > large {
+		b = b / page * page
+	}
+	return b
 }

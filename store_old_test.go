@@ -415,7 +415,7 @@ func (s *oldStore[S, A]) stats() Stats {
 		}
 		sh.mu.Unlock()
 		if s.debtsPerKey > 0 {
-			st.DebtCapacity += debtBuckets(sh.size, s.debtsPerKey) * debtWays
+			st.DebtCapacity += debtBuckets(sh.size, s.debtsPerKey) * debtWords
 		}
 	}
 	return st

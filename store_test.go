@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"math/rand"
 	"strings"
 	"sync"
@@ -137,7 +138,8 @@ func TestStoreIntervalFreshness(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.AllowN(ctx, "c", 1)
 	require.NoError(t, err)
-	assert.Equal(t, Stats{Keys: 2, MaxKeys: 2, EvictedIdle: 1, DebtCapacity: debtCapacity(2, 1)}, b.Stats())
+	// An interval bucket's debts are kept exactly: twice the words.
+	assert.Equal(t, Stats{Keys: 2, MaxKeys: 2, EvictedIdle: 1, DebtCapacity: debtBuckets(2, 2*DefaultDebtsPerKey) * debtWords}, b.Stats())
 }
 
 func TestStoreKeyTooLong(t *testing.T) {
@@ -276,7 +278,20 @@ func TestStoreEvictionAllocations(t *testing.T) {
 // debtCapacity is Stats().DebtCapacity by default for maxKeys keys in
 // shards shards of equal size.
 func debtCapacity(maxKeys, shards int) int {
-	return shards * debtBuckets(maxKeys/shards, DefaultDebtsPerKey) * debtWays
+	return shards * debtBuckets(maxKeys/shards, DefaultDebtsPerKey) * debtWords
+}
+
+// roundTrip returns v as the debt memory gives it back from a rounded
+// entry written when its base was base (see debts): never less.
+func roundTrip(t testing.TB, v debt, base int64) debt {
+	t.Helper()
+	d := newDebts(1, false, 1)
+	d.base = base
+	w, ok := d.roundedWord(debtItem{fp: 1 << 12, v: debt{at: v.at, amt: v.amt}})
+	require.True(t, ok, "%+v from base %d", v, base)
+	r := d.roundedItem(w).v
+	require.True(t, r.shared && r.at >= v.at && r.amt >= v.amt, "%+v rounded to %+v", v, r)
+	return r
 }
 
 // inspect calls f with key's tracked state (nil if the key is not
@@ -300,12 +315,13 @@ func (s *store[S, A]) inspect(t testing.TB, key string, f func(st *S, now int64)
 }
 
 // TestDebtsTable walks the debt memory through its cases on a table of
-// two buckets (eight entries): own entries kept exactly and replaced, not
-// merged; entries moved between buckets to make room; a full table
-// merging the debt that ends soonest into a shared bound that binds
-// strangers but not keys with entries of their own; a shield that keeps a
-// key free of that bound; entries freed when they run out; and the
-// forgetting variant.
+// two buckets (sixteen words): own entries kept exactly and replaced, not
+// merged, while they fit two words each; entries moved between buckets to
+// make room; debts rounded up into one word each under pressure, never
+// down, and a rounded entry never lowered; a full table merging the debt
+// that ends soonest into a shared bound that binds strangers but not
+// keys with entries of their own; a shield that keeps a key free of that
+// bound; entries freed when they run out; and the forgetting variant.
 func TestDebtsTable(t *testing.T) {
 	keys := func(n int) []uint64 { // distinct hashes
 		hs := make([]uint64, n)
@@ -315,6 +331,9 @@ func TestDebtsTable(t *testing.T) {
 		return hs
 	}
 	owed := func(d *debts, h uint64, now int64) debt { return d.find(h, now).owed(now) }
+	// The coarsest rounding of the times below (within 10 s of the base).
+	tick := int64(1) << (bits.Len64(uint64(10*time.Second)) - rtQBits + 1)
+	const s = int64(time.Second)
 
 	t.Run("exact and replaced", func(t *testing.T) {
 		d := newDebts(2, false, 1)
@@ -325,7 +344,7 @@ func TestDebtsTable(t *testing.T) {
 		for i, h := range hs {
 			assert.Equal(t, debt{at: int64(100 + i), amt: uint32(i + 1)}, owed(d, h, 0), "key %d", i)
 		}
-		assert.Zero(t, d.merged, "eight debts fit eight entries: they move to make room")
+		assert.Zero(t, d.merged, "eight debts fit eight exact entries: they move to make room")
 		d.put(hs[3], debt{at: 50, amt: 1}, 0) // a later, smaller state of the same key replaces its entry
 		assert.Equal(t, debt{at: 50, amt: 1}, owed(d, hs[3], 0))
 		d.put(hs[3], debt{}, 0) // owes nothing: the entry is freed
@@ -333,37 +352,109 @@ func TestDebtsTable(t *testing.T) {
 		assert.Equal(t, debt{}, owed(d, keys(9)[8], 0), "a stranger owes nothing while nothing overflowed")
 	})
 
+	t.Run("rounded under pressure", func(t *testing.T) {
+		d := newDebts(2, false, 1)
+		hs := keys(17)
+		for i, h := range hs[:16] {
+			d.put(h, debt{at: s + int64(i)*1_000_003, amt: uint32(1000 + 97*i)}, 0)
+		}
+		assert.Zero(t, d.merged, "sixteen debts fit sixteen words")
+		for i, h := range hs[:16] {
+			want := debt{at: s + int64(i)*1_000_003, amt: uint32(1000 + 97*i)}
+			v := owed(d, h, 0)
+			require.True(t, v.shared, "key %d: sixteen debts in sixteen words are all rounded: %+v", i, v)
+			require.GreaterOrEqual(t, v.at, want.at, "key %d: rounded down", i)
+			require.Less(t, v.at, want.at+tick, "key %d: rounded up by a tick or more", i)
+			require.GreaterOrEqual(t, v.amt, want.amt, "key %d: amount rounded down", i)
+			require.LessOrEqual(t, v.amt-want.amt, want.amt>>rAmtMant, "key %d: amount rounded up by more than 2^-10", i)
+		}
+		assert.Equal(t, debt{}, owed(d, hs[16], 0), "a stranger owes nothing while nothing overflowed")
+
+		// A rounded entry is raised, never lowered: a smaller debt of its
+		// key (a refund) or one that owes nothing (the key tracked again)
+		// leaves it; a larger one raises it.
+		before := owed(d, hs[5], 0)
+		d.put(hs[5], debt{at: s, amt: 1}, 0)
+		d.put(hs[5], debt{}, 0)
+		assert.Equal(t, before, owed(d, hs[5], 0))
+		d.put(hs[5], debt{at: 3 * s, amt: 1}, 0)
+		v := owed(d, hs[5], 0)
+		assert.True(t, v.at >= 3*s && v.amt >= before.amt, "raised to %+v", v)
+		// Reset frees it, for good.
+		d.reset(hs[5], 0)
+		assert.Equal(t, debt{}, owed(d, hs[5], 0))
+		assert.Equal(t, debt{}, owed(d, hs[5], 2*s))
+		assert.Zero(t, d.merged)
+	})
+
+	t.Run("rounding stays close as time goes on", func(t *testing.T) {
+		// The base follows the writes, so that a debt written long after
+		// the first is rounded by its own remaining time and a second,
+		// not by the table's age; and moving the base leaves a rounded
+		// time as it was.
+		d := newDebts(1, false, 1)
+		now := int64(0)
+		for i := range 40 {
+			now += 37 * s
+			d.rebase(now)
+			want := debt{at: now + 5*s, amt: 3}
+			w, ok := d.roundedWord(debtItem{fp: 1 << 12, v: want})
+			require.True(t, ok)
+			v := d.roundedItem(w).v
+			require.GreaterOrEqual(t, v.at, want.at, "write %d", i)
+			require.Less(t, v.at-want.at, int64(1)<<(bits.Len64(uint64(6*s))-rtQBits+1), "write %d: rounded by %d ns", i, v.at-want.at)
+		}
+		d = newDebts(1, false, 1)
+		d.rebase(0)
+		w, ok := d.roundedWord(debtItem{fp: 1 << 12, v: debt{at: 1000*s + 12345, amt: 3}})
+		require.True(t, ok)
+		d.buckets[0][1] = w
+		at := d.roundedAt(w)
+		for now := int64(0); now < 999*s; now += 2 * s {
+			d.rebase(now)
+			require.Equal(t, at, d.roundedAt(d.buckets[0][1]), "after moving the base to %d", now)
+		}
+	})
+
 	t.Run("overflow merges the soonest", func(t *testing.T) {
 		d := newDebts(2, false, 1)
-		hs := keys(12)
-		for i, h := range hs[:8] {
-			d.put(h, debt{at: int64(1000 + 100*i), amt: 5}, 0)
+		hs := keys(20)
+		for i, h := range hs[:16] {
+			d.put(h, debt{at: s + int64(i)*s/10, amt: 5}, 0)
 		}
-		d.put(hs[8], debt{at: 5000, amt: 7}, 0) // no room anywhere: the soonest debts merge
+		require.Zero(t, d.merged)
+		d.put(hs[16], debt{at: 5 * s, amt: 7}, 0) // no room anywhere: the soonest debts merge
 		require.Positive(t, d.merged)
-		assert.Equal(t, debt{at: 5000, amt: 7}, owed(d, hs[8], 0), "the newcomer ends last: it keeps an entry")
-		stranger := hs[11]
-		got := owed(d, stranger, 0)
-		assert.True(t, got.owes(0), "a stranger of a bucket with a bound starts from it")
-		assert.LessOrEqual(t, got.at, int64(1700), "the bound is the soonest debts' maximum")
+		v := owed(d, hs[16], 0)
+		assert.True(t, v.at >= 5*s && v.at < 5*s+tick && v.amt == 7, "the newcomer ends last: it keeps an entry: %+v", v)
+		stranger, bound := uint64(0), 0
+		for _, h := range keys(60)[20:] {
+			if got := owed(d, h, 0); got.owes(0) {
+				assert.Less(t, got.at, s+16*s/10, "the bound is the soonest debts' maximum")
+				stranger = h
+				bound++
+			}
+		}
+		require.Positive(t, bound, "a stranger of a bucket with a bound starts from it")
 		kept := 0
-		for i, h := range hs[:8] {
+		for i, h := range hs[:16] {
+			want := debt{at: s + int64(i)*s/10, amt: 5}
 			v := owed(d, h, 0)
-			require.GreaterOrEqual(t, v.at, int64(1000+100*i), "key %d: a debt is never lowered", i)
-			require.GreaterOrEqual(t, v.amt, uint32(5), "key %d", i)
-			if v == (debt{at: int64(1000 + 100*i), amt: 5}) {
+			require.GreaterOrEqual(t, v.at, want.at, "key %d: a debt is never lowered", i)
+			require.GreaterOrEqual(t, v.amt, want.amt, "key %d", i)
+			if v.at < want.at+tick && v.amt == want.amt {
 				kept++
 			}
 		}
-		assert.GreaterOrEqual(t, kept, 5, "keys with entries of their own owe exactly their debt")
+		assert.GreaterOrEqual(t, kept, 16-int(d.merged), "keys with entries of their own owe their debt")
 
 		// A shield frees a key from the bound, until the bound ends.
 		d.put(stranger, debt{}, 0)
 		assert.Equal(t, debt{}, owed(d, stranger, 0))
-		// Everything ends by 5000: entries and bounds are free again.
-		assert.Equal(t, debt{}, owed(d, hs[11], 5000))
-		d.put(hs[9], debt{at: 9000, amt: 1}, 5000)
-		assert.Equal(t, debt{at: 9000, amt: 1}, owed(d, hs[9], 5000))
+		// Everything ends by 6 s: entries and bounds are free again.
+		assert.Equal(t, debt{}, owed(d, stranger, 6*s))
+		d.put(hs[17], debt{at: 9 * s, amt: 1}, 6*s)
+		assert.Equal(t, debt{at: 9 * s, amt: 1}, owed(d, hs[17], 6*s))
 	})
 
 	// Issue 29, item 13: a reset key keeps its shield through any number
@@ -371,18 +462,18 @@ func TestDebtsTable(t *testing.T) {
 	// keep a shield.
 	t.Run("shields and debts", func(t *testing.T) {
 		d := newDebts(2, false, 1)
-		hs := keys(40)
-		d.put(hs[0], debt{at: 10_000, amt: 5}, 0) // the memory holds a running debt
+		hs := keys(60)
+		d.put(hs[0], debt{at: 10 * s, amt: 5}, 0) // the memory holds a running debt
 		for _, h := range hs[1:4] {
 			d.reset(h, 0) // reset keys that had no entry: shielded all the same
 		}
 		for i, h := range hs[4:] {
-			d.put(h, debt{at: int64(2000 + i), amt: 5}, 0)
+			d.put(h, debt{at: 2*s + int64(i), amt: 5}, 0)
 		}
 		require.Positive(t, d.merged)
 		for i, h := range hs[1:4] {
 			assert.Equal(t, debt{}, owed(d, h, 0), "reset key %d was bound again by the debts that came after", i)
-			assert.Equal(t, debt{}, owed(d, h, 9_999), "reset key %d, until the last debt that was running at the reset ends", i)
+			assert.Equal(t, debt{}, owed(d, h, 10*s-1), "reset key %d, until the last debt that was running at the reset ends", i)
 		}
 		for i, h := range append(hs[:1:1], hs[4:]...) {
 			v := owed(d, h, 0)
@@ -393,41 +484,46 @@ func TestDebtsTable(t *testing.T) {
 		// A table of nothing but shields still forgets no debt: one
 		// shield gives way.
 		d = newDebts(2, false, 1)
-		d.put(hs[0], debt{at: 10_000, amt: 5}, 0)
-		for _, h := range hs[:8] {
+		d.put(hs[0], debt{at: 10 * s, amt: 5}, 0)
+		for _, h := range hs[:16] {
 			d.reset(h, 0)
 		}
-		d.put(hs[8], debt{at: 3000, amt: 2}, 0)
-		v := owed(d, hs[8], 0)
-		assert.True(t, v.at >= 3000 && v.amt >= 2, "a debt was dropped to keep the shields: %+v", v)
-		shields := 0
-		for _, b := range d.buckets {
-			for _, e := range b {
-				if e.marker() {
-					shields++
-				}
+		shields := func() int {
+			n := 0
+			for b := range d.buckets {
+				d.entries(&d.buckets[b], func(_ int, it debtItem) {
+					if it.marker() {
+						n++
+					}
+				})
 			}
+			return n
 		}
-		assert.Equal(t, 7, shields, "one shield gives way, and only one")
+		require.Equal(t, 16, shields(), "sixteen shields in sixteen words")
+		d.put(hs[16], debt{at: 3 * s, amt: 2}, 0)
+		v := owed(d, hs[16], 0)
+		assert.True(t, v.at >= 3*s && v.amt >= 2, "a debt was dropped to keep the shields: %+v", v)
+		assert.Equal(t, 15, shields(), "one shield gives way, and only one")
 		assert.Zero(t, d.forgotten)
 	})
 
 	t.Run("forget", func(t *testing.T) {
 		d := newDebts(2, true, 1)
-		hs := keys(10)
-		for i, h := range hs[:9] {
-			d.put(h, debt{at: int64(1000 + 100*i), amt: 5}, 0)
+		hs := keys(18)
+		for i, h := range hs[:17] {
+			d.put(h, debt{at: s + int64(i)*s/10, amt: 5}, 0)
 		}
 		assert.Zero(t, d.merged)
 		assert.Equal(t, uint64(1), d.forgotten)
-		assert.Equal(t, debt{}, owed(d, hs[9], 0), "a stranger never waits")
+		assert.Equal(t, debt{}, owed(d, hs[17], 0), "a stranger never waits")
 		free := 0
-		for i, h := range hs[:9] {
-			switch v := owed(d, h, 0); v {
-			case debt{}:
+		for i, h := range hs[:17] {
+			want := debt{at: s + int64(i)*s/10, amt: 5}
+			switch v := owed(d, h, 0); {
+			case v == debt{}:
 				free++
 			default:
-				assert.Equal(t, debt{at: int64(1000 + 100*i), amt: 5}, v, "key %d", i)
+				assert.True(t, v.at >= want.at && v.at < want.at+tick && v.amt == 5, "key %d: %+v", i, v)
 			}
 		}
 		assert.Equal(t, 1, free, "one debt, the soonest of its bucket, was forgotten")
@@ -628,9 +724,12 @@ func TestStoreTableGrows(t *testing.T) {
 // algorithm: a state restored from its own debt owes the same debt, and at
 // no time from now on does it leave more room than the state it was taken
 // from (for a token bucket and a sliding counter it decides exactly as
-// that state); and a state restored from the elementwise maximum of two
-// debts, a shared bound, leaves no more room than either state. Random
-// histories give the states.
+// that state); a state restored from the debt rounded up, as the memory
+// keeps it under pressure, leaves no more room either; and a state
+// restored from the elementwise maximum of two debts, a shared bound,
+// rounded or not, leaves no more room than either state. Random
+// histories give the states, at limits whose amounts the memory keeps
+// exactly (5) and rounds (3,000).
 func TestRestoreDominates(t *testing.T) {
 	type probe func(now int64, n int) (allowed bool, remaining int)
 	type kind struct {
@@ -685,67 +784,67 @@ func TestRestoreDominates(t *testing.T) {
 			return now, p(real), b.cur.Load().debt(&real, now), restored, b.cur.Load().burst
 		}})
 	}
-	kinds = append(kinds, kind{"SlidingCounter", true, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
-		r := Rate{5, 10 * time.Second}
-		sc, err := NewSlidingCounter(r, WithClock(clk.now))
-		require.NoError(t, err)
-		now := history(rng, sc, clk, r.Period, r.Limit)
-		var real scState
-		sc.store.inspect(t, "k", func(st *scState, _ int64) { real = *st })
-		p := func(st0 scState) probe {
-			return func(now int64, n int) (bool, int) {
-				st := st0
-				var d Decision
-				sc.cur.Load().decide(&d, &st, now, n)
-				return d.Allowed, d.Remaining
+	for _, r := range []Rate{{5, 10 * time.Second}, {3000, 10 * time.Second}} {
+		kinds = append(kinds, kind{fmt.Sprint("SlidingCounter/", r.Limit), true, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
+			sc, err := NewSlidingCounter(r, WithClock(clk.now))
+			require.NoError(t, err)
+			now := history(rng, sc, clk, r.Period, r.Limit)
+			var real scState
+			sc.store.inspect(t, "k", func(st *scState, _ int64) { real = *st })
+			p := func(st0 scState) probe {
+				return func(now int64, n int) (bool, int) {
+					st := st0
+					var d Decision
+					sc.cur.Load().decide(&d, &st, now, n)
+					return d.Allowed, d.Remaining
+				}
 			}
-		}
-		restored := func(v debt, now int64) probe {
-			var st scState
-			sc.cur.Load().restore(&st, v, now)
-			if !v.shared {
-				require.Equal(t, v, sc.cur.Load().debt(&st, now), "the restored state owes its debt")
+			restored := func(v debt, now int64) probe {
+				var st scState
+				sc.cur.Load().restore(&st, v, now)
+				if !v.shared {
+					require.Equal(t, v, sc.cur.Load().debt(&st, now), "the restored state owes its debt")
+				}
+				return p(st)
 			}
-			return p(st)
-		}
-		return now, p(real), sc.cur.Load().debt(&real, now), restored, r.Limit
-	}})
-	kinds = append(kinds, kind{"SlidingLog", false, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
-		r := Rate{5, 10 * time.Second}
-		l, err := NewSlidingLog(r, WithClock(clk.now))
-		require.NoError(t, err)
-		now := history(rng, l, clk, r.Period, r.Limit)
-		var real slState
-		l.store.inspect(t, "k", func(st *slState, _ int64) {
-			real = *st
-			real.ring = append([]slEntry(nil), st.ring...)
-		})
-		p := func(st slState) probe {
-			return func(now int64, n int) (bool, int) {
-				st := st
-				st.ring = append([]slEntry(nil), st.ring...)
-				var d Decision
-				l.cur.Load().decide(&d, &st, now, n)
-				return d.Allowed, d.Remaining
+			return now, p(real), sc.cur.Load().debt(&real, now), restored, r.Limit
+		}})
+		kinds = append(kinds, kind{fmt.Sprint("SlidingLog/", r.Limit), false, func(rng *rand.Rand, clk *slClock) (int64, probe, debt, func(debt, int64) probe, int) {
+			l, err := NewSlidingLog(r, WithClock(clk.now))
+			require.NoError(t, err)
+			now := history(rng, l, clk, r.Period, r.Limit)
+			var real slState
+			l.store.inspect(t, "k", func(st *slState, _ int64) {
+				real = *st
+				real.ring = append([]slEntry(nil), st.ring...)
+			})
+			p := func(st slState) probe {
+				return func(now int64, n int) (bool, int) {
+					st := st
+					st.ring = append([]slEntry(nil), st.ring...)
+					var d Decision
+					l.cur.Load().decide(&d, &st, now, n)
+					return d.Allowed, d.Remaining
+				}
 			}
-		}
-		restored := func(v debt, now int64) probe {
-			var st slState
-			l.cur.Load().restore(&st, v, now)
-			if !v.shared {
-				require.Equal(t, v, l.cur.Load().debt(&st, now), "the restored state owes its debt")
+			restored := func(v debt, now int64) probe {
+				var st slState
+				l.cur.Load().restore(&st, v, now)
+				if !v.shared {
+					require.Equal(t, v, l.cur.Load().debt(&st, now), "the restored state owes its debt")
+				}
+				return p(st)
 			}
-			return p(st)
-		}
-		v := l.cur.Load().debt(&slState{ring: append([]slEntry(nil), real.ring...), era: real.era, head: real.head, count: real.count, low: real.low}, now)
-		return now, p(real), v, restored, r.Limit
-	}})
+			v := l.cur.Load().debt(&slState{ring: append([]slEntry(nil), real.ring...), era: real.era, head: real.head, count: real.count, low: real.low}, now)
+			return now, p(real), v, restored, r.Limit
+		}})
+	}
 	// dominated fails if the probe sub allows, or reports more room, where
 	// sup does not, at any time from now to past the end of v.
 	dominated := func(t *testing.T, rng *rand.Rand, now int64, v debt, sub, sup probe, capacity int, exact bool) {
 		t.Helper()
 		for t0 := now; t0 <= v.at+1; t0 += 1 + rng.Int63n((v.at-now)/8+1) {
-			for n := 0; n <= capacity; n++ {
+			for n := 0; n <= capacity; n += 1 + capacity/64 {
 				ra, rr := sup(t0, n)
 				sa, sr := sub(t0, n)
 				// Remaining is compared on reports (n == 0): after an
@@ -769,12 +868,22 @@ func TestRestoreDominates(t *testing.T) {
 				}
 				checked++
 				dominated(t, rng, now, v, restored(v, now), real, capacity, k.exact)
+				// The debt rounded up, as the memory keeps it under
+				// pressure, from a base up to a second old (its finest
+				// ticks) or far older (coarse ones): no more room either.
+				for _, age := range []int64{rng.Int63n(rebaseAfter), rng.Int63n(1 << 42)} {
+					r := roundTrip(t, v, now-age)
+					dominated(t, rng, now, r, restored(r, now), real, capacity, false)
+				}
 				// Two histories on the same timeline: their debts' maximum
-				// bounds both from the later of their times.
+				// bounds both from the later of their times, rounded too.
 				if later := max(now, now2); w.owes(later) && v.owes(later) {
 					m := v.max(w)
 					dominated(t, rng, later, m, restored(m, later), real, capacity, false)
 					dominated(t, rng, later, m, restored(m, later), other, capacity, false)
+					r := roundTrip(t, m, later-rng.Int63n(1<<36))
+					dominated(t, rng, later, r, restored(r, later), real, capacity, false)
+					dominated(t, rng, later, r, restored(r, later), other, capacity, false)
 				}
 			}
 			require.Greater(t, checked, 100)

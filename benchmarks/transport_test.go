@@ -62,12 +62,22 @@ var grpcQuotaOnAllowed = []grpclimit.Option{grpclimit.WithQuotaOnAllowed()}
 //     and with v0.1's grpclimit (a fake *http.Request per call); net/http
 //     bare and with the middleware. Each case reports, over its bare
 //     server, the median of the rounds' differences in CPU time per call
-//     (client and server) and the allocations per call.
+//     (client and server) and the allocations per call;
+//   - e2e-saturated/grpc: the gRPC servers of e2e/grpc called by 32
+//     goroutines at once over each one's connection, so that both cores
+//     stay busy (serial calls leave them idle between a call and its
+//     answer, and on an idle machine the runtime's spinning there
+//     outweighs the adapter by an order of magnitude), in batches of
+//     1,000 calls, each case's between two of the bare server's and set
+//     against their mean, in a new random order each round
+//     (interleave.RunSaturated). Run it with -benchtime 64000x or more
+//     (64 rounds).
 func BenchmarkTransport(b *testing.B) {
 	b.Run("direct/grpc", benchGRPCDirect)
 	b.Run("direct/http", benchHTTPDirect)
 	b.Run("e2e/grpc", benchGRPCEndToEnd)
 	b.Run("e2e/http", benchHTTPEndToEnd)
+	b.Run("e2e-saturated/grpc", benchGRPCSaturated)
 }
 
 func newLimiter(b *testing.B, r floodgate.Rate) *floodgate.TokenBucket {
@@ -201,6 +211,29 @@ func (emptyService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, er
 }
 
 func benchGRPCEndToEnd(b *testing.B) {
+	interleave.Bench(b, grpcEndToEndCases(b), 100)
+}
+
+// saturatedCallers and saturatedBatch are how e2e-saturated calls each
+// server: 32 calls in flight on its connection are many times what 2
+// cores can serve at once (base-cores says whether they kept them
+// busy); a batch of 1,000 makes its ends, where fewer calls are in
+// flight, a small part.
+const (
+	saturatedCallers = 32
+	saturatedBatch   = 1000
+)
+
+func benchGRPCSaturated(b *testing.B) {
+	interleave.BenchSaturated(b, grpcEndToEndCases(b), saturatedBatch, saturatedCallers)
+}
+
+// grpcEndToEndCases serves EmptyCall bare, with an interceptor that only
+// calls the handler, with grpclimit in each mode under each quota and
+// with v0.1's grpclimit, each on a port of its own, and returns a call
+// of a connected client for each; the calls may be made from many
+// goroutines at once.
+func grpcEndToEndCases(b *testing.B) []interleave.Case {
 	cases := []struct {
 		name  string
 		unary grpc.UnaryServerInterceptor
@@ -245,7 +278,7 @@ func benchGRPCEndToEnd(b *testing.B) {
 			return err
 		}})
 	}
-	interleave.Bench(b, calls, 100)
+	return calls
 }
 
 func benchHTTPEndToEnd(b *testing.B) {

@@ -474,6 +474,17 @@ func (r *run) checkLinearizable(recs []*crec, ticks []time.Duration) *failure {
 		if rec.noEffect && !(rec.eff == effAllow || rec.eff == effReserve) || rec.noEffect && !isCostError(rec.err) {
 			continue
 		}
+		if r.c.RateChangeOnNextDecision && rec.noEffect {
+			// A refused cost reads no state of its key, and an instance
+			// that learns a change of rate on its own (Redis) refuses it
+			// by the rate it last read, older or newer than the key's
+			// state: it orders nothing, and its Limit is checkRates' to
+			// judge.
+			if rec.d.Allowed || rec.n <= rec.d.Limit {
+				return &failure{kind: failLinear, msg: fmt.Sprintf("%v\nrefuses a cost its own Limit allows", rec)}
+			}
+			continue
+		}
 		k := r.partitionKey(rec)
 		parts[k] = append(parts[k], rec)
 	}

@@ -48,7 +48,7 @@
 //		redisstore.WithPrefix("fg:signup"))
 //
 // Both adapters group concurrent decisions into pipelines (group commit):
-// while one batch is in flight, new script calls queue, and when it
+// while two batches are in flight, new script calls queue, and when either
 // returns the queue goes out as the next batch. A lone caller sends at
 // once, with no timer and no added latency; under many callers one round
 // trip carries hundreds of decisions. The decisions of one algorithm in a

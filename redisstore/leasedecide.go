@@ -46,6 +46,9 @@ func (l *base) allowLeased(ctx context.Context, key string, n int) (floodgate.De
 		return l.reportLeased(ctx, key)
 	}
 	l.refreshLeased(ctx)
+	if err := checkCost(n, l.limit()); err != nil { // under the rate just read (checkCostNow)
+		return floodgate.Decision{Limit: l.limit()}, err
+	}
 	for first := true; ; first = false {
 		now, _, err := l.clock()
 		if err != nil {

@@ -50,10 +50,13 @@ import (
 // the script replies with the state, the instance converts it (with the
 // same arithmetic as in memory, internal/inherit) and decides again,
 // sending the state it saw and the converted one, which the script
-// writes if the state is still the one seen. A sliding log converts
-// itself in its script. A decision that meets a state of a newer version
-// is refused (its instance has not read the record yet): the instance
-// reads it and decides again. So no key, once decided under the new
+// writes if the state is still the one seen. A charge and a booking
+// convert so too, in their own scripts (chargeRated, and the booking
+// through evalRated); a refund has a report (a decision of cost 0)
+// convert the key first. A sliding log converts itself in its script.
+// A decision that meets a state of a newer version is refused (its
+// instance has not read the record yet): the instance reads it and
+// decides again. So no key, once decided under the new
 // rate, is ever decided under the old one again.
 //
 // How an emptied key keeps its version. A key's version lives in its
@@ -230,6 +233,22 @@ func (l *base) rateRead() (int64, bool) {
 	}
 	fresh := int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh)
 	return l.rates.view.Load().rec.v, fresh
+}
+
+// checkCostNow checks a decision's cost n against the capacity of the
+// rate the limiter decides under, and returns that capacity, the Limit to
+// answer an error with. Past the refresh interval that rate may be one
+// SetRate has since replaced: then only a negative n is refused here, and
+// the decision checks n against the rate it reads first (evalRated), so
+// that no call that starts after SetRate returned is judged by the rate
+// it replaced. Within the interval the check costs no round trip.
+func (l *base) checkCostNow(n int) (int, error) {
+	_, fresh := l.rateRead() // before the view: a fresh read adopted it first
+	limit := l.limit()
+	if !fresh && n >= 0 {
+		return limit, nil
+	}
+	return limit, checkCost(n, limit)
 }
 
 // readRate reads the record, unless (force false) another caller read it
@@ -588,8 +607,9 @@ func (l *base) refundRated(ctx context.Context, keys []string, now string,
 	return err
 }
 
-// repliedRated is refundRated returning the script's reply, for a charge
-// that reports what it could not charge.
+// repliedRated is refundRated returning the script's reply, for the
+// sliding log's charge, which converts a log in its own script and so
+// never meets a state to convert here.
 func (l *base) repliedRated(ctx context.Context, keys []string, now string,
 	build func(v *rateView) (*script, []string), eval evalFunc, key string,
 ) ([]int64, error) {
@@ -612,6 +632,26 @@ func (l *base) repliedRated(ctx context.Context, keys []string, now string,
 		}
 	}
 	return nil, errRateChurn
+}
+
+// chargeRated runs a charge script (build, convert: as a decision's, see
+// ratedScript) that replies want integers, and returns its reply. It
+// meets a change of rate as a decision does, converting a state of an
+// older version in its own round trip under the view it reads, never
+// through a decision under another. A charge always writes, and no
+// capacity refuses it: it runs as a decision of cost 1 that is always
+// allowed, so that a write the replicas did not acknowledge is an error
+// (replicated).
+func (l *base) chargeRated(ctx context.Context, keys []string, build func(v *rateView, conv conversion) (*script, []string),
+	convert func(v *rateView, st []int64, at convertAt) string, want int,
+) ([]int64, error) {
+	var reply []int64
+	_, err := l.evalRated(ctx, keys, 1, plainMode, ratedScript{build: build, convert: convert, want: want,
+		read: func(_ *rateView, r []int64, _ int) (floodgate.Decision, error) {
+			reply = r
+			return floodgate.Decision{Allowed: true}, nil
+		}})
+	return reply, err
 }
 
 // stateString returns the state a conversion reply carried (its numbers,
@@ -646,7 +686,7 @@ func splitState(st []int64) (body []int64, v int64, rate []int64) {
 
 // rateMet handles a reply of a script that met a state of another
 // version (see prelude_rate.lua) without converting it itself (the lease
-// and reserve scripts): for a newer one it reads the record again, for an
+// scripts): for a newer one it reads the record again, for an
 // older one it has a report decision (eval, of cost 0) convert it. It
 // reports whether the script should run again.
 func (l *base) rateMet(ctx context.Context, key, now string, r []int64, eval evalFunc) (bool, error) {

@@ -111,12 +111,11 @@ func (sc *SlidingCounter) Allow(ctx context.Context, key string) (floodgate.Deci
 // AllowN counts n events for key if the estimated count in the Period
 // ending now leaves room for them, and reports the decision either way;
 // n == 0 reports without counting. A cost above Rate.Limit returns
-// floodgate.ErrCostExceedsLimit without a round trip. Errors of the round
-// trip wrap ErrRedis (unless a fallback answered).
+// floodgate.ErrCostExceedsLimit, as TokenBucket.AllowN says. Errors of
+// the round trip wrap ErrRedis (unless a fallback answered).
 func (sc *SlidingCounter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	p := sc.params()
-	if err := checkCost(n, p.rate.Limit); err != nil {
-		return floodgate.Decision{Limit: p.rate.Limit}, err
+	if limit, err := sc.checkCostNow(n); err != nil {
+		return floodgate.Decision{Limit: limit}, err
 	}
 	if sc.lease != nil {
 		return sc.allowLeased(ctx, key, n)
@@ -182,13 +181,13 @@ func (sc *SlidingCounter) keys(key string) []string {
 // now, as how says (KeepUsed or ScaleUsed), as SetRate converts them.
 func (sc *SlidingCounter) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
 	m, err := planModeOf(how)
-	p := sc.params()
+	limit := sc.limit()
 	if err == nil {
-		err = checkCost(n, p.rate.Limit)
+		limit, err = sc.checkCostNow(n)
 	}
 	switch {
 	case err != nil:
-		return floodgate.Decision{Limit: p.rate.Limit}, err
+		return floodgate.Decision{Limit: limit}, err
 	case sc.lease != nil:
 		return sc.allowLeased(ctx, key, n)
 	case m == planScale:

@@ -104,13 +104,12 @@ func (l *SlidingLog) Allow(ctx context.Context, key string) (floodgate.Decision,
 
 // AllowN records n events for key if the window has room for all n, and
 // reports the decision either way; n == 0 reports without recording. A
-// cost above Rate.Limit returns floodgate.ErrCostExceedsLimit without a
-// round trip. Errors of the round trip wrap ErrRedis (unless a fallback
-// answered).
+// cost above Rate.Limit returns floodgate.ErrCostExceedsLimit, as
+// TokenBucket.AllowN says. Errors of the round trip wrap ErrRedis (unless
+// a fallback answered).
 func (l *SlidingLog) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	p := l.params()
-	if err := checkCost(n, p.rate.Limit); err != nil {
-		return floodgate.Decision{Limit: p.rate.Limit}, err
+	if limit, err := l.checkCostNow(n); err != nil {
+		return floodgate.Decision{Limit: limit}, err
 	}
 	return l.decide(ctx, key, n, l.eval)
 }
@@ -194,13 +193,13 @@ func logRateArgs(v *rateView) []string {
 // converts it.
 func (l *SlidingLog) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
 	m, err := planModeOf(how)
-	p := l.params()
+	limit := l.limit()
 	if err == nil {
-		err = checkCost(n, p.rate.Limit)
+		limit, err = l.checkCostNow(n)
 	}
 	switch {
 	case err != nil:
-		return floodgate.Decision{Limit: p.rate.Limit}, err
+		return floodgate.Decision{Limit: limit}, err
 	case m == planScale:
 		return l.decide(ctx, key, n, l.evalPlanScale)
 	}

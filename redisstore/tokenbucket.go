@@ -167,12 +167,13 @@ func (b *TokenBucket) Allow(ctx context.Context, key string) (floodgate.Decision
 
 // AllowN takes n tokens from key's bucket if it holds n, and reports the
 // decision either way; n == 0 reports without taking. A cost above the
-// burst returns floodgate.ErrCostExceedsLimit without a round trip. Errors
-// of the round trip wrap ErrRedis (unless a fallback answered).
+// burst returns floodgate.ErrCostExceedsLimit, without a round trip while
+// the rate was read within the refresh interval (WithRateRefresh), else
+// under the rate the decision reads first. Errors of the round trip wrap
+// ErrRedis (unless a fallback answered).
 func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	p := b.params()
-	if err := checkCost(n, p.burst); err != nil {
-		return floodgate.Decision{Limit: p.burst}, err
+	if limit, err := b.checkCostNow(n); err != nil {
+		return floodgate.Decision{Limit: limit}, err
 	}
 	if b.lease != nil {
 		return b.allowLeased(ctx, key, n)
@@ -293,13 +294,13 @@ func (b *TokenBucket) key(key string) string {
 // is AllowN: the leased bucket is read under the new plan as it stands.
 func (b *TokenBucket) AllowPlanN(ctx context.Context, key string, n int, how floodgate.Inherit) (floodgate.Decision, error) {
 	m, err := planModeOf(how)
-	p := b.params()
+	limit := b.limit()
 	if err == nil {
-		err = checkCost(n, p.burst)
+		limit, err = b.checkCostNow(n)
 	}
 	switch {
 	case err != nil:
-		return floodgate.Decision{Limit: p.burst}, err
+		return floodgate.Decision{Limit: limit}, err
 	case b.lease != nil:
 		return b.allowLeased(ctx, key, n)
 	case m == planScale:

@@ -67,7 +67,8 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 	}
 	var capped bool
 	err := b.refund(ctx, key, func(ctx context.Context, now string) error {
-		r, err := b.repliedRated(ctx, []string{b.key(key)}, now, func(v *rateView) (*script, []string) {
+		// Two replies of as many integers: {owed, capped}, {used, capped}.
+		r, err := b.chargeRated(ctx, []string{b.key(key)}, func(v *rateView, conv conversion) (*script, []string) {
 			p := v.alg.(*tbParams)
 			c := debtcap.New(b.debt.PerCall, b.debt.Total, p.rate.Limit, p.rate.Period, p.burst)
 			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
@@ -75,7 +76,7 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 			if b.interval {
 				most := min(p.maxUsed(), int64(p.burst)+int64(min(c.Total, 1<<61)))
 				return intervalChargeScript, []string{now, strconv.Itoa(m), p.limitArg, p.periodArg,
-					strconv.FormatInt(most, 10), v.minTTL, v.ver, v.suffix}
+					strconv.FormatInt(most, 10), v.minTTL, v.ver, conv.suffix, conv.expect, conv.with}
 			}
 			// How far past now the debt may reach, in µs: the same bound
 			// as in memory, whose tau is in ns.
@@ -89,8 +90,8 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 				}
 			}
 			return tokenBucketChargeScript, []string{now, strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-				p.limitArg, strconv.FormatUint(ahead, 10), v.minTTL, v.ver, v.suffix}
-		}, b.eval, key)
+				p.limitArg, strconv.FormatUint(ahead, 10), v.minTTL, v.ver, conv.suffix, conv.expect, conv.with}
+		}, b.chargeConvert(), 2)
 		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
 		return err
 	})
@@ -98,6 +99,15 @@ func (b *TokenBucket) ChargeN(ctx context.Context, key string, n int) error {
 		return fmt.Errorf("%w: ChargeN(%d) on key %q", floodgate.ErrDebtCapped, n, key)
 	}
 	return err
+}
+
+// chargeConvert returns the conversion of the bucket's charges: its
+// decisions'.
+func (b *TokenBucket) chargeConvert() func(v *rateView, st []int64, at convertAt) string {
+	if b.interval {
+		return b.convertInterval
+	}
+	return b.convertGreedy
 }
 
 // maxUsed is the most tokens an intervally refilled bucket may owe: as
@@ -122,11 +132,14 @@ func (p *tbParams) maxUsed() int64 {
 // answers from it at once (AllowN), booking nothing.
 func (b *TokenBucket) ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (floodgate.Reservation, error) {
 	wait := min(int64(maxWait/time.Microsecond), maxBooking)
-	burst := b.params().burst
-	if b.lease != nil && n > 0 && n <= burst && wait > 0 {
+	// A cost above the burst of a rate read past the refresh interval is
+	// booked under the rate the booking reads, which checks it (see
+	// checkCostNow).
+	burst, err := b.checkCostNow(n)
+	if b.lease != nil && n > 0 && err == nil && wait > 0 {
 		return floodgate.Reservation{Decision: floodgate.Decision{Limit: burst}}, errLeaseKinds
 	}
-	if n <= 0 || n > burst || wait <= 0 {
+	if n <= 0 || err != nil || wait <= 0 {
 		d, err := b.AllowN(ctx, key, n)
 		return floodgate.Reservation{Decision: d}, err
 	}
@@ -157,34 +170,24 @@ func (b *TokenBucket) ReserveN(ctx context.Context, key string, n int, maxWait t
 	return res, nil
 }
 
-// reserveGreedy runs the booking script of a greedy bucket.
+// reserveGreedy runs the booking script of a greedy bucket. It meets a
+// change of rate as a decision does (evalRated): a bucket of an older
+// rate is converted and sent with the booking, whose script writes it
+// only under the view it was converted for, so that the key is converted
+// once, straight to the newest rate, within the booking itself.
 func (b *TokenBucket) reserveGreedy(ctx context.Context, key string, n int, now, maxWait string) (floodgate.Reservation, error) {
-	for range maxRateTries {
-		v := b.rates.view.Load()
+	var res floodgate.Reservation
+	d, err := b.evalRated(ctx, []string{b.key(key)}, n, plainMode, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
-		if n > p.burst { // a change read since ReserveN checked the cost
-			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, checkCost(n, p.burst)
-		}
 		hi, lo := bits.Mul64(uint64(n), p.period)
-		incQ, incR := bits.Div64(hi, lo, p.limit) // n <= burst: at most tau
-		args := []string{now, strconv.Itoa(n),
+		incQ, incR := bits.Div64(hi, lo, p.limit) // n <= burst (evalRated checks it): at most tau
+		return tokenBucketReserveScript, []string{now, strconv.Itoa(n),
 			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, v.minTTL, maxWait, v.ver, v.suffix}
-		r, unrepl, err := b.reply(ctx, tokenBucketReserveScript, []string{b.key(key)}, args, -1)
-		if err == nil {
-			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {
-				if err != nil {
-					return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
-				}
-				continue
-			}
-			err = expectInts(r, 5)
-		}
-		if err != nil {
-			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
-		}
+			p.tauQ, p.tauR, p.limitArg, v.minTTL, maxWait, v.ver, conv.suffix, conv.expect, conv.with}
+	}, convert: b.convertGreedy, want: 5, read: func(v *rateView, r []int64, _ int) (floodgate.Decision, error) {
+		p := v.alg.(*tbParams)
 		owed, frac := r[1], r[2]
-		res := floodgate.Reservation{Decision: floodgate.Decision{Allowed: r[0] > 0, Limit: p.burst}}
+		res = floodgate.Reservation{Decision: floodgate.Decision{Allowed: r[0] > 0, Limit: p.burst}}
 		res.Remaining = max(p.burst-p.tokensCeil(owed, frac), 0)
 		res.ResetAfter = ceilDuration(owed, frac)
 		wait, wfrac := r[3], r[4]
@@ -197,49 +200,35 @@ func (b *TokenBucket) reserveGreedy(ctx context.Context, key string, n int, now,
 		case 2:
 			res.Wait = ceilDuration(wait, wfrac)
 		}
-		return res, replicated(res.Decision, n, unrepl)
-	}
-	return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.limit()}}, errRateChurn
+		return res.Decision, nil
+	}})
+	res.Decision = d
+	return res, err
 }
 
 // reserveInterval books n tokens of an intervally refilled bucket (see
 // tokenbucket_interval_reserve.lua) and derives the Reservation as
 // intervalDecision does, with the wait for the period that brings a
-// booking's tokens.
+// booking's tokens. It meets a change of rate as reserveGreedy does.
 func (b *TokenBucket) reserveInterval(ctx context.Context, key string, n int, now, maxWait string) (floodgate.Reservation, error) {
-	for range maxRateTries {
-		v := b.rates.view.Load()
+	var res floodgate.Reservation
+	d, err := b.evalRated(ctx, []string{b.key(key)}, n, plainMode, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
-		if n > p.burst {
-			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, checkCost(n, p.burst)
-		}
-		args := []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, v.minTTL, maxWait, v.ver, v.suffix}
-		r, unrepl, err := b.reply(ctx, intervalReserveScript, []string{b.key(key)}, args, -1)
-		if err == nil {
-			if again, err := b.rateMet(ctx, key, now, r, b.eval); again || err != nil {
-				if err != nil {
-					return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
-				}
-				continue
-			}
-			err = expectInts(r, 4)
-		}
-		if err != nil {
-			return floodgate.Reservation{Decision: floodgate.Decision{Limit: p.burst}}, err
-		}
+		return intervalReserveScript, []string{now, strconv.Itoa(n), p.burstArg, p.limitArg, p.periodArg, v.minTTL, maxWait,
+			v.ver, conv.suffix, conv.expect, conv.with}
+	}, convert: b.convertInterval, want: 4, read: func(v *rateView, r []int64, n int) (floodgate.Decision, error) {
+		p := v.alg.(*tbParams)
 		d, err := p.intervalDecision(r[1:], n, r[0] > 0)
-		res := floodgate.Reservation{Decision: d}
+		res = floodgate.Reservation{Decision: d}
 		if err == nil && r[0] == 2 {
 			start, used, at := r[1], r[2], r[3]
 			limit := int64(p.limit)
 			res.Wait = micros(start + (used-int64(p.burst)+limit-1)/limit*int64(p.period) - at)
 		}
-		if err != nil {
-			return res, err
-		}
-		return res, replicated(d, n, unrepl)
-	}
-	return floodgate.Reservation{Decision: floodgate.Decision{Limit: b.limit()}}, errRateChurn
+		return d, err
+	}})
+	res.Decision = d
+	return res, err
 }
 
 var errLeaseKinds = fmt.Errorf("%w: a limiter with leased quota (WithLease) neither charges beyond its quota nor books ahead; use the plain mode for WithCostAfter and WithWait", floodgate.ErrInvalidOption)

@@ -102,14 +102,14 @@ func (sc *SlidingCounter) ChargeN(ctx context.Context, key string, n int) error 
 	}
 	var capped bool
 	err := sc.refund(ctx, key, func(ctx context.Context, now string) error {
-		r, err := sc.repliedRated(ctx, sc.keys(key), now, func(v *rateView) (*script, []string) {
+		r, err := sc.chargeRated(ctx, sc.keys(key), func(v *rateView, conv conversion) (*script, []string) {
 			p := v.alg.(*scParams)
 			c := debtcap.New(sc.debt.PerCall, sc.debt.Total, p.rate.Limit, p.rate.Period, p.rate.Limit)
 			m := int(min(uint64(min(n, maxLimit)), c.PerCall))
 			capped = m < n
 			return slidingCounterChargeScript, []string{now, strconv.Itoa(m), p.periodArg, sc.originArg, strconv.Itoa(maxCount), v.minTTL,
-				v.ver, v.suffix, p.limitArg, strconv.FormatInt(c.Periods, 10)}
-		}, sc.eval, key)
+				v.ver, conv.suffix, p.limitArg, strconv.FormatInt(c.Periods, 10), conv.expect, conv.with}
+		}, sc.convert, 2)
 		capped = capped || err == nil && len(r) >= 2 && r[1] == 1
 		return err
 	})

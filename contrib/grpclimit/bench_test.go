@@ -204,9 +204,45 @@ func benchServer(b *testing.B, opts ...grpc.ServerOption) testpb.TestServiceClie
 // a shared machine, which drifts over seconds, weighs on all alike. For
 // each case it reports, over the bare server, the median of the rounds'
 // differences in CPU time per call (<case>-cpu-ns/call, client and
-// server together) and the allocations per call (<case>-allocs/call,
-// exact). Run it with -benchtime 20000x or more: b.N calls of each case.
+// server together; its quartiles <case>-cpu-q1-ns/call and
+// <case>-cpu-q3-ns/call) and the allocations per call
+// (<case>-allocs/call, exact). Run it with -benchtime 20000x or more:
+// b.N calls of each case. One client's calls, one after the other,
+// leave the cores idle between a call and its answer; on an idle
+// machine the runtime's spinning there is most of a call's CPU time and
+// varies by tens of µs between rounds: BenchmarkUnaryOverheadSaturated
+// resolves less.
 func BenchmarkUnaryOverhead(b *testing.B) {
+	interleave.Bench(b, overheadCases(b), 100)
+}
+
+// saturatedCallers and saturatedBatch are how BenchmarkUnaryOverheadSaturated
+// calls each server: 32 calls in flight on its connection, 1,000 calls a
+// batch. 32 callers are many times what 2 cores can serve at once
+// (base-cores says whether they kept them busy); a batch of 1,000 makes
+// its ends, where fewer calls are in flight, a small part of it.
+const (
+	saturatedCallers = 32
+	saturatedBatch   = 1000
+)
+
+// BenchmarkUnaryOverheadSaturated measures the cases of
+// BenchmarkUnaryOverhead with 32 goroutines calling each server at once
+// over its one connection (interleave.RunSaturated), so that every core
+// stays busy and a round's CPU time is the calls' work, not the
+// runtime's spinning between calls; each case's batch runs between two
+// of the bare server's, in a new random order each round, and is set
+// against their mean. It reports the same metrics, and base-cores, the cores the
+// process kept busy while the bare server ran. Run it with -benchtime
+// 100000x (100 rounds of 1,000 calls).
+func BenchmarkUnaryOverheadSaturated(b *testing.B) {
+	interleave.BenchSaturated(b, overheadCases(b), saturatedBatch, saturatedCallers)
+}
+
+// overheadCases serves each of serverCases on a port of its own and
+// returns a call of a connected client for each; the calls may be made
+// from many goroutines at once.
+func overheadCases(b *testing.B) []interleave.Case {
 	ctx := context.Background()
 	var cases []interleave.Case
 	for _, c := range serverCases(b) {
@@ -219,5 +255,5 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 			return err
 		}})
 	}
-	interleave.Bench(b, cases, 100)
+	return cases
 }

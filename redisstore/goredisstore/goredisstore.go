@@ -12,9 +12,11 @@
 //
 // # Group commit
 //
-// Concurrent decisions share pipelines: while one pipeline is in flight,
-// new script calls queue, and when it returns the queue goes out as the
-// next pipeline. A lone caller sends at once (no timer, no added latency);
+// Concurrent decisions share pipelines: while two pipelines are in flight,
+// each on a connection of the pool, new script calls queue, and when either
+// returns the queue goes out as the next pipeline, so that the server runs
+// one while the client reads the other's replies and writes the next. A
+// lone caller sends at once (no timer, no added latency);
 // under many callers the server reads and answers hundreds of decisions per
 // round trip instead of one. The decisions of one algorithm in a pipeline go
 // as one call of its batch script, up to 64 a call, which the server runs

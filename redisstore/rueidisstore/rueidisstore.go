@@ -7,7 +7,7 @@
 //
 // rueidis pipelines concurrent calls on shared connections by itself; on
 // top of that this adapter groups concurrent script calls into one DoMulti
-// (one batch in flight, the next one queued meanwhile, as goredisstore
+// (two batches in flight, the next one queued meanwhile, as goredisstore
 // does: no timer, no goroutine), which saves rueidis a hand-off per
 // command, and sends the decisions of one algorithm in a batch as one call
 // of its batch script, up to 64 a call (per hash slot on a Cluster), which

@@ -16,13 +16,19 @@
 -- ARGV[7], ARGV[8] the rate's version and suffix (prelude_rate.lua)
 -- ARGV[9]  limit
 -- ARGV[10] the most windows a debt reaches past now's (WithMaxDebt)
+-- ARGV[11] the state the caller converted, or "", and
+-- ARGV[12] the converted state followed by the suffix of the view it was
+--          converted for, as ARGV[9] and ARGV[10] of slidingcounter.lua:
+--          a charge converts counts of an older rate in its own round
+--          trip, as a decision does
 --
 -- Reply: {cur, capped}: capped is 1 if the debt stopped at its bound
--- (floodgate.ErrDebtCapped).
+-- (floodgate.ErrDebtCapped). Or a reply of rate_get, without charging.
 
 local period = tonumber(ARGV[3])
 local limit, periods = tonumber(ARGV[9]), tonumber(ARGV[10])
-local s = rate_get(3, ARGV[7], '', '')
+-- The charge always writes: a conversion it was sent is kept with it.
+local s = rate_get(3, ARGV[7], ARGV[11], ARGV[12], ARGV[8], nil, nil, ARGV[6])
 if type(s) == 'table' then
   return s
 end

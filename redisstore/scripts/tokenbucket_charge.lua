@@ -9,19 +9,26 @@
 --          (the caller caps incq at cap)
 -- ARGV[4]  limit
 -- ARGV[5]  cap, in microseconds: how far past now the debt may reach
--- ARGV[7], ARGV[8] the rate's version and suffix (prelude_rate.lua)
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[7], ARGV[8] the rate's version and suffix (prelude_rate.lua)
+-- ARGV[9]  the state the caller converted, or "", and
+-- ARGV[10] the converted state followed by the suffix of the view it was
+--          converted for, as ARGV[11] and ARGV[12] of tokenbucket.lua: a
+--          charge converts a bucket of an older rate in its own round
+--          trip, as a decision does
 --
 -- Every number stays below 2^53: now < 2^52, a stored arrival time at
 -- most cap (2^51) past its now, plus incq <= cap.
 --
 -- Reply: {owed, capped}: the microseconds until the bucket is full
--- again, and 1 if the debt stopped at cap (floodgate.ErrDebtCapped).
+-- again, and 1 if the debt stopped at cap (floodgate.ErrDebtCapped). Or a
+-- reply of rate_get, without charging.
 
 local now = clock_us(ARGV[1])
 local limit, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local tat, frac = now, 0
-local s = rate_get(2, ARGV[7], '', '')
+-- The charge always writes: a conversion it was sent is kept with it.
+local s = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8], nil, nil, ARGV[6])
 if type(s) == 'table' then
   return s
 end

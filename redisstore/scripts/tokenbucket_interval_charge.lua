@@ -10,13 +10,17 @@
 -- ARGV[5]  maxused: the most tokens the bucket may owe (the caller keeps
 --          ceil(maxused/limit) periods below 2^51 us)
 -- ARGV[6]  the shortest expiry in milliseconds (see WithClock)
+-- ARGV[7..10] the rate's version, suffix, and the caller's conversion,
+--          as ARGV[7..10] of tokenbucket_interval.lua: a charge converts
+--          a bucket of an older rate in its own round trip
 --
 -- Reply: {used, capped}: capped is 1 if the count stopped at maxused
--- (floodgate.ErrDebtCapped).
+-- (floodgate.ErrDebtCapped). Or a reply of rate_get, without charging.
 
 local now = clock_us(ARGV[1])
 local limit, period = tonumber(ARGV[3]), tonumber(ARGV[4])
-local s = rate_get(2, ARGV[7], '', '')
+-- The charge always writes: a conversion it was sent is kept with it.
+local s = rate_get(2, ARGV[7], ARGV[9], ARGV[10], ARGV[8], nil, nil, ARGV[6])
 if type(s) == 'table' then
   return s
 end

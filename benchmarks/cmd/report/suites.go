@@ -62,9 +62,10 @@ var suites = map[string]spec{
 	},
 	"transport": {
 		title: "What each transport's adapter adds to a call",
-		about: "`BenchmarkTransport` (benchmarks module): `direct/` calls the adapter as its server does over 10,000 populated client keys; `e2e/` is a real client calling a real server over loopback TCP, in interleaved rounds, each case reporting its difference over the bare server (CPU time of client and server, allocations), under the steady and the draining quota. `BenchmarkUnaryOverhead` (contrib/grpclimit) alternates a bare, a limited and a limited server without quota metadata, 100 calls at a time. `BenchmarkUnaryServer` (contrib/connectlimit): connect-go's Connect and gRPC protocols. Quoted by docs/adapters.md and docs/performance.md.",
+		about: "`BenchmarkTransport` (benchmarks module): `direct/` calls the adapter as its server does over 10,000 populated client keys; `e2e/` is a real client calling a real server over loopback TCP, in interleaved rounds, each case reporting its difference over the bare server (CPU time of client and server, allocations), under the steady and the draining quota; `e2e-saturated/` is the gRPC servers of `e2e/` called by 32 goroutines at once over each one's connection, so that both cores stay busy, in 64 rounds of batches of 1,000 calls, each case's batch between two of the bare server's and set against their mean, the cases in a random order (`base-cores`: the cores the process kept busy while the bare server ran). `BenchmarkUnaryOverhead` (contrib/grpclimit) alternates a bare, a limited and a limited server without quota metadata, 100 calls at a time. `BenchmarkUnaryServer` (contrib/connectlimit): connect-go's Connect and gRPC protocols. Quoted by docs/adapters.md and docs/performance.md.",
 		runs: []benchRun{
-			{dir: "benchmarks", bench: "^BenchmarkTransport$", benchtime: "1s"},
+			{dir: "benchmarks", bench: "^BenchmarkTransport$/^(direct|e2e)$", benchtime: "1s"},
+			{dir: "benchmarks", bench: "^BenchmarkTransport$/^e2e-saturated$", benchtime: "64000x"},
 			{label: "grpclimit ", dir: "contrib/grpclimit", bench: "^BenchmarkUnaryOverhead$", benchtime: "1x"},
 			{label: "connectlimit ", dir: "contrib/connectlimit", bench: "^BenchmarkUnaryServer$", benchtime: "5000x"},
 		},

@@ -4,15 +4,25 @@
 // A client that sends one command per round trip makes the server spend
 // most of its time in per-command reads and writes, and each caller holds
 // a connection for a whole round trip. A Batcher lets concurrent calls
-// share one pipeline instead:
+// share one pipeline instead, with at most two batches in flight:
 //
-//   - A call that finds no batch in flight is sent at once, alone: a lone
-//     caller pays no added latency, and no timer is involved.
-//   - A call that finds one in flight queues. When the batch returns, the
+//   - A call that finds fewer than two batches in flight is sent at once,
+//     alone: a lone caller pays no added latency, and no timer is
+//     involved.
+//   - A call that finds two in flight queues. When either returns, the
 //     caller that sent it takes the whole queue as the next batch, hands
 //     it to one of the queued callers (that caller sends it, in its own
-//     goroutine), then wakes its own batch's callers. No goroutine is
-//     started, so none can outlive the client.
+//     goroutine), then wakes its own batch's callers. A queued call thus
+//     goes out as soon as either batch in flight returns: it waits for at
+//     most one round trip before its own, and none is passed over. No
+//     goroutine is started, so none can outlive the client.
+//   - Two in flight rather than one keep the server busy: while the
+//     client reads one batch's replies and writes the next, the server
+//     runs the other batch instead of idling. Each batch is sent on its
+//     own (a pipeline of go-redis's pool, a DoMulti of rueidis, or a
+//     dedicated connection for WAIT), and each script runs atomically, so
+//     two batches in flight at once may run in either order, as two
+//     callers' lone scripts may.
 //   - The queued caller chosen to send a batch is the one whose deadline
 //     is latest, and the batch runs under that deadline: every other
 //     caller's deadline is earlier, and each waits on its own context, so
@@ -63,24 +73,33 @@ func (c *Call[V]) Release() { c.released.Store(true) }
 // the error Send may still be adding.
 func (c *Call[V]) Released() bool { return c.released.Load() }
 
-// Batcher groups concurrent calls into batches, at most one in flight.
+// maxInFlight is the most batches a Batcher has in flight at once. One
+// leaves the server idle while the client reads a batch's replies and
+// writes the next; two keep it busy meanwhile (see the package doc). Three
+// gained nothing consistent over two in issue 31's runs: more split the
+// queue into smaller batches, and the server runs one script at a time.
+const maxInFlight = 2
+
+// Batcher groups concurrent calls into batches, at most two in flight.
 type Batcher[V any] struct {
 	// Send runs batch, whose calls' contexts have deadlines no later than
 	// lead's, in lead's goroutine, and fills in each call's reply. lead is
-	// in batch.
+	// in batch. Send may run for two batches at once.
 	Send func(lead *Call[V], batch []*Call[V])
 
-	mu    sync.Mutex
-	busy  bool       // a batch is in flight
-	queue []*Call[V] // calls waiting for the next batch; empty unless busy
+	mu       sync.Mutex
+	inFlight int        // batches being sent, at most maxInFlight
+	queue    []*Call[V] // calls waiting for the next batch; empty unless inFlight == maxInFlight
 }
 
 // Do sends c, alone or in a batch, and returns once its reply is in c.V,
 // or with c.Ctx's error once c.Ctx has ended (c.V must not be read then).
 func (b *Batcher[V]) Do(c *Call[V]) error {
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	if b.inFlight < maxInFlight {
+		// The queue is empty: a queued call would have gone out when a
+		// batch returned, rather than let inFlight fall.
+		b.inFlight++
 		b.mu.Unlock()
 		c.one[0] = c
 		b.send(c, c.one[:])
@@ -122,7 +141,8 @@ func (b *Batcher[V]) Do(c *Call[V]) error {
 }
 
 // send runs batch, which self leads, then passes the queue on as the next
-// batch and wakes batch's other callers.
+// batch, which takes batch's place in flight, and wakes batch's other
+// callers.
 func (b *Batcher[V]) send(self *Call[V], batch []*Call[V]) {
 	b.Send(self, batch)
 
@@ -144,7 +164,9 @@ func (b *Batcher[V]) send(self *Call[V], batch []*Call[V]) {
 			next.leads, next.batch = true, live
 		}
 	}
-	b.busy = next != nil
+	if next == nil {
+		b.inFlight--
+	}
 	b.mu.Unlock()
 	if next != nil {
 		next.done <- true

@@ -3,6 +3,9 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,36 +13,92 @@ import (
 	"go.uber.org/goleak"
 )
 
-// server is a fake Send: it records each batch (the values of its calls
-// and which one led) and, while held, keeps each batch in flight until
-// release lets it return, as a pipeline in flight does.
+// flight is one batch in Send: the values of its calls, its lead's, and,
+// when the server holds batches, the channel that lets it return.
+type flight struct {
+	vals []int
+	lead int
+	ret  chan struct{}
+}
+
+// server is a fake Send: it records each batch and, while held, keeps each
+// batch in flight until the test closes its flight's ret, as a pipeline in
+// flight does, so that a test chooses which batch returns first.
 type server struct {
 	held    bool
-	release chan struct{}
+	started chan *flight // each batch as it starts
 	mu      sync.Mutex
 	batches [][]int
 	leads   []int
-	sent    chan int // receives the size of each batch as it starts
 }
 
 func newServer(held bool) *server {
-	return &server{held: held, release: make(chan struct{}), sent: make(chan int, 100)}
+	return &server{held: held, started: make(chan *flight, 100)}
 }
 
 func (s *server) send(lead *Call[int], batch []*Call[int]) {
-	s.sent <- len(batch)
-	if s.held {
-		<-s.release
+	f := &flight{lead: lead.V, ret: make(chan struct{})}
+	for _, c := range batch {
+		f.vals = append(f.vals, c.V)
 	}
-	vals := make([]int, len(batch))
-	for i, c := range batch {
-		vals[i] = c.V
+	s.started <- f
+	if s.held {
+		<-f.ret
+	}
+	for _, c := range batch {
 		c.V *= 10 // the reply
 	}
 	s.mu.Lock()
-	s.batches = append(s.batches, vals)
-	s.leads = append(s.leads, lead.V/10)
+	s.batches = append(s.batches, f.vals)
+	s.leads = append(s.leads, f.lead)
 	s.mu.Unlock()
+}
+
+// next returns the next batch to start, failing the test if none does.
+func (s *server) next(t *testing.T) *flight {
+	t.Helper()
+	select {
+	case f := <-s.started:
+		return f
+	case <-time.After(5 * time.Second):
+		t.Fatal("no batch started")
+		return nil
+	}
+}
+
+// caller runs Do for calls in goroutines and checks each reply.
+type caller struct {
+	t  *testing.T
+	b  *Batcher[int]
+	wg sync.WaitGroup
+}
+
+// do makes call v under ctx in a goroutine; it must get its reply.
+func (c *caller) do(ctx context.Context, v int) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		call := &Call[int]{Ctx: ctx, V: v}
+		if err := c.b.Do(call); err != nil || call.V != 10*v {
+			c.t.Errorf("call %d: reply %d, %v", v, call.V, err)
+		}
+	}()
+}
+
+// fill puts maxInFlight lone calls in flight, valued from 1, each sent at
+// once without waiting for the others, and returns their flights.
+func fill(t *testing.T, s *server, c *caller) []*flight {
+	t.Helper()
+	var fs []*flight
+	for v := 1; v <= maxInFlight; v++ {
+		c.do(context.Background(), v)
+		f := s.next(t)
+		if !slices.Equal(f.vals, []int{v}) {
+			t.Fatalf("batch %v in flight, want call %d alone", f.vals, v)
+		}
+		fs = append(fs, f)
+	}
+	return fs
 }
 
 // TestLoneCallAlone: a call with nothing in flight is sent at once, alone,
@@ -59,42 +118,77 @@ func TestLoneCallAlone(t *testing.T) {
 	}
 }
 
-// TestQueuedCallsShareTheNextBatch: calls made while a batch is in flight
-// go out together in the next one, led by the call with the latest
+// TestTwoBatchesInFlight: a second call while one is in flight goes at
+// once, alone; a third queues; the queue goes out when either batch in
+// flight returns (here the later one, while the earlier is still on the
+// wire); a batch returning with nothing queued frees its place, and the
+// next call goes at once again.
+func TestTwoBatchesInFlight(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := newServer(true)
+	b := Batcher[int]{Send: s.send}
+	c := &caller{t: t, b: &b}
+	fs := fill(t, s, c) // calls 1 and 2, each alone
+	for v := 3; v <= 5; v++ {
+		c.do(context.Background(), v)
+	}
+	waitQueued(t, &b, 3)
+	close(fs[1].ret) // call 2 returns; call 1 is still in flight
+	f3 := s.next(t)
+	if slices.Sort(f3.vals); !slices.Equal(f3.vals, []int{3, 4, 5}) {
+		t.Fatalf("batch %v after call 2 returned, want the queued calls 3, 4 and 5", f3.vals)
+	}
+	waitQueued(t, &b, 0)
+	close(fs[0].ret) // call 1 returns with nothing queued
+	waitInFlight(t, &b, 1)
+	c.do(context.Background(), 6)
+	f4 := s.next(t)
+	if !slices.Equal(f4.vals, []int{6}) {
+		t.Fatalf("batch %v, want call 6 alone: a place in flight was free", f4.vals)
+	}
+	c.do(context.Background(), 7) // two in flight again: 3-5 and 6
+	waitQueued(t, &b, 1)
+	close(f4.ret)
+	if f5 := s.next(t); !slices.Equal(f5.vals, []int{7}) {
+		t.Fatalf("batch %v, want the queued call 7", f5.vals)
+	} else {
+		close(f5.ret)
+	}
+	close(f3.ret)
+	c.wg.Wait()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Fatalf("idle batcher: %d in flight, %d queued", b.inFlight, len(b.queue))
+	}
+}
+
+// TestQueuedCallsShareTheNextBatch: calls made while two batches are in
+// flight go out together in the next one, led by the call with the latest
 // deadline, and each gets its own reply.
 func TestQueuedCallsShareTheNextBatch(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	s := newServer(true)
 	b := Batcher[int]{Send: s.send}
-	var wg sync.WaitGroup
-	do := func(ctx context.Context, v int) {
-		defer wg.Done()
-		c := &Call[int]{Ctx: ctx, V: v}
-		if err := b.Do(c); err != nil || c.V != 10*v {
-			t.Errorf("call %d: reply %d, %v", v, c.V, err)
-		}
-	}
-	wg.Add(1)
-	go do(context.Background(), 1)
-	<-s.sent // call 1 in flight
+	c := &caller{t: t, b: &b}
+	fs := fill(t, s, c)
 	base := time.Now().Add(time.Hour)
-	for v := 2; v <= 5; v++ {
-		// Call 4 has the latest deadline.
+	for v := 3; v <= 6; v++ {
+		// Call 5 has the latest deadline.
 		dl := base.Add(time.Duration(v) * time.Second)
-		if v == 4 {
+		if v == 5 {
 			dl = base.Add(time.Minute)
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
 		defer cancel()
-		wg.Add(1)
-		go do(ctx, v)
+		c.do(ctx, v)
 	}
 	waitQueued(t, &b, 4)
-	s.release <- struct{}{}
-	s.release <- struct{}{}
-	wg.Wait()
-	if len(s.batches) != 2 || len(s.batches[1]) != 4 || s.leads[1] != 4 {
-		t.Fatalf("batches %v led by %v; want [1] then the 4 queued calls led by call 4", s.batches, s.leads)
+	close(fs[0].ret)
+	f := s.next(t)
+	close(f.ret)
+	close(fs[1].ret)
+	c.wg.Wait()
+	if slices.Sort(f.vals); !slices.Equal(f.vals, []int{3, 4, 5, 6}) || f.lead != 5 {
+		t.Fatalf("batch %v led by %d; want the 4 queued calls led by call 5", f.vals, f.lead)
 	}
 }
 
@@ -104,30 +198,28 @@ func TestQueuedCallWithdraws(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	s := newServer(true)
 	b := Batcher[int]{Send: s.send}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = b.Do(&Call[int]{Ctx: context.Background(), V: 1})
-	}()
-	<-s.sent
+	c := &caller{t: t, b: &b}
+	fs := fill(t, s, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error)
-	go func() { errc <- b.Do(&Call[int]{Ctx: ctx, V: 2}) }()
+	go func() { errc <- b.Do(&Call[int]{Ctx: ctx, V: 3}) }()
 	waitQueued(t, &b, 1)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("withdrawn call: %v, want context.Canceled", err)
 	}
-	s.release <- struct{}{}
-	<-done
-	if len(s.batches) != 1 {
+	for _, f := range fs {
+		close(f.ret)
+	}
+	c.wg.Wait()
+	if len(s.batches) != maxInFlight {
 		t.Fatalf("batches %v: the withdrawn call was sent", s.batches)
 	}
 	// The batcher is idle again: the next call goes alone.
-	c := &Call[int]{Ctx: context.Background(), V: 3}
-	go func() { <-s.sent; s.release <- struct{}{} }()
-	if err := b.Do(c); err != nil || c.V != 30 || len(s.batches) != 2 {
-		t.Fatalf("call after a withdrawal: %d, %v, batches %v", c.V, err, s.batches)
+	s.held = false
+	call := &Call[int]{Ctx: context.Background(), V: 4}
+	if err := b.Do(call); err != nil || call.V != 40 || len(s.batches) != maxInFlight+1 {
+		t.Fatalf("call after a withdrawal: %d, %v, batches %v", call.V, err, s.batches)
 	}
 }
 
@@ -138,31 +230,30 @@ func TestCallerLeavesBatchInFlight(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	s := newServer(true)
 	b := Batcher[int]{Send: s.send}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = b.Do(&Call[int]{Ctx: context.Background(), V: 1}) }()
-	<-s.sent
+	c := &caller{t: t, b: &b}
+	fs := fill(t, s, c)
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Hour))
 	errc := make(chan error)
-	go func() { errc <- b.Do(&Call[int]{Ctx: ctx, V: 2}) }()
+	go func() { errc <- b.Do(&Call[int]{Ctx: ctx, V: 3}) }()
 	waitQueued(t, &b, 1)
 	// A call without a deadline leads the next batch.
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = b.Do(&Call[int]{Ctx: context.Background(), V: 3}) }()
+	c.do(context.Background(), 4)
 	waitQueued(t, &b, 2)
-	s.release <- struct{}{}
-	if n := <-s.sent; n != 2 {
-		t.Fatalf("second batch of %d calls, want 2", n)
+	close(fs[0].ret)
+	f := s.next(t)
+	if len(f.vals) != 2 {
+		t.Fatalf("batch %v, want the 2 queued calls", f.vals)
 	}
-	// The second batch is in flight until released.
+	// The batch is in flight until released.
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("call leaving a batch in flight: %v, want context.Canceled", err)
 	}
-	s.release <- struct{}{}
-	wg.Wait()
-	if s.leads[1] != 3 {
-		t.Fatalf("second batch led by call %d, want 3 (no deadline)", s.leads[1])
+	close(f.ret)
+	close(fs[1].ret)
+	c.wg.Wait()
+	if f.lead != 4 {
+		t.Fatalf("batch led by call %d, want 4 (no deadline)", f.lead)
 	}
 }
 
@@ -178,6 +269,23 @@ func waitQueued(t *testing.T, b *Batcher[int], n int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d calls queued, want %d", q, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitInFlight waits until n batches are in flight.
+func waitInFlight(t *testing.T, b *Batcher[int], n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		b.mu.Lock()
+		f := b.inFlight
+		b.mu.Unlock()
+		if f == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches in flight, want %d", f, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -208,7 +316,7 @@ func TestEarliestDeadline(t *testing.T) {
 func TestReleasedReply(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	for _, release := range []bool{true, false} {
-		inFlight, finish := make(chan int, 2), make(chan struct{})
+		inFlight, finish := make(chan int, 4), make(chan struct{})
 		b := Batcher[int]{Send: func(lead *Call[int], batch []*Call[int]) {
 			for _, c := range batch {
 				c.V *= 10
@@ -224,31 +332,149 @@ func TestReleasedReply(t *testing.T) {
 			defer wg.Done()
 			errc <- b.Do(c)
 		}
-		errs := make(chan error, 3)
-		wg.Add(3)
-		go do(&Call[int]{Ctx: context.Background(), V: 1}, errs)
-		<-inFlight
-		lead := &Call[int]{Ctx: context.Background(), V: 2}
+		errs := make(chan error, 4)
+		wg.Add(4)
+		for v := 1; v <= maxInFlight; v++ {
+			go do(&Call[int]{Ctx: context.Background(), V: v}, errs)
+			<-inFlight
+		}
+		lead := &Call[int]{Ctx: context.Background(), V: 3}
 		go do(lead, errs)
 		waitQueued(t, &b, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		late := &Call[int]{Ctx: ctx, V: 3}
+		late := &Call[int]{Ctx: ctx, V: 4}
 		lateErr := make(chan error, 1)
 		go do(late, lateErr)
 		waitQueued(t, &b, 2)
-		finish <- struct{}{} // the first batch returns; lead sends both
+		finish <- struct{}{} // a batch returns; lead sends both
 		if n := <-inFlight; n != 2 {
-			t.Fatalf("second batch of %d calls, want 2", n)
+			t.Fatalf("third batch of %d calls, want 2", n)
 		}
 		cancel()
 		err := <-lateErr
 		if !errors.Is(err, context.Canceled) || late.Released() != release {
 			t.Fatalf("release %v: Do = %v, Released %v", release, err, late.Released())
 		}
-		if release && late.V != 30 {
-			t.Fatalf("released reply %d, want 30", late.V)
+		if release && late.V != 40 {
+			t.Fatalf("released reply %d, want 40", late.V)
 		}
 		close(finish)
 		wg.Wait()
+	}
+}
+
+// TestBatcherRandomCallers: many callers whose contexts end at random
+// moments (before they call, while queued, while their batch is in
+// flight) or never, against a server that holds each batch for a random
+// few yields. Never more than maxInFlight batches are in Send at once;
+// every call is sent at most once; each batch is led by the call with its
+// latest deadline; a call that returns nil got its own reply and was
+// sent; one that returns an error returns its context's, after the
+// context ended. The seed is logged: a failure is reproduced with it.
+func TestBatcherRandomCallers(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	root := rand.New(rand.NewPCG(seed, 0))
+	const callers, each = 32, 60
+	var (
+		mu       sync.Mutex
+		inSend   int
+		maxSeen  int
+		sent     = make(map[int]int) // call → times sent
+		b        Batcher[int]
+		seedsFor [callers]uint64
+	)
+	b.Send = func(lead *Call[int], batch []*Call[int]) {
+		mu.Lock()
+		inSend++
+		maxSeen = max(maxSeen, inSend)
+		if inSend > maxInFlight {
+			t.Errorf("%d batches in Send at once, want at most %d", inSend, maxInFlight)
+		}
+		leadDL, leadBounded := lead.Ctx.Deadline()
+		for _, c := range batch {
+			sent[c.V]++
+			if dl, ok := c.Ctx.Deadline(); leadBounded && (!ok || dl.After(leadDL)) {
+				t.Errorf("batch led by call %d (deadline %v) holds call %d with a later deadline", lead.V, leadDL, c.V)
+			}
+		}
+		mu.Unlock()
+		for range int(batch[0].V % 7) { // a hold of a few yields, as the reply takes its time
+			runtime.Gosched()
+		}
+		for _, c := range batch {
+			c.V = -c.V // the reply
+		}
+		mu.Lock()
+		inSend--
+		mu.Unlock()
+	}
+	for g := range seedsFor {
+		seedsFor[g] = root.Uint64()
+	}
+	var wg sync.WaitGroup
+	var okCalls, leftCalls [callers][]int
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seedsFor[g], 1))
+			for i := 0; i < each; i++ {
+				id := 1 + g*each + i
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				switch r.IntN(5) {
+				case 0:
+					ctx, cancel = context.WithCancel(context.Background())
+					cancel() // ended before the call
+				case 1:
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(r.IntN(200))*time.Microsecond)
+				case 2:
+					ctx, cancel = context.WithCancel(context.Background())
+					time.AfterFunc(time.Duration(r.IntN(200))*time.Microsecond, cancel)
+				case 3:
+					ctx, cancel = context.WithTimeout(context.Background(), time.Hour+time.Duration(r.IntN(1000))*time.Second)
+				}
+				call := &Call[int]{Ctx: ctx, V: id}
+				err := b.Do(call)
+				switch {
+				case err == nil && call.V != -id:
+					t.Errorf("call %d: reply %d, want %d", id, call.V, -id)
+				case err == nil:
+					okCalls[g] = append(okCalls[g], id)
+				case ctx.Err() == nil || !errors.Is(err, ctx.Err()):
+					t.Errorf("call %d: %v, with its context's error %v", id, err, ctx.Err())
+				default:
+					leftCalls[g] = append(leftCalls[g], id)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	oks, lefts := 0, 0
+	for g := range okCalls {
+		for _, id := range okCalls[g] {
+			if sent[id] != 1 {
+				t.Errorf("call %d returned a reply after being sent %d times", id, sent[id])
+			}
+		}
+		oks += len(okCalls[g])
+		lefts += len(leftCalls[g])
+	}
+	for id, n := range sent {
+		if n > 1 {
+			t.Errorf("call %d sent %d times", id, n)
+		}
+	}
+	if oks+lefts != callers*each {
+		t.Fatalf("%d calls returned a reply and %d an error, want %d in all", oks, lefts, callers*each)
+	}
+	t.Logf("%d calls answered, %d left; %d sent; at most %d batches in flight", oks, lefts, len(sent), maxSeen)
+	if oks == 0 || lefts == 0 {
+		t.Fatalf("%d calls answered, %d left: the test did not test both", oks, lefts)
+	}
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Fatalf("idle batcher: %d in flight, %d queued", b.inFlight, len(b.queue))
 	}
 }

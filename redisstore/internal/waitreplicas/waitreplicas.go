@@ -20,10 +20,10 @@
 //     replicated at once.
 //
 // Half of each caller's time is thus left for delivering the replies and,
-// since one batch is in flight at a time, for the batch queued behind this
-// one: with callers of one timeout T arriving all the time, a stopped
-// replica holds each batch at most T/3 in the steady state, and each
-// caller waits at most 2T/3.
+// since a call that finds two batches in flight queues until one returns,
+// for the batch queued behind them: with callers of one timeout T
+// arriving all the time, a stopped replica holds each batch at most T/3
+// in the steady state, and each caller waits at most 2T/3.
 //
 // A batch reported not replicated keeps its replies: the limiter returns a
 // denial as the denial it is, and only an allowed decision as
