@@ -674,6 +674,7 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 	type tally struct{ runs, restored, decisions, lockouts, inDebt, keys int }
 	tallies := map[string]*tally{}
 	var names []string
+	seed := storeSeed(t)
 	for h := 0; h < histories; h++ {
 		rng := rand.New(rand.NewPCG(uint64(h), 19))
 		r := floodgate.Rate{Limit: 1 + rng.IntN(12),
@@ -684,7 +685,7 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 				names = append(names, k.name)
 			}
 			tl := tallies[k.name]
-			res := replayWithinSize(t, k, rng.Uint64())
+			res := replayWithinSize(t, k, rng.Uint64(), seed)
 			if res.failure != "" {
 				t.Fatalf("%s, history %d, rate %v: %s", k.name, h, r, res.failure)
 			}
@@ -722,8 +723,9 @@ type withinSize struct {
 	stats  floodgate.Stats
 }
 
-// replayWithinSize replays one history of TestNoLockoutWithinStatedSize.
-func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
+// replayWithinSize replays one history of TestNoLockoutWithinStatedSize,
+// its bounded store hashing keys under storeSeed.
+func replayWithinSize(t *testing.T, k restoreKind, seed, storeSeed uint64) withinSize {
 	t.Helper()
 	const maxKeys, steps = 64, 2000
 	ctx := context.Background()
@@ -731,7 +733,7 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 	keys := maxKeys + 1 + rng.IntN(maxKeys)
 	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
 	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
-	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1), floodgate.WithStoreSeed(storeSeed))...)
 	mustNot(t, err)
 	exact, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(1<<16))...)
 	mustNot(t, err)
