@@ -655,6 +655,58 @@ func TestRestoreSpentAtTwoTimes(t *testing.T) {
 	}
 }
 
+// TestRestoreDebtLastWindowCountDenied: a log under WithCountDenied that
+// carries a debt ahead (ChargeN) and is restored in the debt's last
+// window, which has room on the exact log, is refused there (it comes back
+// full in every window up to the last, see SlidingLog), but an attempt it
+// is refused counts from now, as on the exact log: it used to be carried
+// ahead as a debt a Period past the last window, refusing the key a whole
+// Period after the exact log has room (TestNoLockoutWithinStatedSize,
+// history 114, store seed 16776046062723560798).
+func TestRestoreDebtLastWindowCountDenied(t *testing.T) {
+	const maxKeys = 8
+	k := restoreKinds(floodgate.PerMinute(5), 5)[6]
+	start := time.Unix(1_700_000_000, 0)
+	clk := &replayClock{t: start}
+	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+	mustNot(t, err)
+	exact, err := k.build(k.rate, opts...)
+	mustNot(t, err)
+	ctx := context.Background()
+	// 5 units at 0 s, 2 carried into the window of 60 s, which ends at 120 s.
+	for _, l := range []keyedLimiter{bounded, exact} {
+		mustNot(t, l.(floodgate.Charger).ChargeN(ctx, "alice", 7))
+	}
+	evictIdle(t, bounded, maxKeys, k.capacity)
+	restored := bounded.Stats().Restored
+	asks := []struct {
+		at      time.Duration
+		n       int
+		allowed bool // on the bounded log
+	}{
+		{70 * time.Second, 4, false}, // the exact log allows: it has 3 left
+		{131 * time.Second, 5, true}, // 4 units at 70 s aged out on both
+		{131 * time.Second, 0, true},
+	}
+	for i, a := range asks {
+		clk.t = start.Add(a.at)
+		got, err := bounded.AllowN(ctx, "alice", a.n)
+		mustNot(t, err)
+		if i == 0 && bounded.Stats().Restored != restored+1 {
+			t.Fatalf("alice was not restored from her debt: %+v", bounded.Stats())
+		}
+		if got.Allowed != a.allowed {
+			t.Fatalf("at %v, AllowN(%d): %+v, want Allowed %v", a.at, a.n, got, a.allowed)
+		}
+		want, err := exact.AllowN(ctx, "alice", a.n)
+		mustNot(t, err)
+		if i > 0 && got != want {
+			t.Errorf("at %v, AllowN(%d): restored %+v, never evicted %+v", a.at, a.n, got, want)
+		}
+	}
+}
+
 // TestNoLockoutWithinStatedSize replays random histories within the
 // stated size — at most 2 × MaxKeys distinct keys in all, so that every
 // debt keeps an entry of its own — on every algorithm and option at
