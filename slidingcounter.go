@@ -140,9 +140,10 @@ func (sc *SlidingCounter) AllowN(_ context.Context, key string, n int) (d Decisi
 // allowN fills the caller's Decision in place: see TokenBucket.AllowN.
 func (sc *SlidingCounter) allowN(d *Decision, key string, n int) error {
 	limit := sc.cur.Load().limit
-	if err := checkCost(n, limit); err != nil {
-		*d = Decision{Limit: limit}
-		return err
+	if n < 0 || n > limit {
+		if err := sc.above(d, key, n, limit); err != nil {
+			return err
+		}
 	}
 	cost := n
 	err := sc.store.run(key, n > 0, func(a *scAlg, st *scState, now int64) {
@@ -160,6 +161,21 @@ func (sc *SlidingCounter) allowN(d *Decision, key string, n int) error {
 		return checkCost(cost, d.Limit)
 	}
 	return nil
+}
+
+// above judges a cost that the published limit refuses, by the limit of
+// the rate key decides under, read under its lock: see TokenBucket.above.
+// A cost that never fits returns ErrCostExceedsLimit with that Limit.
+func (sc *SlidingCounter) above(d *Decision, key string, n, limit int) error {
+	if n >= 0 {
+		err := sc.store.run(key, false, func(a *scAlg, _ *scState, _ int64) { limit = a.limit })
+		if err != nil {
+			*d = Decision{Limit: limit}
+			return err
+		}
+	}
+	*d = Decision{Limit: limit}
+	return checkCost(n, limit)
 }
 
 // SetRate makes the counter decide under a new rate from now on,

@@ -259,9 +259,10 @@ func (l *SlidingLog) AllowN(_ context.Context, key string, n int) (d Decision, e
 // allowN fills the caller's Decision in place: see TokenBucket.AllowN.
 func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 	limit := l.cur.Load().limit
-	if err := checkCost(n, limit); err != nil {
-		*d = Decision{Limit: limit}
-		return err
+	if n < 0 || n > limit {
+		if err := l.above(d, key, n, limit); err != nil {
+			return err
+		}
 	}
 	cost := n
 	err := l.store.run(key, n > 0, func(a *slAlg, st *slState, now int64) {
@@ -279,6 +280,21 @@ func (l *SlidingLog) allowN(d *Decision, key string, n int) error {
 		return checkCost(cost, d.Limit)
 	}
 	return nil
+}
+
+// above judges a cost that the published limit refuses, by the limit of
+// the rate key decides under, read under its lock: see TokenBucket.above.
+// A cost that never fits returns ErrCostExceedsLimit with that Limit.
+func (l *SlidingLog) above(d *Decision, key string, n, limit int) error {
+	if n >= 0 {
+		err := l.store.run(key, false, func(a *slAlg, _ *slState, _ int64) { limit = a.limit })
+		if err != nil {
+			*d = Decision{Limit: limit}
+			return err
+		}
+	}
+	*d = Decision{Limit: limit}
+	return checkCost(n, limit)
 }
 
 // SetRate makes the log decide under a new rate from now on, converting

@@ -185,16 +185,10 @@ func (b *TokenBucket) AllowN(_ context.Context, key string, n int) (d Decision, 
 
 func (b *TokenBucket) allowN(d *Decision, key string, n int) error {
 	burst := b.cur.Load().burst
-	if err := checkCost(n, burst); err != nil {
-		if n > burst {
-			// Report the key's real quota, so that headers stay truthful;
-			// RetryAfter stays zero: waiting would not help.
-			_ = b.allowN(d, key, 0)
-			d.Allowed = false
+	if n < 0 || n > burst {
+		if err := b.above(d, key, n, burst); err != nil {
 			return err
 		}
-		*d = Decision{Limit: burst}
-		return err
 	}
 	cost := n
 	err := b.store.run(key, n > 0, func(a *tbAlg, st *tbState, now int64) {
@@ -212,6 +206,37 @@ func (b *TokenBucket) allowN(d *Decision, key string, n int) error {
 		return checkCost(cost, d.Limit)
 	}
 	return nil
+}
+
+// above judges a cost that the published burst refuses (n above it, or
+// negative). While SetRate converts the shards, the published burst is
+// still the old one although key may already decide under the new: the
+// cost is judged, under key's lock, by the burst of the rate key decides
+// under, never by one it no longer decides under. Above that burst it
+// returns ErrCostExceedsLimit with the key's real quota (so that headers
+// stay truthful) and no RetryAfter, since waiting cannot help; within it
+// (a larger burst already there) it returns nil, and the caller decides
+// as for any cost, its own lock judging the cost again.
+func (b *TokenBucket) above(d *Decision, key string, n, burst int) error {
+	if n < 0 {
+		*d = Decision{Limit: burst}
+		return checkCost(n, burst)
+	}
+	fits := false
+	err := b.store.run(key, false, func(a *tbAlg, st *tbState, now int64) {
+		if fits = n <= a.burst; !fits {
+			a.decide(d, st, now, 0)
+		}
+	})
+	switch {
+	case err != nil:
+		*d = Decision{Limit: burst}
+		return err
+	case fits:
+		return nil
+	}
+	d.Allowed = false
+	return checkCost(n, d.Limit)
 }
 
 // decide is the bucket's state machine for one key at now.

@@ -20,30 +20,40 @@ import (
 // exactly the RetryAfter AllowN would have reported. A later booking
 // waits behind this one, so waiting callers are served in order; RefundN
 // gives a booking back. A turn further than maxWait is denied as by
-// AllowN, taking nothing. maxWait is capped at 2^61 ns.
+// AllowN, taking nothing. maxWait is capped at 2^61 ns. A cost above the
+// burst of the rate key decides under (its own, also while SetRate
+// converts the store) returns ErrCostExceedsLimit, as AllowN does.
 //
 // Interval refill books the same way: the tokens of the periods to come,
 // Rate.Limit at each boundary.
 func (b *TokenBucket) ReserveN(_ context.Context, key string, n int, maxWait time.Duration) (r Reservation, err error) {
 	burst := b.cur.Load().burst
-	if n <= 0 || n > burst || maxWait <= 0 {
+	if n <= 0 || maxWait <= 0 {
 		err = b.allowN(&r.Decision, key, n) // nothing to book, or an error
 		return r, err
 	}
-	wait := int64(min(maxWait, maxReserveWait))
+	if n > burst {
+		if err = b.above(&r.Decision, key, n, burst); err != nil {
+			return r, err // it can never fit the rate key decides under
+		}
+	}
+	wait, over := int64(min(maxWait, maxReserveWait)), false
 	err = b.store.run(key, true, func(a *tbAlg, st *tbState, now int64) {
 		switch {
 		case n > a.burst: // the burst shrank under a SetRate still under way
 			a.decide(&r.Decision, st, now, 0)
-			r.Allowed = false
+			r.Allowed, over = false, true
 		case a.interval:
 			a.reserveInterval(&r, st, now, n, wait)
 		default:
 			a.reserveGreedy(&r, st, now, n, wait)
 		}
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		r = Reservation{Decision: Decision{Limit: burst}}
+	case over: // refused as AllowN refuses it: the error, no RetryAfter
+		err = checkCost(n, r.Limit)
 	}
 	return r, err
 }
