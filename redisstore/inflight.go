@@ -293,7 +293,7 @@ func (l *InFlight) Namespace() string { return keySpace(l.slotsKey("*")) }
 
 // slotsKey returns the sorted set of key's slots.
 func (l *InFlight) slotsKey(key string) string {
-	return clientTag(l.prefix, key) + "if"
+	return clientKey(l.prefix, key, "if")
 }
 
 // entry returns key's entry, creating it with its renewal timer. l.mu

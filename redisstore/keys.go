@@ -40,8 +40,10 @@ const DefaultPrefix = "floodgate"
 // are percent-escaped, which keeps the mapping one-to-one; the empty key
 // is written as a lone '%', which no escaped key can be.
 
-// clientTag returns "p:{escaped k}:", the part every key of k starts with.
-func clientTag(prefix, key string) string {
+// clientKey returns the key of kind (e.g. "tb") of client key k,
+// "p:{escaped k}:kind", in one allocation (the decision path makes one
+// per call); with kind "" it is the part every key of k starts with.
+func clientKey(prefix, key, kind string) string {
 	esc := key
 	switch {
 	case key == "":
@@ -63,7 +65,7 @@ func clientTag(prefix, key string) string {
 		}
 		esc = b.String()
 	}
-	return prefix + ":{" + esc + "}:"
+	return prefix + ":{" + esc + "}:" + kind
 }
 
 // checkPrefix refuses a prefix that contains a brace: it would become the

@@ -32,8 +32,11 @@ func TestClientTag(t *testing.T) {
 		{"ключ\x00", "fg:{ключ\x00}:"},
 	}
 	for _, tc := range cases {
-		if got := clientTag("fg", tc.key); got != tc.want {
-			t.Errorf("clientTag(%q) = %q, want %q", tc.key, got, tc.want)
+		if got := clientKey("fg", tc.key, ""); got != tc.want {
+			t.Errorf("clientKey(%q, \"\") = %q, want %q", tc.key, got, tc.want)
+		}
+		if got := clientKey("fg", tc.key, "tb"); got != tc.want+"tb" {
+			t.Errorf("clientKey(%q, \"tb\") = %q, want %q", tc.key, got, tc.want+"tb")
 		}
 	}
 }
@@ -45,7 +48,7 @@ func TestClientTagHashesClientOnly(t *testing.T) {
 	keys := []string{"", "%", "%25", "%7D", "}", "{", "{}", "}{", "a{b}c", "a", "A", "a ", "a\x00"}
 	seen := map[string]string{}
 	for _, k := range keys {
-		tag := clientTag("p", k)
+		tag := clientKey("p", k, "")
 		for _, suffix := range []string{"tb", "log", "sc"} {
 			if h := hashTag(tag + suffix); h != hashTag(tag+"tb") {
 				t.Errorf("key %q: %q hashes %q, %q hashes %q", k, tag+suffix, h, tag+"tb", hashTag(tag+"tb"))

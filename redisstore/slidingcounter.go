@@ -172,7 +172,7 @@ func (sc *SlidingCounter) Namespace() string { return keySpace(sc.keys("*")[0]) 
 
 // keys returns the counter's one key.
 func (sc *SlidingCounter) keys(key string) []string {
-	return []string{clientTag(sc.prefix, key) + "sc"}
+	return []string{clientKey(sc.prefix, key, "sc")}
 }
 
 // AllowPlanN is AllowN for a floodgate.PlanLimiter, as

@@ -174,7 +174,7 @@ func (l *SlidingLog) Namespace() string { return keySpace(l.keys("*")[0]) }
 
 // keys returns the log's one key.
 func (l *SlidingLog) keys(key string) []string {
-	return []string{clientTag(l.prefix, key) + "log"}
+	return []string{clientKey(l.prefix, key, "log")}
 }
 
 // logRateArgs returns the arguments of log_rate (prelude_log.lua).

@@ -43,8 +43,11 @@ type tbParams struct {
 	limit  uint64 // Rate.Limit
 	period uint64 // Rate.Period in microseconds
 	// Script arguments: tau = burst·Period/Limit as whole microseconds
-	// and remainder, Limit, the burst and the period.
+	// and remainder, Limit, the burst and the period; and the cost of one
+	// token, Period/Limit, likewise, so that the commonest decision
+	// formats no number.
 	tauQ, tauR, limitArg, burstArg, periodArg string
+	oneQ, oneR                                string
 }
 
 // NewTokenBucket returns a token bucket on Redis refilling r.Limit tokens
@@ -115,7 +118,20 @@ func compileTB(rp rateParams) (any, error) {
 	p.limitArg = strconv.FormatUint(p.limit, 10)
 	p.burstArg = strconv.Itoa(burst)
 	p.periodArg = strconv.FormatUint(p.period, 10)
+	p.oneQ, p.oneR = p.inc(1)
 	return p, nil
+}
+
+// inc returns n·Period/Limit as the decision script's incq and incr. n is
+// at most the burst, so the quotient is at most tau and the division
+// cannot overflow (checked in compileTB).
+func (p *tbParams) inc(n int) (q, r string) {
+	if n == 1 && p.oneQ != "" {
+		return p.oneQ, p.oneR
+	}
+	hi, lo := bits.Mul64(uint64(n), p.period)
+	incQ, incR := bits.Div64(hi, lo, p.limit)
+	return strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10)
 }
 
 // checkRate validates r as floodgate does and adds the Redis limiters'
@@ -263,9 +279,9 @@ func (b *TokenBucket) Namespace() string { return keySpace(b.key("*")) }
 // intervally, so that neither mode reads the other's state.
 func (b *TokenBucket) key(key string) string {
 	if b.interval {
-		return clientTag(b.prefix, key) + "tbi"
+		return clientKey(b.prefix, key, "tbi")
 	}
-	return clientTag(b.prefix, key) + "tb"
+	return clientKey(b.prefix, key, "tb")
 }
 
 // AllowPlanN is AllowN for a floodgate.PlanLimiter, which calls it on the
@@ -312,14 +328,16 @@ func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now strin
 	}
 	return b.evalRated(ctx, []string{b.key(key)}, n, m, ratedScript{build: func(v *rateView, conv conversion) (*script, []string) {
 		p := v.alg.(*tbParams)
-		// n·Period/Limit: n <= burst, so the quotient is at most tau and
-		// the division cannot overflow (checked in compileTB).
-		hi, lo := bits.Mul64(uint64(n), p.period)
-		incQ, incR := bits.Div64(hi, lo, p.limit)
-		return tokenBucketScript, []string{now, strconv.Itoa(n),
-			strconv.FormatUint(incQ, 10), strconv.FormatUint(incR, 10),
-			p.tauQ, p.tauR, p.limitArg, v.minTTL, v.ver, conv.suffix, conv.expect, conv.with,
-			p.periodArg, p.burstArg, m.arg()}
+		incQ, incR := p.inc(n)
+		if m == plainMode && conv == (conversion{}) {
+			// A plain decision under version 0 stamps no rate and so
+			// converts nothing: the script takes the six arguments it is
+			// not sent as "" (tokenbucket.lua), and the server makes six
+			// strings fewer.
+			return tokenBucketScript, []string{now, strconv.Itoa(n), incQ, incR, p.tauQ, p.tauR, p.limitArg, v.minTTL, v.ver}
+		}
+		return tokenBucketScript, []string{now, strconv.Itoa(n), incQ, incR, p.tauQ, p.tauR, p.limitArg, v.minTTL, v.ver,
+			conv.suffix, conv.expect, conv.with, p.periodArg, p.burstArg, m.arg()}
 	}, convert: b.convertGreedy, want: 5, read: b.greedyDecision})
 }
 

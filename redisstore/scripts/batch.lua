@@ -39,8 +39,11 @@ end
 
 local out, o = {}, 0
 local a = 2
+-- One table holds each entry's key in turn: the code only reads KEYS[1].
+local key = {}
 for i = 1, tonumber(BATCH_ARGV[1]) do
-  KEYS = {BATCH_KEYS[i]}
+  key[1] = BATCH_KEYS[i]
+  KEYS = key
   local h = BATCH_ARGV[a]
   a = a + 1
   if h ~= '' then

@@ -51,7 +51,8 @@ end
 --
 -- suffix, now and period are nil for the callers that never convert (a
 -- refund, a charge, a lease): they take a state of their version as it
--- is.
+-- is. s, when given, is KEYS[1]'s value as the caller read it (false for
+-- none), which is then not read again.
 --
 -- An emptied key keeps its version: a state of a changed rate that would
 -- be deleted is left as its suffix alone (rate_clear), and a decision
@@ -62,8 +63,10 @@ end
 -- decided under an older one while an instance may still hold it: the
 -- suffix lives as long as the state would, and at least floor (twice the
 -- refresh interval, see rateView.minTTL).
-local function rate_get(k, ver, expect, with, suffix, now, period, floor)
-  local s = redis.call('GET', KEYS[1])
+local function rate_get(k, ver, expect, with, suffix, now, period, floor, s)
+  if s == nil then
+    s = redis.call('GET', KEYS[1])
+  end
   ver = tonumber(ver)
   local body, rate = '', ''
   if s then

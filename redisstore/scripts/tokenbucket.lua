@@ -19,6 +19,11 @@
 --          for any other), with which it converts a bucket of another
 --          plan (plan_greedy)
 --
+-- ARGV[10] to ARGV[15] may be left out, and are then '' (ARGV[13] and
+-- ARGV[14] unused): a plain decision under version 0 sends the first
+-- nine alone, since it stamps no rate (its suffix is '') and so never
+-- converts. Each argument is a string the server makes for the call.
+--
 -- Every number stays an integer below 2^53 (checked by the caller's bounds),
 -- so Lua's doubles hold it exactly; the caller does every multiplication
 -- and division, the script only adds and compares.
@@ -34,94 +39,20 @@ local incq, incr = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 
--- plan_greedy converts, as of now, a bucket whose arrival time is ahead +
--- frac/L us after now, written under another plan's limit L and burst B
--- of the same period P, to limit and burst B2, as strategy how says (0
--- KeepUsed, 1 ScaleUsed), with inherit.Greedy's arithmetic: the key has
--- used u = (ahead*L + frac)/P tokens, and its new arrival time is how(u)
--- times P/limit after now, rounded up to 1/limit us, held at 2^50 us. It
--- returns that time as q + r/limit. The products pass 2^53, so they are
--- taken on limbs of 2^24, least significant first.
-local function plan_greedy(ahead, frac, L, B, P, B2, how)
-  local W = 16777216
-  local function of(x)
-    local t = {}
-    while x > 0 do
-      local l = x % W
-      t[#t + 1] = l
-      x = (x - l) / W
-    end
-    return t
-  end
-  -- a*m + c, for m and c at most 2^24
-  local function mul(a, m, c)
-    local t = {}
-    for i = 1, #a do
-      local p = a[i] * m + c
-      t[i] = p % W
-      c = (p - t[i]) / W
-    end
-    while c > 0 do
-      t[#t + 1] = c % W
-      c = (c - t[#t]) / W
-    end
-    return t
-  end
-  -- floor(a/d) and a mod d, for d at most 2^24
-  local function div(a, d)
-    local q, r = {}, 0
-    for i = #a, 1, -1 do
-      local x = r * W + a[i]
-      r = x % d
-      q[i] = (x - r) / d
-    end
-    while #q > 0 and q[#q] == 0 do
-      q[#q] = nil
-    end
-    return q, r
-  end
-  local function less(a, b)
-    if #a ~= #b then
-      return #a < #b
-    end
-    for i = #a, 1, -1 do
-      if a[i] ~= b[i] then
-        return a[i] < b[i]
-      end
-    end
-    return false
-  end
-  local x = mul(of(ahead), L, frac) -- u*P, which KeepUsed keeps
-  if how == 1 then
-    -- ceil(u*P*B2/B), but no more than max(u, B2)*P
-    local s, r = div(mul(x, B2, 0), B)
-    if r > 0 then
-      s = mul(s, 1, 1)
-    end
-    local most = mul(of(P), B2, 0)
-    if less(most, x) then
-      most = x
-    end
-    if less(most, s) then
-      s = most
-    end
-    x = s
-  end
-  local q, r = div(x, limit)
-  local h = 0
-  for i = #q, 1, -1 do
-    h = h * W + q[i]
-    if h >= 1125899906842624 then -- 2^50
-      return 1125899906842624, 0
-    end
-  end
-  return h, r
-end
-
+local floor, suffix = ARGV[8], ARGV[10] or ''
 local tat, frac, mark = now, 0, ''
-local s, converted, prate = rate_get(2, ARGV[9], ARGV[11], ARGV[12], ARGV[10], now, tonumber(ARGV[13]), ARGV[8])
-if type(s) == 'table' then
-  return s
+local s, converted, prate = redis.call('GET', KEYS[1]), false, nil
+if ARGV[9] ~= '0' or (s and string.find(s, '|', 1, true)) then
+  -- A changed rate, or a state that carries one (a plan's): rate_get
+  -- checks the state's version and rate against the caller's.
+  s, converted, prate = rate_get(2, ARGV[9], ARGV[11] or '', ARGV[12] or '', suffix, now, tonumber(ARGV[13]), floor, s)
+  if type(s) == 'table' then
+    return s
+  end
+elseif s == '' then
+  -- Under version 0 a state without a rate is taken as it stands, as
+  -- rate_get would take it, for the cost of one find; an empty one is none.
+  s = nil
 end
 if s then
   -- A leasing limiter may have appended a lease mark (see
@@ -133,7 +64,7 @@ if s then
   -- it lasts as long as the state does.
   local a, b, m = string.match(s, '^(%d+) (%d+)(.*)$')
   a, b = tonumber(a), tonumber(b)
-  if string.match(m, '^ %d+ %d+$') then
+  if m ~= '' and string.match(m, '^ %d+ %d+$') then
     mark = m
   end
   -- A bucket whose arrival time has passed is full: start from now.
@@ -142,7 +73,92 @@ if s then
   end
 end
 if prate then
-  -- Written under another plan: converted here, as of now.
+  -- Written under another plan: converted here, as of now, by
+  -- plan_greedy, made only here, where it is needed, since a script's
+  -- local functions are created anew on every run. It converts a bucket
+  -- whose arrival time is ahead + frac/L us after now, written under
+  -- another plan's limit L and burst B of the same period P, to limit and
+  -- burst B2, as strategy how says (0 KeepUsed, 1 ScaleUsed), with
+  -- inherit.Greedy's arithmetic: the key has used u = (ahead*L + frac)/P
+  -- tokens, and its new arrival time is how(u) times P/limit after now,
+  -- rounded up to 1/limit us, held at 2^50 us. It returns that time as
+  -- q + r/limit. The products pass 2^53, so they are taken on limbs of
+  -- 2^24, least significant first.
+  local function plan_greedy(ahead, frac, L, B, P, B2, how)
+    local W = 16777216
+    local function of(x)
+      local t = {}
+      while x > 0 do
+        local l = x % W
+        t[#t + 1] = l
+        x = (x - l) / W
+      end
+      return t
+    end
+    -- a*m + c, for m and c at most 2^24
+    local function mul(a, m, c)
+      local t = {}
+      for i = 1, #a do
+        local p = a[i] * m + c
+        t[i] = p % W
+        c = (p - t[i]) / W
+      end
+      while c > 0 do
+        t[#t + 1] = c % W
+        c = (c - t[#t]) / W
+      end
+      return t
+    end
+    -- floor(a/d) and a mod d, for d at most 2^24
+    local function div(a, d)
+      local q, r = {}, 0
+      for i = #a, 1, -1 do
+        local x = r * W + a[i]
+        r = x % d
+        q[i] = (x - r) / d
+      end
+      while #q > 0 and q[#q] == 0 do
+        q[#q] = nil
+      end
+      return q, r
+    end
+    local function less(a, b)
+      if #a ~= #b then
+        return #a < #b
+      end
+      for i = #a, 1, -1 do
+        if a[i] ~= b[i] then
+          return a[i] < b[i]
+        end
+      end
+      return false
+    end
+    local x = mul(of(ahead), L, frac) -- u*P, which KeepUsed keeps
+    if how == 1 then
+      -- ceil(u*P*B2/B), but no more than max(u, B2)*P
+      local s, r = div(mul(x, B2, 0), B)
+      if r > 0 then
+        s = mul(s, 1, 1)
+      end
+      local most = mul(of(P), B2, 0)
+      if less(most, x) then
+        most = x
+      end
+      if less(most, s) then
+        s = most
+      end
+      x = s
+    end
+    local q, r = div(x, limit)
+    local h = 0
+    for i = #q, 1, -1 do
+      h = h * W + q[i]
+      if h >= 1125899906842624 then -- 2^50
+        return 1125899906842624, 0
+      end
+    end
+    return h, r
+  end
   local q, r = 0, 0
   if tat > now or frac > 0 then
     q, r = plan_greedy(tat - now, frac, prate[1], prate[3], prate[2], tonumber(ARGV[14]), tonumber(ARGV[15]))
@@ -152,9 +168,9 @@ end
 if converted then
   -- Keep the conversion whatever this decision does.
   if tat > now or frac > 0 then
-    redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. ARGV[10], 'PX', expiry_ms(tat - now + 1, ARGV[8]))
+    redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. suffix, 'PX', expiry_ms(tat - now + 1, floor))
   else
-    rate_clear(ARGV[10], ARGV[8])
+    rate_clear(suffix, floor)
   end
 end
 
@@ -172,7 +188,7 @@ if n == 0 or ahead < tauq or (ahead == tauq and nfrac <= taur) then
     end
     -- The key vanishes when the bucket is full again: its state then
     -- equals a fresh one.
-    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. mark .. ARGV[10], 'PX', expiry_ms(ttl, ARGV[8]))
+    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. mark .. suffix, 'PX', expiry_ms(ttl, floor))
   end
   return {1, ntat - now, nfrac, 0, 0}
 end

@@ -4,7 +4,7 @@
 //
 // Group commit (package groupcommit) already sends concurrent calls in
 // one pipeline, but the server still runs one script per decision, and
-// most of its time goes to what each call repeats: turning fifteen
+// most of its time goes to what each call repeats: turning its
 // arguments into Lua strings, reading TIME, setting up the call. A batch
 // script runs the decisions of one algorithm in turn, in one call:
 //
