@@ -655,6 +655,61 @@ func TestRestoreSpentAtTwoTimes(t *testing.T) {
 	}
 }
 
+// TestRestoreDebtLastWindow: a log that carries a debt ahead (ChargeN),
+// restored in its debt's last window, is charged more than
+// the exact log only until that window ends (it comes back full in every
+// window up to the last, see SlidingLog), never less, and from then on
+// decides field by field as if never evicted, under WithCountDenied too.
+// Restored in the last window under WithCountDenied, it used to come back
+// over its limit, so that a refused attempt was carried ahead a Period
+// past the debt's end, refusing the key a whole Period after the exact
+// log has room (TestNoLockoutWithinStatedSize, history 114, store seed
+// 16776046062723560798).
+func TestRestoreDebtLastWindow(t *testing.T) {
+	const maxKeys = 8
+	type ask struct {
+		at time.Duration
+		n  int
+	}
+	later := []ask{{65 * time.Second, 0}, {70 * time.Second, 4}, {131 * time.Second, 0}, {131 * time.Second, 5}}
+	for _, k := range restoreKinds(floodgate.PerMinute(5), 5)[5:] {
+		for _, back := range []time.Duration{61 * time.Second} {
+			t.Run(fmt.Sprint(k.name, "/", back), func(t *testing.T) {
+				start := time.Unix(1_700_000_000, 0)
+				clk := &replayClock{t: start}
+				opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+				bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+				mustNot(t, err)
+				exact, err := k.build(k.rate, opts...)
+				mustNot(t, err)
+				ctx := context.Background()
+				// 5 units at 0 s, 2 carried into the window of 60 s, which ends at 120 s.
+				for _, l := range []keyedLimiter{bounded, exact} {
+					mustNot(t, l.(floodgate.Charger).ChargeN(ctx, "alice", 7))
+				}
+				evictIdle(t, bounded, maxKeys, k.capacity)
+				restored := bounded.Stats().Restored
+				for _, a := range append([]ask{{back, 1}}, later...) {
+					clk.t = start.Add(a.at)
+					got, err := bounded.AllowN(ctx, "alice", a.n)
+					mustNot(t, err)
+					want, err := exact.AllowN(ctx, "alice", a.n)
+					mustNot(t, err)
+					switch {
+					case got.Allowed && !want.Allowed, got.Remaining > want.Remaining, got.RetryAfter < want.RetryAfter:
+						t.Errorf("at %v, AllowN(%d): forgiven: restored %+v, never evicted %+v", a.at, a.n, got, want)
+					case a.at >= 2*time.Minute && got != want:
+						t.Errorf("at %v, AllowN(%d), after the debt's last window: restored %+v, never evicted %+v", a.at, a.n, got, want)
+					}
+				}
+				if bounded.Stats().Restored != restored+1 { // by the first request that counts
+					t.Fatalf("alice was not restored from her debt: %+v", bounded.Stats())
+				}
+			})
+		}
+	}
+}
+
 // TestNoLockoutWithinStatedSize replays random histories within the
 // stated size — at most 2 × MaxKeys distinct keys in all, so that every
 // debt keeps an entry of its own — on every algorithm and option at
@@ -674,6 +729,7 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 	type tally struct{ runs, restored, decisions, lockouts, inDebt, keys int }
 	tallies := map[string]*tally{}
 	var names []string
+	seed := storeSeed(t)
 	for h := 0; h < histories; h++ {
 		rng := rand.New(rand.NewPCG(uint64(h), 19))
 		r := floodgate.Rate{Limit: 1 + rng.IntN(12),
@@ -684,7 +740,7 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 				names = append(names, k.name)
 			}
 			tl := tallies[k.name]
-			res := replayWithinSize(t, k, rng.Uint64())
+			res := replayWithinSize(t, k, rng.Uint64(), seed)
 			if res.failure != "" {
 				t.Fatalf("%s, history %d, rate %v: %s", k.name, h, r, res.failure)
 			}
@@ -716,14 +772,17 @@ type withinSize struct {
 	failure             string
 	decisions, lockouts int
 	// inDebt counts the lockouts of keys charged (ChargeN) within the
-	// Period before: a log restored in debt beyond its limit comes back
-	// with its units at its newest time (see SlidingLog).
-	inDebt int
-	stats  floodgate.Stats
+	// Period before, or in the debt's last window on the exact log, of
+	// which paying counts those: a log restored in debt beyond its limit
+	// comes back with its units at its newest time, or full in every
+	// window up to its debt's last (see SlidingLog).
+	inDebt, paying int
+	stats          floodgate.Stats
 }
 
-// replayWithinSize replays one history of TestNoLockoutWithinStatedSize.
-func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
+// replayWithinSize replays one history of TestNoLockoutWithinStatedSize,
+// its bounded store hashing keys under storeSeed.
+func replayWithinSize(t *testing.T, k restoreKind, seed, storeSeed uint64) withinSize {
 	t.Helper()
 	const maxKeys, steps = 64, 2000
 	ctx := context.Background()
@@ -731,7 +790,7 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 	keys := maxKeys + 1 + rng.IntN(maxKeys)
 	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
 	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
-	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1), floodgate.WithStoreSeed(storeSeed))...)
 	mustNot(t, err)
 	exact, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(1<<16))...)
 	mustNot(t, err)
@@ -782,9 +841,9 @@ func replayWithinSize(t *testing.T, k restoreKind, seed uint64) withinSize {
 				}
 				continue
 			}
-			before := res.lockouts
-			res.failure = compareLog(t, k, exact, key, n, got, held, newest, &res.lockouts)
-			if at, ok := charged[key]; ok && res.lockouts > before && held.Sub(at) < k.rate.Period {
+			before, paying := res.lockouts, res.paying
+			res.failure = compareLog(t, k, exact, key, n, got, held, newest, &res.lockouts, &res.paying)
+			if at, ok := charged[key]; ok && res.lockouts > before && (held.Sub(at) < k.rate.Period || res.paying > paying) {
 				res.inDebt++
 			}
 			if res.failure != "" {
@@ -821,15 +880,23 @@ func reserveBoth(t *testing.T, bounded, exact keyedLimiter, key string, n int, m
 // log got it, the exact log seeing the requests the bounded one recorded
 // (every attempt under WithCountDenied), and returns what the bounded log
 // did wrong: allowed what the exact one denies, or was charged more than
-// it while the key's newest request is a Period old. Every decision the
-// bounded log was charged more for is counted in lockouts.
+// it while the key's newest request is a Period old and the exact log
+// counts nothing of it (a debt carried ahead counts until its last
+// window ends, and a restored one is full in every window up to it: see
+// SlidingLog). Every decision the bounded log was charged more for is
+// counted in lockouts, and in paying too if it came a Period after the
+// key's newest request, in the exact log's debt.
 func compareLog(t *testing.T, k restoreKind, exact keyedLimiter, key string, n int, got floodgate.Decision,
-	now time.Time, newest map[string]time.Time, lockouts *int) string {
+	now time.Time, newest map[string]time.Time, lockouts, paying *int) string {
 	t.Helper()
 	ctx := context.Background()
 	recorded := n > 0 && (got.Allowed || k.countDenied)
+	// Until the exact log's newest unit ages out — a debt's last window,
+	// for a key that carries one ahead (ChargeN) — the restored log may
+	// be full where the exact one has room (see SlidingLog).
+	pre, err := exact.AllowN(ctx, key, 0)
+	mustNot(t, err)
 	var want floodgate.Decision
-	var err error
 	if recorded || n == 0 {
 		want, err = exact.AllowN(ctx, key, n)
 	} else {
@@ -846,8 +913,11 @@ func compareLog(t *testing.T, k restoreKind, exact keyedLimiter, key string, n i
 		return fmt.Sprintf("%s n=%d: the bounded log forgave: %+v, exact %+v", key, n, got, want)
 	case !got.Allowed && want.Allowed, n == 0 && got.Remaining < want.Remaining:
 		*lockouts++
-		if !seen || now.Sub(last) >= k.rate.Period {
-			return fmt.Sprintf("%s n=%d: charged more than exact a Period after its newest request (%v): %+v, exact %+v",
+		if seen && now.Sub(last) >= k.rate.Period && pre.ResetAfter > 0 {
+			*paying++
+		}
+		if !seen || now.Sub(last) >= k.rate.Period && pre.ResetAfter == 0 {
+			return fmt.Sprintf("%s n=%d: charged more than exact a Period after its newest request (%v), its debt paid: %+v, exact %+v",
 				key, n, last, got, want)
 		}
 	}

@@ -652,7 +652,7 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	at += a.period
 	used := st.used()
 	if used > uint32(a.limit) {
-		return debt{at: at, amt: a.step.saturated(), keep: true}
+		return debt{at: at, amt: a.step.over(), keep: true}
 	}
 	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used), keep: true}
 }
@@ -665,8 +665,10 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // the units that log did, and after any same decisions and refunds
 // still does. A shared bound (v.shared), the largest time and units of
 // several keys', has all its units at its newest time: at least as late,
-// and as many, as any of those keys' own. A saturated amount, a log in
-// debt beyond its limit, comes back as the most units any log counts
+// and as many, as any of those keys' own. A debt carried ahead (the
+// saturated amount) restored in its last window comes back as Rate.Limit
+// units at that window's date: that window held as many at most. Any
+// other saturated amount, a log over its limit, comes back as the most units any log counts
 // (maxLogUnits, 2^31) at its newest time: denied every request until that
 // entry ages out, as the log it was taken from was at most. Not the
 // Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
@@ -688,6 +690,13 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 	var early uint32
 	var back int64
 	switch {
+	case v.amt == a.step.saturated() && !v.shared && now >= v.at-a.period:
+		// A debt carried ahead, restored in its last window, which holds
+		// Rate.Limit units at most: a log at its limit is refused until
+		// that window ends, as the saturated one, but under
+		// WithCountDenied an attempt then counts from now, as on the
+		// exact log, not carried a Period past the debt's end.
+		used = uint32(a.limit)
 	case v.amt >= a.step.saturated():
 		used = maxLogUnits
 	case !v.shared:
@@ -760,13 +769,20 @@ func newLogStep(limit int, period, unit int64) logStep {
 	return logStep{shift: shift, cbits: cbits, grid: grid}
 }
 
-// saturated returns the amount of a log that counts more than Rate.Limit
-// units (charged beyond it): the units' largest value, which no log
-// within its limit reaches (Limit+1 < 2^bits), with no step. It is the
-// largest amount a log's debt takes, and below a shield's.
+// saturated returns the amount of a log that carries a debt ahead
+// (ChargeN): the units' largest value, which no log within its limit
+// reaches (Limit+1 < 2^bits), with no step.
 func (s logStep) saturated() uint32 {
 	return (1<<(amtBits-s.shift) - 1) << s.shift
 }
+
+// over returns the amount of a log that counts more than Rate.Limit
+// units without a debt ahead (a downgrade, see SetRate): saturated, and
+// one more, so that restored it comes back over its limit, its attempts
+// under WithCountDenied carried ahead as that log's are, and a bound
+// shared with a saturated debt (the larger amount) does too. It is the
+// largest amount a log's debt takes, and below a shield's.
+func (s logStep) over() uint32 { return s.saturated() | 1 }
 
 // encode returns the step for early of used units at most back time
 // units older than the newest entry; 0 if it would give back nothing.
