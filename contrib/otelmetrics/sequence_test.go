@@ -25,9 +25,16 @@ import (
 func TestKnownSequence(t *testing.T) {
 	m, reader := newMetrics(t, WithPolicies(exampleapp.PolicyNames()...))
 	clk := floodgatetest.NewClock(metricstest.T0)
+	// debtCapacity is each watched limiter's Stats().DebtCapacity: its
+	// algorithm's (a sliding log keeps every debt exact, in twice the
+	// words of a token bucket's).
+	debtCapacity := map[string]int{}
 	watch := func(name string, l floodgate.Limiter, err error) (floodgate.Limiter, error) {
 		if err != nil {
 			return nil, err
+		}
+		if s, ok := l.(interface{ Stats() floodgate.Stats }); ok {
+			debtCapacity[name] = s.Stats().DebtCapacity
 		}
 		return l, m.Watch(name, l)
 	}
@@ -101,7 +108,11 @@ func TestKnownSequence(t *testing.T) {
 		want["floodgate.store.key.limit{floodgate.limiter="+name+"}"] = floodgate.DefaultMaxKeys
 		want["floodgate.store.evictions{floodgate.eviction.kind=idle,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.evictions{floodgate.eviction.kind=live,floodgate.limiter="+name+"}"] = 0
-		want["floodgate.store.debt.limit{floodgate.limiter="+name+"}"] = float64(defaultDebtCapacity(t))
+		c, ok := debtCapacity[name]
+		if !ok || c == 0 {
+			t.Fatalf("limiter %q: no debt memory size recorded (%d)", name, c)
+		}
+		want["floodgate.store.debt.limit{floodgate.limiter="+name+"}"] = float64(c)
 		want["floodgate.store.lost_debts{floodgate.debt.kind=merged,floodgate.limiter="+name+"}"] = 0
 		want["floodgate.store.lost_debts{floodgate.debt.kind=forgotten,floodgate.limiter="+name+"}"] = 0
 	}
@@ -109,14 +120,4 @@ func TestKnownSequence(t *testing.T) {
 		want["floodgate.store.key.count{floodgate.limiter="+name+"}"] = 1
 	}
 	metricstest.Want(t, metricstest.Only(got, "floodgate.store"), want)
-}
-
-// defaultDebtCapacity is Stats().DebtCapacity of a limiter with the
-// default store.
-func defaultDebtCapacity(t *testing.T) int {
-	tb, err := floodgate.NewTokenBucket(floodgate.PerHour(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tb.Stats().DebtCapacity
 }
