@@ -266,8 +266,9 @@ func num(v float64, unit string) string {
 		// A share of an allocation (a block carved among many calls):
 		// rounded to 0 it would read as none.
 		return fmt.Sprintf("%.2f", v)
-	case strings.HasSuffix(unit, "/best") && math.Abs(v) < 10:
-		// A ratio to the best peer, read against targets such as 0.8.
+	case (strings.HasSuffix(unit, "/best") || strings.HasSuffix(unit, "/redis_rate")) && math.Abs(v) < 10:
+		// A ratio to the best peer or to redis_rate, read against
+		// targets such as 0.8 or 1.0: 0.957 must not print as 1.0.
 		return fmt.Sprintf("%.2f", v)
 	case unit == "allocs/op" || unit == "B/op" || unit == "decisions/s":
 		return fmt.Sprintf("%.0f", math.Round(v))

@@ -89,3 +89,22 @@ func TestParseAndRatios(t *testing.T) {
 		}
 	}
 }
+
+// TestNumRatioPrecision: a ratio read against a target near it keeps two
+// decimals, so that a miss by a few hundredths is not printed as met.
+func TestNumRatioPrecision(t *testing.T) {
+	for _, c := range []struct {
+		v          float64
+		unit, want string
+	}{
+		{0.9568, "floodgate/redis_rate", "0.96"},
+		{2.979, "floodgate-rueidis/redis_rate", "2.98"},
+		{16.04, "floodgate-lease/redis_rate", "16.0"},
+		{0.7451, "serial-cpu/best", "0.75"},
+		{0.9568, "floodgate-server-saving", "1.0"},
+	} {
+		if got := num(c.v, c.unit); got != c.want {
+			t.Errorf("num(%v, %q) = %q, want %q", c.v, c.unit, got, c.want)
+		}
+	}
+}
