@@ -251,43 +251,96 @@ func BenchmarkTokenBucketBytesPerKey(b *testing.B) {
 // 100,000-key store takes twice as many keys, each taking the only token
 // of its hour, so that every shard remembers debts; the debt memory is
 // the heap freed by dropping it, per key of MaxKeys, for the default
-// memory and a smaller one.
+// memory and a smaller one, and for every other kind at the default.
 //
 //	go test -run '^$' -bench DebtMemory -benchtime 3x .
 func BenchmarkDebtMemory(b *testing.B) {
+	tb := func(clk *tbClock, perKey int, opts ...Option) (debtLimiter, error) {
+		l, err := NewTokenBucket(PerHour(1), append([]Option{WithClock(clk.Now), WithMaxKeys(benchKeys), WithDebtMemory(perKey)}, opts...)...)
+		if err != nil {
+			return debtLimiter{}, err
+		}
+		return debtLimiter{l, l.Stats, func() { dropDebts(l.store) }}, nil
+	}
+	for _, perKey := range []int{DefaultDebtsPerKey, 2} {
+		b.Run(fmt.Sprintf("debts-per-key=%d", perKey), func(b *testing.B) {
+			benchDebtMemory(b, func(clk *tbClock) (debtLimiter, error) { return tb(clk, perKey) })
+		})
+	}
+	// The other kinds at the default: each debt in the same words.
+	kinds := []struct {
+		name  string
+		build func(clk *tbClock) (debtLimiter, error)
+	}{
+		{"IntervalTokenBucket", func(clk *tbClock) (debtLimiter, error) {
+			return tb(clk, DefaultDebtsPerKey, WithIntervalRefill())
+		}},
+		{"SlidingLog", func(clk *tbClock) (debtLimiter, error) {
+			l, err := NewSlidingLog(PerHour(1), WithClock(clk.Now), WithMaxKeys(benchKeys))
+			if err != nil {
+				return debtLimiter{}, err
+			}
+			return debtLimiter{l, l.Stats, func() { dropDebts(l.store) }}, nil
+		}},
+		{"SlidingCounter", func(clk *tbClock) (debtLimiter, error) {
+			l, err := NewSlidingCounter(PerHour(1), WithClock(clk.Now), WithMaxKeys(benchKeys))
+			if err != nil {
+				return debtLimiter{}, err
+			}
+			return debtLimiter{l, l.Stats, func() { dropDebts(l.store) }}, nil
+		}},
+	}
+	for _, k := range kinds {
+		b.Run(fmt.Sprintf("%s/debts-per-key=%d", k.name, DefaultDebtsPerKey), func(b *testing.B) {
+			benchDebtMemory(b, k.build)
+		})
+	}
+}
+
+// debtLimiter is a limiter of BenchmarkDebtMemory, its Stats, and a
+// function that drops its debt memory.
+type debtLimiter struct {
+	Limiter
+	stats func() Stats
+	drop  func()
+}
+
+func dropDebts[S any, A algorithm[S, A]](s *store[S, A]) {
+	for i := range s.shards {
+		s.shards[i].debts = nil
+	}
+}
+
+// benchDebtMemory sprays a limiter that build makes with twice its
+// keys, each taking the only unit of its hour, and reports the heap its
+// debt memory holds per key of MaxKeys.
+func benchDebtMemory(b *testing.B, build func(clk *tbClock) (debtLimiter, error)) {
 	heap := func() int64 {
 		var m runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&m)
 		return int64(m.HeapAlloc)
 	}
-	for _, perKey := range []int{DefaultDebtsPerKey, 2} {
-		b.Run(fmt.Sprintf("debts-per-key=%d", perKey), func(b *testing.B) {
-			keys := makeKeys(2 * benchKeys)
-			var total float64
-			for i := 0; i < b.N; i++ {
-				clk := newTBClock()
-				tb, err := NewTokenBucket(PerHour(1), WithClock(clk.Now), WithMaxKeys(benchKeys), WithDebtMemory(perKey))
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx := context.Background()
-				for _, k := range keys {
-					_, _ = tb.Allow(ctx, k)
-				}
-				if st := tb.Stats(); st.EvictedLive < benchKeys {
-					b.Fatalf("the spray evicted %d live keys, want %d or more", st.EvictedLive, benchKeys)
-				}
-				with := heap()
-				for i := range tb.store.shards {
-					tb.store.shards[i].debts = nil
-				}
-				total += float64(with-heap()) / benchKeys
-				runtime.KeepAlive(tb)
-			}
-			b.ReportMetric(total/float64(b.N), "B/maxkey")
-		})
+	keys := makeKeys(2 * benchKeys)
+	var total float64
+	for i := 0; i < b.N; i++ {
+		l, err := build(newTBClock())
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		for _, k := range keys {
+			_, _ = l.AllowN(ctx, k, 1)
+		}
+		if st := l.stats(); st.EvictedLive < benchKeys {
+			b.Fatalf("the spray evicted %d live keys, want %d or more", st.EvictedLive, benchKeys)
+		}
+		with := heap()
+		l.drop()
+		total += float64(with-heap()) / benchKeys
+		runtime.KeepAlive(l)
 	}
+	b.ReportMetric(total/float64(b.N), "B/maxkey")
 }
 
 // BenchmarkCompositeHotKey: two token buckets on one key (a peek and a

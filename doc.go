@@ -47,9 +47,10 @@
 // with a per-store random seed, so memory per key does not depend on the
 // key and no request memory is retained. When the bound is reached, keys
 // whose state equals a fresh one are dropped first; one that still holds
-// state is counted in Stats().EvictedLive and its debt kept exactly in a
-// fixed-size memory, so a key spray cannot buy a client a reset, and a
-// client pushed out by one comes back charged what it spent (see
+// state is counted in Stats().EvictedLive and its debt kept in a
+// fixed-size memory (exactly while it has room, rounded up under
+// pressure), so a key spray cannot buy a client a reset, and a client
+// pushed out by one comes back charged what it spent, or more (see
 // [WithDebtMemory] for its size and what happens past it, and
 // [WithForgetEvicted] for the opposite trade-off).
 // There are no background goroutines, and time comes from a monotonic

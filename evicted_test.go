@@ -303,7 +303,16 @@ func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem i
 //     and lowered to 5 again, (1, 4) against (0, 5) — one unit forgiven
 //     once the window turned (inherit.Strategy.Counts);
 //   - a full bucket of the debt memory holding only shields forgot the
-//     debt it had no room for (debts.overflow).
+//     debt it had no room for (debts.overflow);
+//   - a sliding log's debts rounded up by the memory (issue 33): at trial
+//     14, a log over its limit after a downgrade, its time rounded up by
+//     more than a time unit, was read as a debt carried ahead and
+//     anchored before its newest entry, so an upgrade under KeepUsed let
+//     units through once that anchor aged out; restored from a bound
+//     (slAlg.restoreBound) it is now anchored at now. At trial 0, a
+//     bound restored as one entry dated after now (a first try at that
+//     fix) did not bind a log carrying a debt ahead, whose debt a
+//     downgrade re-cut into more windows than the entry lasted.
 func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 	kinds := map[string]limiterKind{}
 	for _, k := range everyKind() {
@@ -320,6 +329,8 @@ func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 		{"SlidingCounter", floodgate.ScaleUsed, 106, 13},
 		{"TokenBucket", floodgate.ScaleUsed, 190, 4},
 		{"TokenBucket/fraction,Burst7", floodgate.KeepUsed, 22, 2},
+		{"SlidingLog/CountDenied", floodgate.KeepUsed, 12093151878822871369, 14},
+		{"SlidingLog/CountDenied", floodgate.KeepUsed, 12093151878822871369, 0},
 	} {
 		t.Run(fmt.Sprintf("%s/%v/seed%d/trial%d", c.kind, c.how, c.seed, c.trial), func(t *testing.T) {
 			if _, why, ok := replayRateChanges(t, kinds[c.kind], c.how, 1, c.seed, c.trial); !ok {

@@ -161,9 +161,6 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	a := newSLAlg(r, c.countDenied, c.debt)
 	l := &SlidingLog{}
 	l.cur.Store(a)
-	// A log's debts are kept exactly (see slAlg.debt), in two words each:
-	// its debt memory has twice the words, for as many debts.
-	c.debtsPerKey *= 2
 	if l.store, err = newStore[slState](c, a); err != nil {
 		return nil, err
 	}
@@ -571,6 +568,12 @@ func (a *slAlg) record(st *slState, now int64, w uint32) {
 	switch {
 	case st.count == 0:
 		st.head, st.low, st.era = 0, 0, uint32(u>>eraShift)
+	case u < st.base()+int64(st.entry(int(st.count)-1).off):
+		// A log restored from a bound (a debt the memory rounded up, or
+		// several merged) may hold an entry dated after now: the event
+		// joins it, later than it came, never earlier, and the entries
+		// stay in order.
+		u = st.base() + int64(st.entry(int(st.count)-1).off)
 	case u-st.base() >= debtOff: // a real entry's offset is below debtOff
 		a.rebase(st, now)
 	}
@@ -634,17 +637,19 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	if st.count == 0 {
 		return debt{}
 	}
-	// Every debt of a log is kept exactly (keep): restored, a debt the
-	// memory rounded up would date the log's units after entries made
-	// later, which its conversions under a change of rate do not take
-	// (issue 33: rounded log debts met KeepUsed and forgave, seed
-	// 12093151878822871369 of TestBoundedStoreNeverForgivesAcrossRateChanges).
+	// The memory may round the debt up (see debts), to be restored as a
+	// shared bound (see restore and restoreBound): rounded log debts once
+	// met KeepUsed and forgave (issue 33, seed 12093151878822871369 of
+	// TestBoundedStoreNeverForgivesAcrossRateChanges: an over-limit log's
+	// time, rounded up past a time unit, read as a debt carried ahead;
+	// and a restored entry dated after now, which record now never dates
+	// an event before).
 	if st.inDebt() {
-		return debt{at: a.end(st), amt: a.step.saturated(), keep: true}
+		return debt{at: a.end(st), amt: a.step.saturated()}
 	}
-	// The newest entry is the last, but for one restored from a debt the
-	// memory rounded up, which may be dated after entries made later
-	// (see restore): the debt ends when the latest entry ages out.
+	// The debt ends when the latest entry ages out: the newest, as
+	// record keeps the entries in order also after a restore that dated
+	// one after now (see restoreBound).
 	at := a.at(st, int(st.count)-1)
 	for i := range int(st.count) - 1 {
 		at = max(at, a.at(st, i))
@@ -652,9 +657,9 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	at += a.period
 	used := st.used()
 	if used > uint32(a.limit) {
-		return debt{at: at, amt: a.step.over(), keep: true}
+		return debt{at: at, amt: a.step.over()}
 	}
-	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used), keep: true}
+	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used)}
 }
 
 // restore sets st, keeping its ring, to a log that owes v at now: the
@@ -675,14 +680,22 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // SetRate) leaves a log counting units of its older, larger limit, and a
 // later upgrade must find them all. A saturated debt whose newest time is
 // more than a time unit ahead (entries are rounded up by less) was
-// carried ahead (see ChargeN): see restoreAhead.
+// carried ahead (see ChargeN): see restoreAhead. A shared bound of that
+// amount whose newest time is after now may be any of those, its time
+// rounded up besides (see debts): see restoreBound.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
 		return
 	}
-	if v.at-a.period-now >= a.unit && v.amt >= a.step.saturated() {
-		a.restoreAhead(st, v, now)
+	switch {
+	case v.amt < a.step.saturated():
+	case v.shared && v.at-a.period > (now+a.unit-1)/a.unit*a.unit:
+		a.restoreBound(st, v, now)
+		return
+	case !v.shared && v.at-a.period-now >= a.unit:
+		windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
+		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows)
 		return
 	}
 	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
@@ -715,29 +728,48 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 }
 
 // restoreAhead sets st to a log that carries a debt ahead (see ChargeN)
-// until v.at: an anchor a whole number of Periods before v.at's last
-// window and within the Period ending now (see below), holding the most units a log
-// counts (maxLogUnits, whatever limit comes next), and Rate.Limit units
-// dated in every window from a Period after it to that last one, so that
-// every request is denied until the last window ends, as the log v was
-// taken from was at most. It may count more units than that log did,
-// never fewer where they matter: that log, too, was full in each window
-// up to its last.
-func (a *slAlg) restoreAhead(st *slState, v debt, now int64) {
-	// The windows still to come: the anchor goes where the log's own
-	// anchor is by now, the last window dated at or before now (or up to
-	// a time unit after: entries are rounded up), a whole number of
-	// Periods before v.at's last window. One window more would date its
-	// Limit units where the log's anchor held its own, and a later
-	// upgrade, packing the debt into fewer windows, would end it early.
-	windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
-	u := (v.at - a.period - windows*a.period + a.unit - 1) / a.unit
+// of windows windows from an anchor at time unit u: the anchor holds the
+// most units a log counts (maxLogUnits, whatever limit comes next), and
+// every window from a Period after it on holds Rate.Limit units, so that
+// every request is denied until the last window ends.
+//
+// For a key's own saturated debt v, restore puts the anchor where the
+// log's own anchor is by now: the last window dated at or before now (or
+// up to a time unit after: entries are rounded up), a whole number of
+// Periods before v.at's last window. The log may count more units than
+// the log v was taken from did, never fewer where they matter: that log,
+// too, was full in each window up to its last. One window more would
+// date its Limit units where the log's anchor held its own, and a later
+// upgrade, packing the debt into fewer windows, would end it early.
+func (a *slAlg) restoreAhead(st *slState, u, windows int64) {
 	st.era = uint32(u >> eraShift)
 	if len(st.ring) < 2 {
 		st.ring = make([]slEntry, 2)
 	}
 	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: maxLogUnits}, 1
 	a.appendDebt(st, uint32(min(uint64(windows)*uint64(a.limit), maxLogDebt)))
+}
+
+// restoreBound sets st to a log that binds v, a shared bound of the
+// saturated amount or above whose newest time, v.at - Period, is after
+// the latest time an entry made by now may have. It may stand for logs
+// that carry a debt ahead until v.at at most, each anchored no later
+// than now, and for logs over their limit whose newest entry is no later
+// than now (a downgrade, see SetRate), its time rounded up to a tick of
+// the debt memory besides (see debts): the exact restore would tell them
+// apart by a time unit, and misread a rounded one. It comes back
+// carrying a debt ahead anchored at now (rounded up to a time unit), the
+// latest any of their anchors or newest entries may be, holding the most
+// units a log counts, and full windows from there until v.at or later:
+// every unit of theirs has one as many dated no earlier, and a change of
+// rate that re-cuts or packs a debt into windows re-cuts this one from a
+// later anchor. The price is a refusal up to a Period longer than the
+// debt: only for a debt carried ahead, or over the limit, that the
+// memory rounded up or merged.
+func (a *slAlg) restoreBound(st *slState, v debt, now int64) {
+	nowU := (now + a.unit - 1) / a.unit
+	windows := (v.at - a.period - nowU*a.unit + a.period - 1) / a.period // >= 1
+	a.restoreAhead(st, nowU, windows)
 }
 
 // logStep is how a sliding log's debt keeps, below the units its log

@@ -235,6 +235,9 @@ var sprayKinds = []struct {
 	{"SlidingCounter", func(r floodgate.Rate, opts ...floodgate.Option) (sprayLimiter, error) {
 		return floodgate.NewSlidingCounter(r, opts...)
 	}},
+	{"IntervalTokenBucket", func(r floodgate.Rate, opts ...floodgate.Option) (sprayLimiter, error) {
+		return floodgate.NewTokenBucket(r, append(opts, floodgate.WithIntervalRefill())...)
+	}},
 }
 
 // spray sends count distinct keys, each spending the whole quota at once,

@@ -405,12 +405,16 @@ func (r *run) lostLeases() uint64 {
 // whose RetryAfter ends after every debt spent since the reset must owe
 // something to one older than the reset. (RetryAfter, not ResetAfter: a
 // log that counts denied attempts counts the denial itself; and its
-// denials of other keys are debts too.)
+// denials of other keys are debts too.) Its time may be rounded up: the
+// debt memory keeps a debt under pressure in one word, its time later by
+// less than 2^-15 of how far it lies beyond a base at most 2^30 ns old,
+// or 2^13 ns (floodgate's debts.go; a bucket whose periods began at
+// other times is bound up to that time).
 func (r *run) laterDebt(recs []*crec, reset, d *crec) bool {
 	if !r.c.Lossy || r.c.Shortfall >= 0 {
 		return false
 	}
-	end := d.t0 + d.d.RetryAfter - r.c.Resolution
+	end := d.t0 + d.d.RetryAfter - r.c.Resolution - debtRounding(d.d.RetryAfter)
 	for _, c := range recs {
 		spent := c.d.Allowed || r.c.CountDenied // a log that counts denied attempts records them too
 		if c.key != reset.key && decided(c) && spent && c.n > 0 && c.inv > reset.inv && c.inv < d.ret &&
@@ -419,6 +423,14 @@ func (r *run) laterDebt(recs []*crec, reset, d *crec) bool {
 		}
 	}
 	return false
+}
+
+// debtRounding bounds how much later than its debt a bound the debt
+// memory rounded up ends, for a denial whose RetryAfter is wait: less
+// than 2^-15 of the debt's distance from the memory's base (at most
+// wait and 2^30 ns), and at least 2^13 ns (see laterDebt).
+func debtRounding(wait time.Duration) time.Duration {
+	return max(1<<13, (wait+1<<30)>>15)
 }
 
 // checkShortfall: a Lossy limiter denies a steady key no more units over
