@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -43,7 +44,8 @@ import (
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
 // cost. A key dropped while its log still counts leaves a 16-byte debt
-// (unless WithForgetEvicted), which cannot hold every entry: the key
+// (unless WithForgetEvicted; 8 bytes, rounded up, when the debt memory is
+// under pressure: see WithDebtMemory), which cannot hold every entry: the key
 // comes back with the units it counted at two times at most, those up to
 // one older entry (the step) at that entry's time rounded up to a grid,
 // the others at its newest entry's time. No unit is put earlier than it
@@ -63,9 +65,14 @@ import (
 // spread evenly over the entries of a longer one. A key evicted again
 // after it came back may have units moved later again, never past its
 // newest entry of the time. A log that carries a debt into the coming
-// windows (ChargeN) comes back denied until the debt's last window ends:
-// the limit in every window up to it (more charged than it may have
-// been, never less).
+// windows (ChargeN) comes back carrying it: the units it counted before
+// the debt at its newest entry's time, the limit in every window up to
+// the debt's last, and in the last the units it held (exact up to Limit
+// 361, rounded up above), so a further charge spills past the last
+// window, and a refund frees units, as on the log that was dropped.
+// Rounded up by the debt memory under pressure, such a debt comes back
+// full in every window from now to its end, refused up to a Period
+// longer (more charged than it may have been, never less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -645,7 +652,8 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	// and a restored entry dated after now, which record now never dates
 	// an event before).
 	if st.inDebt() {
-		return debt{at: a.end(st), amt: a.step.saturated()}
+		d := st.debtUnits()
+		return debt{at: a.end(st), amt: a.step.ahead(d-(d-1)/uint32(a.limit)*uint32(a.limit), st.used()-d)}
 	}
 	// The debt ends when the latest entry ages out: the newest, as
 	// record keeps the entries in order also after a restore that dated
@@ -670,19 +678,20 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // the units that log did, and after any same decisions and refunds
 // still does. A shared bound (v.shared), the largest time and units of
 // several keys', has all its units at its newest time: at least as late,
-// and as many, as any of those keys' own. A debt carried ahead (the
-// saturated amount) restored in its last window comes back as Rate.Limit
-// units at that window's date: that window held as many at most. Any
-// other saturated amount, a log over its limit, comes back as the most units any log counts
+// and as many, as any of those keys' own.
+//
+// A key's own debt carried ahead (ChargeN; see logStep.ahead) comes back
+// as the log carried it (see restoreAhead), or, restored in its last
+// window, as that window's units at its date. A log over its limit (see
+// logStep.over) comes back as the most units any log counts
 // (maxLogUnits, 2^31) at its newest time: denied every request until that
 // entry ages out, as the log it was taken from was at most. Not the
 // Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
 // SetRate) leaves a log counting units of its older, larger limit, and a
-// later upgrade must find them all. A saturated debt whose newest time is
-// more than a time unit ahead (entries are rounded up by less) was
-// carried ahead (see ChargeN): see restoreAhead. A shared bound of that
-// amount whose newest time is after now may be any of those, its time
-// rounded up besides (see debts): see restoreBound.
+// later upgrade must find them all. A shared bound of those amounts
+// whose newest time is after now may be either, its time rounded up
+// besides (see debts): see restoreBound; one whose newest time has come
+// comes back as a log over its limit.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
@@ -693,23 +702,29 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 	case v.shared && v.at-a.period > (now+a.unit-1)/a.unit*a.unit:
 		a.restoreBound(st, v, now)
 		return
-	case !v.shared && v.at-a.period-now >= a.unit:
-		windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
-		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows)
+	case !v.shared && v.amt < a.step.over() && v.at-a.period > now:
+		// Its anchor is the last window dated at or before now, or up to
+		// a time unit after (entries are rounded up), and before its
+		// last window, which is dated after now.
+		windows := max((v.at-a.period-now-a.unit+a.period)/a.period, 1)
+		last, r := a.step.aheadOf(v.amt)
+		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows, last, r)
 		return
 	}
-	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
+	// An entry's time, a whole number of units, but for a debt carried
+	// ahead in its last window, which the log dated at its window's date
+	// rounded up (see settleDebt).
+	newest := (v.at - a.period + a.unit - 1) / a.unit
 	used := v.amt >> a.step.shift
 	var early uint32
 	var back int64
 	switch {
-	case v.amt == a.step.saturated() && !v.shared && now >= v.at-a.period:
-		// A debt carried ahead, restored in its last window, which holds
-		// Rate.Limit units at most: a log at its limit is refused until
-		// that window ends, as the saturated one, but under
-		// WithCountDenied an attempt then counts from now, as on the
-		// exact log, not carried a Period past the debt's end.
-		used = uint32(a.limit)
+	case v.amt > a.step.saturated() && v.amt < a.step.over() && !v.shared:
+		// A debt carried ahead, restored in its last window: the log is
+		// that window's units at its date (see ahead), and an attempt
+		// under WithCountDenied then counts from now, as on the exact
+		// log, not carried a Period past the debt's end.
+		used, _ = a.step.aheadOf(v.amt)
 	case v.amt >= a.step.saturated():
 		used = maxLogUnits
 	case !v.shared:
@@ -728,26 +743,29 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 }
 
 // restoreAhead sets st to a log that carries a debt ahead (see ChargeN)
-// of windows windows from an anchor at time unit u: the anchor holds the
-// most units a log counts (maxLogUnits, whatever limit comes next), and
-// every window from a Period after it on holds Rate.Limit units, so that
-// every request is denied until the last window ends.
+// of windows windows from an anchor at time unit u: the anchor holds r
+// units (maxLogUnits, the most a log counts, where they are not known:
+// denied whatever limit comes next), and every window from a Period
+// after it on holds Rate.Limit units but the last, which holds last: a
+// further charge fills the last window's room first.
 //
-// For a key's own saturated debt v, restore puts the anchor where the
-// log's own anchor is by now: the last window dated at or before now (or
-// up to a time unit after: entries are rounded up), a whole number of
-// Periods before v.at's last window. The log may count more units than
-// the log v was taken from did, never fewer where they matter: that log,
-// too, was full in each window up to its last. One window more would
-// date its Limit units where the log's anchor held its own, and a later
-// upgrade, packing the debt into fewer windows, would end it early.
-func (a *slAlg) restoreAhead(st *slState, u, windows int64) {
+// For a key's own debt v, restore puts the anchor where the log's own
+// anchor is by now: the last window dated at or before now (or up to a
+// time unit after: entries are rounded up), a whole number of Periods
+// before v.at's last window, and last and r are that window's units and
+// those the log counted before its debt (see logStep.ahead): the log
+// counts the units the log v was taken from did in every window, and
+// those before the debt at its anchor, no earlier than they came. One
+// window more would date its Limit units where the log's anchor held its
+// own, and a later upgrade, packing the debt into fewer windows, would
+// end it early.
+func (a *slAlg) restoreAhead(st *slState, u, windows int64, last, r uint32) {
 	st.era = uint32(u >> eraShift)
 	if len(st.ring) < 2 {
 		st.ring = make([]slEntry, 2)
 	}
-	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: maxLogUnits}, 1
-	a.appendDebt(st, uint32(min(uint64(windows)*uint64(a.limit), maxLogDebt)))
+	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: r}, 1
+	a.appendDebt(st, uint32(min(uint64(windows-1)*uint64(a.limit)+uint64(last), maxLogDebt)))
 }
 
 // restoreBound sets st to a log that binds v, a shared bound of the
@@ -769,7 +787,7 @@ func (a *slAlg) restoreAhead(st *slState, u, windows int64) {
 func (a *slAlg) restoreBound(st *slState, v debt, now int64) {
 	nowU := (now + a.unit - 1) / a.unit
 	windows := (v.at - a.period - nowU*a.unit + a.period - 1) / a.period // >= 1
-	a.restoreAhead(st, nowU, windows)
+	a.restoreAhead(st, nowU, windows, uint32(a.limit), maxLogUnits)
 }
 
 // logStep is how a sliding log's debt keeps, below the units its log
@@ -791,6 +809,10 @@ type logStep struct {
 	shift uint  // amt's bits below the units
 	cbits uint  // the step's units' bits, above the age's
 	grid  int64 // time units per step of the age
+	// limit is the log's Rate.Limit. A debt carried ahead keeps its last
+	// window's units in lastCodes steps of lastUnit, and the units its
+	// log counts before the debt in rCodes steps of rUnit (see ahead).
+	limit, lastUnit, lastCodes, rUnit, rCodes uint32
 }
 
 func newLogStep(limit int, period, unit int64) logStep {
@@ -798,23 +820,75 @@ func newLogStep(limit int, period, unit int64) logStep {
 	cbits := min(uint(bits.Len(uint(limit-1))), shift/2)
 	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
 	grid := longest>>(shift-cbits) + 1    // longest/grid < 2^(shift-cbits)
-	return logStep{shift: shift, cbits: cbits, grid: grid}
+	s := logStep{shift: shift, cbits: cbits, grid: grid, limit: uint32(limit)}
+	// A debt carried ahead's codes: 1 .. below over's, a last window's
+	// times a count's (see ahead).
+	codes := uint32(1)<<shift - 3
+	s.lastCodes = min(s.limit, uint32(math.Sqrt(float64(codes))))
+	s.lastUnit = (s.limit + s.lastCodes - 1) / s.lastCodes
+	s.rCodes = codes / s.lastCodes // >= 22: one for a count above Limit
+	s.rUnit = (s.limit + s.rCodes - 3) / (s.rCodes - 2)
+	return s
 }
 
-// saturated returns the amount of a log that carries a debt ahead
-// (ChargeN): the units' largest value, which no log within its limit
-// reaches (Limit+1 < 2^bits), with no step.
+// saturated returns the units' largest value, which no log within its
+// limit reaches (Limit+1 < 2^bits), with no step: the least amount of a
+// log that carries a debt ahead (see ahead) or counts more than its
+// limit (see over). Restored from a shared bound of it or more, a log
+// binds both (see restoreBound).
 func (s logStep) saturated() uint32 {
 	return (1<<(amtBits-s.shift) - 1) << s.shift
 }
 
+// ahead returns the amount of a log that carries a debt ahead (ChargeN)
+// whose last window holds last units (1..Limit) and that counts r units
+// before its debt (at its anchor and before): saturated, and below it
+// both, each rounded up to a step — exact up to Limit 361 (above, in
+// coarser steps: 2,979 and 3,121 units at MaxSlidingLogLimit), r above
+// Limit as the most units a log counts. Restored (see
+// restoreAhead), the log counts those units at its anchor and its debt
+// is full in every window but its last, which holds those units, as
+// the log's was: a further charge fills the last window's room before
+// it spills into a window after it, and a refund frees the units the
+// log had, as on the log the debt was taken from. An own debt is never
+// merged with another but into a shared bound (see debts), which is
+// restored as the harshest (see restoreBound): the codes need no order,
+// and all are between saturated and over.
+func (s logStep) ahead(last, r uint32) uint32 {
+	lc := max((last+s.lastUnit-1)/s.lastUnit, 1) - 1
+	rc := s.rCodes - 1 // above Limit
+	if r <= s.limit {
+		rc = (r + s.rUnit - 1) / s.rUnit
+	}
+	return s.saturated() | (rc*s.lastCodes + lc + 1)
+}
+
+// aheadOf returns the units of the last window of a debt carried ahead
+// of amount amt (see ahead), at least those it was taken with and at
+// most Limit, and the units its log counts before the debt, at least
+// those it counted and at least one (maxLogUnits above Limit); Limit and
+// maxLogUnits for the saturated amount, which says nothing of them.
+func (s logStep) aheadOf(amt uint32) (last, r uint32) {
+	c := amt & (1<<s.shift - 1)
+	if c == 0 {
+		return s.limit, maxLogUnits
+	}
+	c--
+	last = min((c%s.lastCodes+1)*s.lastUnit, s.limit)
+	if rc := c / s.lastCodes; rc < s.rCodes-1 {
+		return last, max(min(rc*s.rUnit, s.limit), 1)
+	}
+	return last, maxLogUnits
+}
+
 // over returns the amount of a log that counts more than Rate.Limit
 // units without a debt ahead (a downgrade, see SetRate): saturated, and
-// one more, so that restored it comes back over its limit, its attempts
-// under WithCountDenied carried ahead as that log's are, and a bound
-// shared with a saturated debt (the larger amount) does too. It is the
-// largest amount a log's debt takes, and below a shield's.
-func (s logStep) over() uint32 { return s.saturated() | 1 }
+// above every debt carried ahead's (see ahead), so that restored it
+// comes back over its limit, its attempts under WithCountDenied carried
+// ahead as that log's are, and a bound shared with a debt carried ahead
+// (the larger amount) does too. It is the largest amount a log's debt
+// takes, and below a shield's.
+func (s logStep) over() uint32 { return s.saturated() | (1<<s.shift - 2) }
 
 // encode returns the step for early of used units at most back time
 // units older than the newest entry; 0 if it would give back nothing.
