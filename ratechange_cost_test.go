@@ -16,7 +16,9 @@ import (
 // by the capacity its rate replaced, one not converted yet never allowed
 // by the new one, and a cost that never fits is refused the same way by
 // AllowN and ReserveN — ErrCostExceedsLimit, the Limit of the key's rate,
-// no RetryAfter.
+// no RetryAfter. A window's RefundN takes back what the key may have
+// been charged, under its rate or the published one: a key already
+// raised is not refused the new capacity.
 //
 // The injected clock is the interleaving: SetRate reads it once before
 // each shard it converts, and the clock probes every key there, on
@@ -85,6 +87,14 @@ func TestRateChangeJudgesCostByTheKeysRate(t *testing.T) {
 							d, err := l.AllowN(ctx, key, n)
 							return d, 0, err
 						})
+						if !k.reserves { // a bucket's refund takes any n
+							// What the key may have been charged: under
+							// its rate or the published one.
+							err := l.(floodgate.Refunder).RefundN(ctx, key, n)
+							if most := max(r.Limit, c.from); n > most && !errors.Is(err, floodgate.ErrCostExceedsLimit) || n <= most && err != nil {
+								t.Fatalf("probe %d, %s: RefundN(%d) with the key's Limit %d: %v", probes, key, n, r.Limit, err)
+							}
+						}
 						if k.reserves {
 							checkCostJudged(t, fmt.Sprintf("probe %d, %s: ReserveN(%d)", probes, key, n), n, r.Limit, func() (floodgate.Decision, time.Duration, error) {
 								res, err := l.(floodgate.Reserver).ReserveN(ctx, key, n, time.Hour)

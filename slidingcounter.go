@@ -208,8 +208,9 @@ func (sc *SlidingCounter) SetRate(_ context.Context, c RateChange) error {
 // another limit of a combined policy denied it). It takes them from the
 // current fixed window and, if that holds fewer, from the previous one,
 // where they are if a window boundary passed since the AllowN. A key that
-// is not tracked is left alone; a negative n returns ErrInvalidCost and n
-// above Rate.Limit ErrCostExceedsLimit.
+// is not tracked is left alone; a negative n returns ErrInvalidCost, and n
+// above both Rate.Limit and the Limit of the rate the key decides under
+// (which differ while SetRate converts) ErrCostExceedsLimit.
 //
 // The counts do not say which events belong to which call: if the AllowN
 // was in the previous window but other events came in the current one
@@ -217,8 +218,13 @@ func (sc *SlidingCounter) SetRate(_ context.Context, c RateChange) error {
 // than exact (the current window's events weigh fully, the previous one's
 // by their share) until the current window ends.
 func (sc *SlidingCounter) RefundN(_ context.Context, key string, n int) error {
-	if err := checkCost(n, sc.cur.Load().limit); err != nil {
-		return err
+	if limit := sc.cur.Load().limit; n < 0 || n > limit {
+		// Judged by the limit the key decides under, read under its
+		// lock: while SetRate converts, a key already raised may have
+		// been charged more than the published limit (see above).
+		if err := sc.above(&Decision{}, key, n, limit); err != nil {
+			return err
+		}
 	}
 	if n == 0 {
 		return nil

@@ -348,7 +348,9 @@ func (l *SlidingLog) SetRate(_ context.Context, c RateChange) error {
 // an AllowN that was allowed but whose event did not happen (for instance
 // because another limit of a combined policy denied it). A log counting
 // fewer is left empty, an untracked key alone; a negative n returns
-// ErrInvalidCost and n above Rate.Limit ErrCostExceedsLimit. It drops the
+// ErrInvalidCost, and n above both Rate.Limit and the Limit of the rate
+// the key decides under (which differ while SetRate converts)
+// ErrCostExceedsLimit. It drops the
 // entries it empties, each one added by an earlier decision, so its cost
 // is that of those decisions, not of n.
 //
@@ -359,8 +361,13 @@ func (l *SlidingLog) SetRate(_ context.Context, c RateChange) error {
 // the events they stand for, by at most the time between the two calls, so
 // for that long the key may get up to n events more than exact.
 func (l *SlidingLog) RefundN(_ context.Context, key string, n int) error {
-	if err := checkCost(n, l.cur.Load().limit); err != nil {
-		return err
+	if limit := l.cur.Load().limit; n < 0 || n > limit {
+		// Judged by the limit the key decides under, read under its
+		// lock: while SetRate converts, a key already raised may have
+		// been charged more than the published limit (see above).
+		if err := l.above(&Decision{}, key, n, limit); err != nil {
+			return err
+		}
 	}
 	if n == 0 {
 		return nil
