@@ -149,25 +149,26 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 		require.Less(t, l.cur.Load().step.over(), uint32(markerAmt), "limit %d", limit)
 		require.Greater(t, sat>>l.cur.Load().step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
 		require.GreaterOrEqual(t, sat, uint32(limit)<<l.cur.Load().step.shift|1<<l.cur.Load().step.shift-1, "limit %d: not the largest amount", limit)
-		// A debt carried ahead keeps its last window's units and those
-		// before it rounded up, between the saturated amount and over's
-		// (see logStep.ahead), exactly up to Limit 361.
+		// A debt carried ahead keeps its last window's units rounded up
+		// and whether its log counted more than its limit before it,
+		// between the saturated amount and over's (see logStep.ahead),
+		// the units exactly up to Limit 4,094.
 		s := l.cur.Load().step
 		for _, last := range []uint32{1, 2, uint32(limit+1) / 2, uint32(limit) - 1, uint32(limit)} {
-			for _, r := range []uint32{0, 1, uint32(limit) / 3, uint32(limit), uint32(limit) + 1, maxLogUnits} {
+			for _, r := range []uint32{0, 1, uint32(limit), uint32(limit) + 1, maxLogUnits} {
 				last := max(min(last, uint32(limit)), 1)
 				a := s.ahead(last, r)
 				require.True(t, a > sat && a < s.over(), "limit %d, ahead(%d, %d) = %#x, not between %#x and %#x", limit, last, r, a, sat, s.over())
-				gotLast, gotR := s.aheadOf(a)
+				gotLast, anchor := s.aheadOf(a)
 				require.True(t, gotLast >= last && gotLast <= uint32(limit), "limit %d: last %d came back as %d", limit, last, gotLast)
+				if limit <= 4094 {
+					require.Equal(t, last, gotLast, "limit %d: not exact", limit)
+				}
+				want := uint32(limit)
 				if r > uint32(limit) {
-					require.Equal(t, uint32(maxLogUnits), gotR, "limit %d: %d units before the debt", limit, r)
-				} else {
-					require.True(t, gotR >= max(r, 1) && gotR <= uint32(limit), "limit %d: %d units before the debt came back as %d", limit, r, gotR)
+					want = maxLogUnits
 				}
-				if limit <= 361 {
-					require.Equal(t, [2]uint32{last, max(min(r, uint32(limit)), 1)}, [2]uint32{gotLast, min(gotR, uint32(limit))}, "limit %d: not exact", limit)
-				}
+				require.Equal(t, want, anchor, "limit %d: %d units before the debt", limit, r)
 			}
 		}
 	}

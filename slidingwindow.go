@@ -3,7 +3,6 @@ package floodgate
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -65,11 +64,12 @@ import (
 // spread evenly over the entries of a longer one. A key evicted again
 // after it came back may have units moved later again, never past its
 // newest entry of the time. A log that carries a debt into the coming
-// windows (ChargeN) comes back carrying it: the units it counted before
-// the debt at its newest entry's time, the limit in every window up to
-// the debt's last, and in the last the units it held (exact up to Limit
-// 361, rounded up above), so a further charge spills past the last
-// window, and a refund frees units, as on the log that was dropped.
+// windows (ChargeN) comes back carrying it: the limit at its newest
+// entry's time (the most units a log counts if it counted more) and in
+// every window up to the debt's last, and in the last the units it held
+// (exact up to Limit 4,094, rounded up above), so a further charge
+// spills past the last window as on the log that was dropped, and a
+// refund of the debt leaves it within its limit.
 // Rounded up by the debt memory under pressure, such a debt comes back
 // full in every window from now to its end, refused up to a Period
 // longer (more charged than it may have been, never less).
@@ -714,8 +714,8 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 		// a time unit after (entries are rounded up), and before its
 		// last window, which is dated after now.
 		windows := max((v.at-a.period-now-a.unit+a.period)/a.period, 1)
-		last, r := a.step.aheadOf(v.amt)
-		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows, last, r)
+		last, anchor := a.step.aheadOf(v.amt)
+		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows, last, anchor)
 		return
 	}
 	// An entry's time, a whole number of units, but for a debt carried
@@ -750,28 +750,31 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 }
 
 // restoreAhead sets st to a log that carries a debt ahead (see ChargeN)
-// of windows windows from an anchor at time unit u: the anchor holds r
-// units (maxLogUnits, the most a log counts, where they are not known:
-// denied whatever limit comes next), and every window from a Period
-// after it on holds Rate.Limit units but the last, which holds last: a
-// further charge fills the last window's room first.
+// of windows windows from an anchor at time unit u: the anchor holds
+// anchor units (maxLogUnits, the most a log counts: denied whatever limit
+// comes next, where the log may have counted more than its limit), and
+// every window from a Period after it on holds Rate.Limit units but the
+// last, which holds last: a further charge fills the last window's room
+// first.
 //
 // For a key's own debt v, restore puts the anchor where the log's own
 // anchor is by now: the last window dated at or before now (or up to a
 // time unit after: entries are rounded up), a whole number of Periods
-// before v.at's last window, and last and r are that window's units and
-// those the log counted before its debt (see logStep.ahead): the log
-// counts the units the log v was taken from did in every window, and
-// those before the debt at its anchor, no earlier than they came. One
+// before v.at's last window, and last and anchor are that window's
+// units and those of a full window, or the most a log counts (see
+// logStep.ahead): the log counts no fewer units than the log v was taken
+// from did in every window, at its anchor too (whether that log's anchor
+// is the one it had or, once that aged out, a window of its debt), none
+// earlier than they came. One
 // window more would date its Limit units where the log's anchor held its
 // own, and a later upgrade, packing the debt into fewer windows, would
 // end it early.
-func (a *slAlg) restoreAhead(st *slState, u, windows int64, last, r uint32) {
+func (a *slAlg) restoreAhead(st *slState, u, windows int64, last, anchor uint32) {
 	st.era = uint32(u >> eraShift)
 	if len(st.ring) < 2 {
 		st.ring = make([]slEntry, 2)
 	}
-	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: r}, 1
+	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: anchor}, 1
 	a.appendDebt(st, uint32(min(uint64(windows-1)*uint64(a.limit)+uint64(last), maxLogDebt)))
 }
 
@@ -817,9 +820,8 @@ type logStep struct {
 	cbits uint  // the step's units' bits, above the age's
 	grid  int64 // time units per step of the age
 	// limit is the log's Rate.Limit. A debt carried ahead keeps its last
-	// window's units in lastCodes steps of lastUnit, and the units its
-	// log counts before the debt in rCodes steps of rUnit (see ahead).
-	limit, lastUnit, lastCodes, rUnit, rCodes uint32
+	// window's units in lastCodes steps of lastUnit (see ahead).
+	limit, lastUnit, lastCodes uint32
 }
 
 func newLogStep(limit int, period, unit int64) logStep {
@@ -828,13 +830,10 @@ func newLogStep(limit int, period, unit int64) logStep {
 	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
 	grid := longest>>(shift-cbits) + 1    // longest/grid < 2^(shift-cbits)
 	s := logStep{shift: shift, cbits: cbits, grid: grid, limit: uint32(limit)}
-	// A debt carried ahead's codes: 1 .. below over's, a last window's
-	// times a count's (see ahead).
-	codes := uint32(1)<<shift - 3
-	s.lastCodes = min(s.limit, uint32(math.Sqrt(float64(codes))))
+	// A debt carried ahead's codes, 1 .. below over's: a last window's,
+	// twice (see ahead).
+	s.lastCodes = min(s.limit, (1<<shift-3)/2)
 	s.lastUnit = (s.limit + s.lastCodes - 1) / s.lastCodes
-	s.rCodes = codes / s.lastCodes // >= 22: one for a count above Limit
-	s.rUnit = (s.limit + s.rCodes - 3) / (s.rCodes - 2)
 	return s
 }
 
@@ -850,42 +849,40 @@ func (s logStep) saturated() uint32 {
 // ahead returns the amount of a log that carries a debt ahead (ChargeN)
 // whose last window holds last units (1..Limit) and that counts r units
 // before its debt (at its anchor and before): saturated, and below it
-// both, each rounded up to a step — exact up to Limit 361 (above, in
-// coarser steps: 2,979 and 3,121 units at MaxSlidingLogLimit), r above
-// Limit as the most units a log counts. Restored (see
-// restoreAhead), the log counts those units at its anchor and its debt
-// is full in every window but its last, which holds those units, as
-// the log's was: a further charge fills the last window's room before
-// it spills into a window after it, and a refund frees the units the
-// log had, as on the log the debt was taken from. An own debt is never
+// the last window's units rounded up to a step (exact up to Limit 4,094;
+// 259 units at MaxSlidingLogLimit), and whether r is above the limit.
+// Restored (see restoreAhead), the debt is full in every window but its
+// last, which holds those units, as the log's was: a further charge
+// fills the last window's room before it spills into a window after it,
+// as on the log the debt was taken from. Its anchor counts the limit, or
+// the most units a log counts if r was above it: no fewer than the log
+// the debt was taken from counts there, which is r until its anchor
+// ages out and then a full window of its debt. An own debt is never
 // merged with another but into a shared bound (see debts), which is
 // restored as the harshest (see restoreBound): the codes need no order,
 // and all are between saturated and over.
 func (s logStep) ahead(last, r uint32) uint32 {
-	lc := max((last+s.lastUnit-1)/s.lastUnit, 1) - 1
-	rc := s.rCodes - 1 // above Limit
-	if r <= s.limit {
-		rc = (r + s.rUnit - 1) / s.rUnit
+	c := max((last+s.lastUnit-1)/s.lastUnit, 1) // 1..lastCodes
+	if r > s.limit {
+		c += s.lastCodes
 	}
-	return s.saturated() | (rc*s.lastCodes + lc + 1)
+	return s.saturated() | c
 }
 
 // aheadOf returns the units of the last window of a debt carried ahead
 // of amount amt (see ahead), at least those it was taken with and at
-// most Limit, and the units its log counts before the debt, at least
-// those it counted and at least one (maxLogUnits above Limit); Limit and
-// maxLogUnits for the saturated amount, which says nothing of them.
-func (s logStep) aheadOf(amt uint32) (last, r uint32) {
+// most Limit, and the units its anchor counts: Limit, or maxLogUnits if
+// the log counted more before its debt. Limit and maxLogUnits for the
+// saturated amount, which says nothing of them.
+func (s logStep) aheadOf(amt uint32) (last, anchor uint32) {
 	c := amt & (1<<s.shift - 1)
-	if c == 0 {
+	switch {
+	case c == 0:
 		return s.limit, maxLogUnits
+	case c > s.lastCodes:
+		return min((c-s.lastCodes)*s.lastUnit, s.limit), maxLogUnits
 	}
-	c--
-	last = min((c%s.lastCodes+1)*s.lastUnit, s.limit)
-	if rc := c / s.lastCodes; rc < s.rCodes-1 {
-		return last, max(min(rc*s.rUnit, s.limit), 1)
-	}
-	return last, maxLogUnits
+	return min(c*s.lastUnit, s.limit), s.limit
 }
 
 // over returns the amount of a log that counts more than Rate.Limit
