@@ -58,6 +58,7 @@ type base struct {
 	client    Scripter
 	prefix    string
 	timeout   time.Duration
+	deadlines deadlines // bounds a round trip by timeout (bound)
 	maxKeyLen int
 
 	// now is the client clock (WithClock); nil means the scripts read the
@@ -103,6 +104,7 @@ func (l *base) init(client Scripter, c config) error {
 	l.client = client
 	l.prefix = c.prefix
 	l.timeout = c.timeout
+	l.deadlines.init(c.timeout)
 	l.maxKeyLen = c.maxKeyLen
 	l.now = c.now
 	l.epoch = time.Now()
@@ -341,12 +343,17 @@ func replicated(d floodgate.Decision, n int, unrepl error) error {
 }
 
 // bound returns ctx bounded by the per-decision timeout, and the cancel
-// function to call after the round trip. A caller's context whose deadline
-// comes first is used as it is, which saves context.WithTimeout's timer
-// and allocations (cancel is then nil).
+// function to call after the round trip (nil when there is none). A
+// caller's context whose deadline comes first is used as it is; one that
+// can never end (context.Background) is bounded by a deadline shared with
+// the other decisions of its grain (see deadlines); each saves
+// context.WithTimeout's timer and allocations.
 func (l *base) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
 		return ctx, nil
+	}
+	if ctx.Done() == nil {
+		return l.deadlines.bound(ctx), nil
 	}
 	return context.WithTimeout(ctx, l.timeout)
 }
