@@ -43,16 +43,32 @@ local limit = tonumber(ARGV[7])
 
 local floor, ver, suffix = ARGV[8] or '0', ARGV[9] or '0', ARGV[10] or ''
 local tat, frac, mark = now, 0, ''
-
--- take starts from the state s: "tat frac", maybe followed by a lease
--- mark. A leasing limiter may have appended one (see
--- lease_prelude_tokenbucket.lua): the end of the slots a lease may still
--- allow units from, which a refund must not move the bucket below. A
--- decision, which leasing instances send when they lease nothing, keeps
--- it: dropped, a refund could free the slots of units an instance still
--- holds. It lies at or before the arrival time, so it lasts as long as
--- the state does.
-local function take(s)
+local s, converted, prate, clear = redis.call('GET', KEYS[1]), false, nil, nil
+if ver ~= '0' or (s and string.find(s, '|', 1, true)) then
+  -- A changed rate, or a state that carries one (a plan's): rate_get
+  -- checks the state's version and rate against the caller's. The rate
+  -- helpers (prelude_rate.lua) go in here, made only on this path: a
+  -- script's local functions are made anew on every run, and a plain
+  -- decision needs none of them.
+--@rate
+  s, converted, prate = rate_get(2, ver, ARGV[11] or '', ARGV[12] or '', suffix, now, tonumber(ARGV[13]), floor, s)
+  if type(s) == 'table' then
+    return s
+  end
+  clear = rate_clear
+elseif s == '' then
+  -- Under version 0 a state without a rate is taken as it stands, as
+  -- rate_get would take it, for the cost of one find; an empty one is none.
+  s = nil
+end
+if s then
+  -- A leasing limiter may have appended a lease mark (see
+  -- lease_prelude_tokenbucket.lua): the end of the slots a lease may
+  -- still allow units from, which a refund must not move the bucket
+  -- below. A decision, which leasing instances send when they lease
+  -- nothing, keeps it: dropped, a refund could free the slots of units
+  -- an instance still holds. It lies at or before the arrival time, so
+  -- it lasts as long as the state does.
   local a, b, m = string.match(s, '^(%d+) (%d+)(.*)$')
   a, b = tonumber(a), tonumber(b)
   if m ~= '' and string.match(m, '^ %d+ %d+$') then
@@ -63,130 +79,105 @@ local function take(s)
     tat, frac = a, b
   end
 end
-
-local s = redis.call('GET', KEYS[1])
-if ver == '0' and not (s and string.find(s, '|', 1, true)) then
-  -- No rate anywhere: under version 0 a state without one is taken as it
-  -- stands, as rate_get would take it, for the cost of one find; an empty
-  -- one is none. This is every plain decision's path, which so never
-  -- makes the rate helpers: a script's local functions are made anew on
-  -- every run.
-  if s and s ~= '' then
-    take(s)
-  end
-else
-  -- A changed rate, or a state that carries one (a plan's): rate_get
-  -- checks the state's version and rate against the caller's. The rate
-  -- helpers (prelude_rate.lua) go in below, made only on this path.
---@rate
-  local converted, prate
-  s, converted, prate = rate_get(2, ver, ARGV[11] or '', ARGV[12] or '', suffix, now, tonumber(ARGV[13]), floor, s)
-  if type(s) == 'table' then
-    return s
-  end
-  if s then
-    take(s)
-  end
-  if prate then
-    -- Written under another plan: converted here, as of now, by
-    -- plan_greedy, made only here, where it is needed, since a script's
-    -- local functions are created anew on every run. It converts a bucket
-    -- whose arrival time is ahead + frac/L us after now, written under
-    -- another plan's limit L and burst B of the same period P, to limit and
-    -- burst B2, as strategy how says (0 KeepUsed, 1 ScaleUsed), with
-    -- inherit.Greedy's arithmetic: the key has used u = (ahead*L + frac)/P
-    -- tokens, and its new arrival time is how(u) times P/limit after now,
-    -- rounded up to 1/limit us, held at 2^50 us. It returns that time as
-    -- q + r/limit. The products pass 2^53, so they are taken on limbs of
-    -- 2^24, least significant first.
-    local function plan_greedy(ahead, frac, L, B, P, B2, how)
-      local W = 16777216
-      local function of(x)
-        local t = {}
-        while x > 0 do
-          local l = x % W
-          t[#t + 1] = l
-          x = (x - l) / W
-        end
-        return t
+if prate then
+  -- Written under another plan: converted here, as of now, by
+  -- plan_greedy, made only here, where it is needed, since a script's
+  -- local functions are created anew on every run. It converts a bucket
+  -- whose arrival time is ahead + frac/L us after now, written under
+  -- another plan's limit L and burst B of the same period P, to limit and
+  -- burst B2, as strategy how says (0 KeepUsed, 1 ScaleUsed), with
+  -- inherit.Greedy's arithmetic: the key has used u = (ahead*L + frac)/P
+  -- tokens, and its new arrival time is how(u) times P/limit after now,
+  -- rounded up to 1/limit us, held at 2^50 us. It returns that time as
+  -- q + r/limit. The products pass 2^53, so they are taken on limbs of
+  -- 2^24, least significant first.
+  local function plan_greedy(ahead, frac, L, B, P, B2, how)
+    local W = 16777216
+    local function of(x)
+      local t = {}
+      while x > 0 do
+        local l = x % W
+        t[#t + 1] = l
+        x = (x - l) / W
       end
-      -- a*m + c, for m and c at most 2^24
-      local function mul(a, m, c)
-        local t = {}
-        for i = 1, #a do
-          local p = a[i] * m + c
-          t[i] = p % W
-          c = (p - t[i]) / W
-        end
-        while c > 0 do
-          t[#t + 1] = c % W
-          c = (c - t[#t]) / W
-        end
-        return t
-      end
-      -- floor(a/d) and a mod d, for d at most 2^24
-      local function div(a, d)
-        local q, r = {}, 0
-        for i = #a, 1, -1 do
-          local x = r * W + a[i]
-          r = x % d
-          q[i] = (x - r) / d
-        end
-        while #q > 0 and q[#q] == 0 do
-          q[#q] = nil
-        end
-        return q, r
-      end
-      local function less(a, b)
-        if #a ~= #b then
-          return #a < #b
-        end
-        for i = #a, 1, -1 do
-          if a[i] ~= b[i] then
-            return a[i] < b[i]
-          end
-        end
-        return false
-      end
-      local x = mul(of(ahead), L, frac) -- u*P, which KeepUsed keeps
-      if how == 1 then
-        -- ceil(u*P*B2/B), but no more than max(u, B2)*P
-        local s, r = div(mul(x, B2, 0), B)
-        if r > 0 then
-          s = mul(s, 1, 1)
-        end
-        local most = mul(of(P), B2, 0)
-        if less(most, x) then
-          most = x
-        end
-        if less(most, s) then
-          s = most
-        end
-        x = s
-      end
-      local q, r = div(x, limit)
-      local h = 0
-      for i = #q, 1, -1 do
-        h = h * W + q[i]
-        if h >= 1125899906842624 then -- 2^50
-          return 1125899906842624, 0
-        end
-      end
-      return h, r
+      return t
     end
-    local q, r = 0, 0
-    if tat > now or frac > 0 then
-      q, r = plan_greedy(tat - now, frac, prate[1], prate[3], prate[2], tonumber(ARGV[14]), tonumber(ARGV[15]))
+    -- a*m + c, for m and c at most 2^24
+    local function mul(a, m, c)
+      local t = {}
+      for i = 1, #a do
+        local p = a[i] * m + c
+        t[i] = p % W
+        c = (p - t[i]) / W
+      end
+      while c > 0 do
+        t[#t + 1] = c % W
+        c = (c - t[#t]) / W
+      end
+      return t
     end
-    tat, frac, converted = now + q, r, true
+    -- floor(a/d) and a mod d, for d at most 2^24
+    local function div(a, d)
+      local q, r = {}, 0
+      for i = #a, 1, -1 do
+        local x = r * W + a[i]
+        r = x % d
+        q[i] = (x - r) / d
+      end
+      while #q > 0 and q[#q] == 0 do
+        q[#q] = nil
+      end
+      return q, r
+    end
+    local function less(a, b)
+      if #a ~= #b then
+        return #a < #b
+      end
+      for i = #a, 1, -1 do
+        if a[i] ~= b[i] then
+          return a[i] < b[i]
+        end
+      end
+      return false
+    end
+    local x = mul(of(ahead), L, frac) -- u*P, which KeepUsed keeps
+    if how == 1 then
+      -- ceil(u*P*B2/B), but no more than max(u, B2)*P
+      local s, r = div(mul(x, B2, 0), B)
+      if r > 0 then
+        s = mul(s, 1, 1)
+      end
+      local most = mul(of(P), B2, 0)
+      if less(most, x) then
+        most = x
+      end
+      if less(most, s) then
+        s = most
+      end
+      x = s
+    end
+    local q, r = div(x, limit)
+    local h = 0
+    for i = #q, 1, -1 do
+      h = h * W + q[i]
+      if h >= 1125899906842624 then -- 2^50
+        return 1125899906842624, 0
+      end
+    end
+    return h, r
   end
-  if converted then
-    -- Keep the conversion whatever this decision does.
-    if tat > now or frac > 0 then
-      redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. suffix, 'PX', expiry_ms(tat - now + 1, floor))
-    else
-      rate_clear(suffix, floor)
-    end
+  local q, r = 0, 0
+  if tat > now or frac > 0 then
+    q, r = plan_greedy(tat - now, frac, prate[1], prate[3], prate[2], tonumber(ARGV[14]), tonumber(ARGV[15]))
+  end
+  tat, frac, converted = now + q, r, true
+end
+if converted then
+  -- Keep the conversion whatever this decision does.
+  if tat > now or frac > 0 then
+    redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. suffix, 'PX', expiry_ms(tat - now + 1, floor))
+  else
+    clear(suffix, floor)
   end
 end
 
