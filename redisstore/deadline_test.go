@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -109,5 +111,45 @@ func TestBoundSharesTick(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { _, _ = l.bound(context.Background()) })
 	if allocs != 0 {
 		t.Fatalf("%v allocations a bound of Background, want 0", allocs)
+	}
+}
+
+// TestBoundConcurrent: callers that bound their round trips at once, over
+// many grains, each get a deadline within their own timeout and no sooner
+// than a grain before it, and a Done that closes at it, whichever tick
+// they share.
+func TestBoundConcurrent(t *testing.T) {
+	const timeout = 5 * time.Millisecond
+	var l base
+	l.timeout = timeout
+	l.deadlines.init(timeout)
+	grain := timeout / deadlineGrains
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				start := time.Now()
+				ctx, _ := l.bound(context.Background())
+				end := time.Now()
+				dl, _ := ctx.Deadline()
+				if dl.After(end.Add(timeout)) || dl.Before(start.Add(timeout-grain)) {
+					errs <- fmt.Errorf("deadline %v after the call, want within (%v, %v]", dl.Sub(start), timeout-grain, timeout)
+					return
+				}
+				<-ctx.Done()
+				if time.Now().Before(dl) || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					errs <- fmt.Errorf("Done %v before the deadline, Err %v", dl.Sub(time.Now()), ctx.Err())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
