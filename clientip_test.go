@@ -917,3 +917,23 @@ func mustClientIP(t *testing.T, opts ...IPOption) func(*http.Request) (netip.Add
 	}
 	return f
 }
+
+// BenchmarkParseIP: RemoteAddr's common forms through parseIP (a dotted
+// quad in one pass) and through parseIPForms, the parse it short-cuts.
+func BenchmarkParseIP(b *testing.B) {
+	for _, s := range []string{"203.0.113.195:40000", "[2001:db8::1]:40000"} {
+		for _, p := range []struct {
+			name  string
+			parse func(string, bool) (netip.Addr, string, bool)
+		}{{"parseIP", parseIP}, {"parseIPForms", parseIPForms}} {
+			b.Run(p.name+"/"+s, func(b *testing.B) {
+				b.ReportAllocs()
+				for range b.N {
+					if _, _, ok := p.parse(s, false); !ok {
+						b.Fatal("refused")
+					}
+				}
+			})
+		}
+	}
+}
