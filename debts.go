@@ -24,6 +24,10 @@ type debt struct {
 	// or a debt rounded up, which is restored by the rule above, never
 	// as one key's own exact debt.
 	shared bool
+	// keep asks the memory to keep the debt exactly, never rounded: a
+	// sliding log's debt beyond its limit, whose restore reads its time
+	// to the unit (see SlidingLog's restore).
+	keep bool
 }
 
 // owes reports whether the debt still limits the key at now: at is the
@@ -71,7 +75,8 @@ func (v debt) max(w debt) debt {
 // starts from it. So a key that comes back from a rounded entry leaves it
 // in place, a refund while it is remembered is not given back, and two
 // keys that share it are both bound by the larger debt: neither is ever
-// forgiven.
+// forgiven. A debt to be kept exactly (debt.keep: a sliding log's, an
+// interval bucket's) is never rounded: its store has twice the words.
 //
 // Entries whose debt has run out are free again, so the memory heals as
 // the debts end. An entry with the marker amount shields a key from the
@@ -136,6 +141,7 @@ const (
 
 	roundedBit = 1 << 63
 	exactBit   = 1 << 62
+	keepBit    = 1 << 61 // an exact entry never to be rounded (debt.keep)
 	fpBits     = 35
 	fpMask     = 1<<fpBits - 1
 	rfpBits    = 28
@@ -196,11 +202,15 @@ func (b *debtBucket) exact(w int) bool {
 func (b *debtBucket) exactItem(w int) debtItem {
 	m := b[2*w+1]
 	fp := m >> amtBits & fpMask
-	return debtItem{fp: fp, v: debt{at: int64(b[2*w]), amt: uint32(m & amtMask), shared: fp == 0}}
+	return debtItem{fp: fp, v: debt{at: int64(b[2*w]), amt: uint32(m & amtMask), shared: fp == 0, keep: m&keepBit != 0}}
 }
 
 func (b *debtBucket) setExact(w int, it debtItem) {
-	b[2*w], b[2*w+1] = uint64(it.v.at), exactBit|it.fp<<amtBits|uint64(it.v.amt&amtMask)
+	m := exactBit | it.fp<<amtBits | uint64(it.v.amt&amtMask)
+	if it.v.keep {
+		m |= keepBit
+	}
+	b[2*w], b[2*w+1] = uint64(it.v.at), m
 }
 
 // newDebts returns a memory of n buckets; seed starts its random moves.
@@ -299,7 +309,7 @@ func decodeAmt(c uint64) uint32 {
 // The base must be current (see rebase).
 func (d *debts) roundedWord(it debtItem) (w uint64, ok bool) {
 	t, ok := encodeTime(it.v.at, d.base)
-	if !ok {
+	if !ok || it.v.keep {
 		return 0, false
 	}
 	d.until = max(d.until, decodeTime(t, d.base))
@@ -440,10 +450,21 @@ func (d *debts) scan(b *debtBucket, fp uint64, now int64, f *found) {
 // entry, or a shield while a shared bound binds h (a key that comes back
 // owing nothing of its own, or less than its buckets' bounds). A rounded
 // entry of h's is only raised (see debts): a debt below it (a refund
-// while h is remembered) is lost.
+// while h is remembered) is lost; one to be kept exactly replaces it.
 func (d *debts) put(h uint64, v debt, now int64) {
 	f := d.lookup(h, now)
 	switch {
+	case f.rounded && v.keep:
+		// Kept exactly: it replaces the rounded entries h finds, and
+		// bounds them.
+		b1, b2, fp := d.place(h)
+		if f.v.amt != markerAmt { // a shield bounds nothing
+			v = f.v.max(v)
+		}
+		d.freeRounded(h, now)
+		d.until = max(d.until, v.at)
+		d.insert(b1, b2, debtItem{fp: fp, v: debt{at: v.at, amt: v.amt, keep: true}}, now)
+		return
 	case f.rounded:
 		if v.owes(now) {
 			d.raise(f, v, now)
@@ -517,7 +538,7 @@ func (d *debts) write(h uint64, f found, v debt, now int64) {
 	}
 	d.until = max(d.until, v.at)
 	b1, b2, fp := d.place(h)
-	it := debtItem{fp: fp, v: debt{at: v.at, amt: v.amt}}
+	it := debtItem{fp: fp, v: debt{at: v.at, amt: v.amt, keep: v.keep}}
 	if f.own != nil {
 		f.b.setExact(f.i/2, it)
 		return
@@ -891,9 +912,8 @@ func (d *debts) unshield(b *debtBucket, it debtItem) {
 			d.setAt(b, s, it)
 		}
 	case !d.setAt(b, s, it):
-		// Too far out to round (see encodeTime): its shield's pair
-		// becomes b's bound, with the debt the pair's other word may
-		// hold.
+		// Not to be rounded (see debt.keep): its shield's pair becomes
+		// b's bound, with the debt the pair's other word may hold.
 		v := debt{at: it.v.at, amt: it.v.amt}
 		d.merged++
 		d.entries(b, func(i int, e debtItem) {
@@ -944,10 +964,9 @@ func (d *debts) remap(f func(debt) debt, now int64) {
 				it.v.shared = false
 				d.until = max(d.until, it.v.at)
 				if !d.setAt(bk, i, it) {
-					// A rounded entry whose debt is now too far out
-					// to round (see encodeTime): its key's whole
-					// fingerprint is not known, so it joins its
-					// bucket's bound.
+					// A rounded entry whose debt is now to be kept
+					// exactly (see debt.keep): its key's whole fingerprint
+					// is not known, so it joins its bucket's bound.
 					d.free(bk, i)
 					bind = append(bind, kept{bk, it})
 				}

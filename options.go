@@ -221,8 +221,8 @@ func WithForgetEvicted() Option {
 // key, BenchmarkDebtMemory), and a few more for the shards of a small
 // store that a spray gives more than their share, allocated by each
 // shard at its first live eviction, so that a store sized for its
-// traffic never pays for it, the same for every algorithm. perKey must
-// be in 1..64.
+// traffic never pays for it. A sliding log keeps every debt exact, in
+// twice the words (128 bytes a key by default). perKey must be in 1..64.
 //
 // A key the store drops while it still holds state (a live eviction)
 // leaves its debt there, in an entry of its own, and comes back from it.
@@ -235,12 +235,8 @@ func WithForgetEvicted() Option {
 // 10 significant bits (exact up to 511 events or tokens), and the key
 // restored from it allows no more than it would have: a token bucket with
 // its tokens, a sliding counter with its events in the newer window, a
-// sliding log with every unit at its newest time, a token bucket with
-// WithIntervalRefill blocked until its last period's tokens come back;
-// never longer than the debt's rounded end, but for a sliding log that
-// carried a debt ahead (ChargeN) or counted more than its limit, which
-// comes back with that debt anchored now, full in every window up to its
-// end, and may be refused up to a Period longer than the debt. A refund made while a key is
+// token bucket with WithIntervalRefill blocked until its last period's
+// tokens come back; never longer than the debt's rounded end. A refund made while a key is
 // held rounded is not given back (charged more, never less). While every
 // debt has an entry of its own no key is charged for another's, except a
 // fresh key whose 28-bit fingerprint meets a rounded entry's in its place

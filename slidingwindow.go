@@ -43,8 +43,8 @@ import (
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
 // cost. A key dropped while its log still counts leaves a 16-byte debt
-// (unless WithForgetEvicted; 8 bytes, rounded up, when the debt memory is
-// under pressure: see WithDebtMemory), which cannot hold every entry: the key
+// (unless WithForgetEvicted; never rounded: see WithDebtMemory), which
+// cannot hold every entry: the key
 // comes back with the units it counted at two times at most, those up to
 // one older entry (the step) at that entry's time rounded up to a grid,
 // the others at its newest entry's time. No unit is put earlier than it
@@ -69,10 +69,9 @@ import (
 // every window up to the debt's last, and in the last the units it held
 // (exact up to Limit 4,094, rounded up above), so a further charge
 // spills past the last window as on the log that was dropped, and a
-// refund of the debt leaves it within its limit.
-// Rounded up by the debt memory under pressure, such a debt comes back
-// full in every window from now to its end, refused up to a Period
-// longer (more charged than it may have been, never less).
+// refund of the debt leaves it within its limit. Merged into a shared
+// bound of the debt memory, such a debt comes back full in every window
+// up to its end (more charged than it may have been, never less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -168,6 +167,9 @@ func NewSlidingLog(r Rate, opts ...Option) (*SlidingLog, error) {
 	a := newSLAlg(r, c.countDenied, c.debt)
 	l := &SlidingLog{}
 	l.cur.Store(a)
+	// A log's debts are kept exactly (see slAlg.debt), in two words each:
+	// its debt memory has twice the words, for as many debts.
+	c.debtsPerKey *= 2
 	if l.store, err = newStore[slState](c, a); err != nil {
 		return nil, err
 	}
@@ -583,10 +585,10 @@ func (a *slAlg) record(st *slState, now int64, w uint32) {
 	case st.count == 0:
 		st.head, st.low, st.era = 0, 0, uint32(u>>eraShift)
 	case u < st.base()+int64(st.entry(int(st.count)-1).off):
-		// A log restored from a bound (a debt the memory rounded up, or
-		// several merged) may hold an entry dated after now: the event
-		// joins it, later than it came, never earlier, and the entries
-		// stay in order.
+		// A log restored from a shared bound may hold an entry dated
+		// after now (up to a time unit, or a debt's last window): the
+		// event joins it, later than it came, never earlier, and the
+		// entries stay in order.
 		u = st.base() + int64(st.entry(int(st.count)-1).off)
 	case u-st.base() >= debtOff: // a real entry's offset is below debtOff
 		a.rebase(st, now)
@@ -651,20 +653,21 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	if st.count == 0 {
 		return debt{}
 	}
-	// The memory may round the debt up (see debts), to be restored as a
-	// shared bound (see restore and restoreBound): rounded log debts once
-	// met KeepUsed and forgave (issue 33, seed 12093151878822871369 of
-	// TestBoundedStoreNeverForgivesAcrossRateChanges: an over-limit log's
-	// time, rounded up past a time unit, read as a debt carried ahead;
-	// and a restored entry dated after now, which record now never dates
-	// an event before).
+	// Every debt of a log is kept exactly (keep): rounded up, a log's
+	// debt forgave in the replays (issue 33). An over-limit log's time,
+	// rounded up past a time unit, read as a debt carried ahead (store
+	// seed 12093151878822871369 of TestBoundedStoreNeverForgivesAcross
+	// RateChanges); restored instead as a debt carried ahead from now,
+	// it forgave once an upgrade packed it from a later phase than the
+	// exact log's, which had settled a window more (the checker's
+	// SlidingLogCountDenied/EvictionsNoResets, seed 80141923356235).
 	if st.inDebt() {
 		d := st.debtUnits()
-		return debt{at: a.end(st), amt: a.step.ahead(d-(d-1)/uint32(a.limit)*uint32(a.limit), st.used()-d)}
+		return debt{at: a.end(st), amt: a.step.ahead(d-(d-1)/uint32(a.limit)*uint32(a.limit), st.used()-d), keep: true}
 	}
 	// The debt ends when the latest entry ages out: the newest, as
 	// record keeps the entries in order also after a restore that dated
-	// one after now (see restoreBound).
+	// one after now.
 	at := a.at(st, int(st.count)-1)
 	for i := range int(st.count) - 1 {
 		at = max(at, a.at(st, i))
@@ -672,9 +675,9 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	at += a.period
 	used := st.used()
 	if used > uint32(a.limit) {
-		return debt{at: at, amt: a.step.over()}
+		return debt{at: at, amt: a.step.over(), keep: true}
 	}
-	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used)}
+	return debt{at: at, amt: used<<a.step.shift | a.bestStep(st, used), keep: true}
 }
 
 // restore sets st, keeping its ring, to a log that owes v at now: the
@@ -696,9 +699,9 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
 // SetRate) leaves a log counting units of its older, larger limit, and a
 // later upgrade must find them all. A shared bound of those amounts
-// whose newest time is after now may be either, its time rounded up
-// besides (see debts): see restoreBound; one whose newest time has come
-// comes back as a log over its limit.
+// whose newest time is more than a time unit ahead (entries are rounded
+// up by less) comes back carrying a debt ahead, full in every window;
+// one whose newest time has come, as a log over its limit.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
@@ -706,8 +709,12 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 	}
 	switch {
 	case v.amt < a.step.saturated():
-	case v.shared && v.at-a.period > (now+a.unit-1)/a.unit*a.unit:
-		a.restoreBound(st, v, now)
+	case v.shared && v.at-a.period-now >= a.unit:
+		// A bound of several keys' debts: carried ahead, full in every
+		// window up to its last and counting the most units a log counts
+		// at its anchor, aligned as an own debt's (see restoreAhead).
+		windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
+		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows, uint32(a.limit), maxLogUnits)
 		return
 	case !v.shared && v.amt < a.step.over() && v.at-a.period > now:
 		// Its anchor is the last window dated at or before now, or up to
@@ -776,28 +783,6 @@ func (a *slAlg) restoreAhead(st *slState, u, windows int64, last, anchor uint32)
 	}
 	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: anchor}, 1
 	a.appendDebt(st, uint32(min(uint64(windows-1)*uint64(a.limit)+uint64(last), maxLogDebt)))
-}
-
-// restoreBound sets st to a log that binds v, a shared bound of the
-// saturated amount or above whose newest time, v.at - Period, is after
-// the latest time an entry made by now may have. It may stand for logs
-// that carry a debt ahead until v.at at most, each anchored no later
-// than now, and for logs over their limit whose newest entry is no later
-// than now (a downgrade, see SetRate), its time rounded up to a tick of
-// the debt memory besides (see debts): the exact restore would tell them
-// apart by a time unit, and misread a rounded one. It comes back
-// carrying a debt ahead anchored at now (rounded up to a time unit), the
-// latest any of their anchors or newest entries may be, holding the most
-// units a log counts, and full windows from there until v.at or later:
-// every unit of theirs has one as many dated no earlier, and a change of
-// rate that re-cuts or packs a debt into windows re-cuts this one from a
-// later anchor. The price is a refusal up to a Period longer than the
-// debt: only for a debt carried ahead, or over the limit, that the
-// memory rounded up or merged.
-func (a *slAlg) restoreBound(st *slState, v debt, now int64) {
-	nowU := (now + a.unit - 1) / a.unit
-	windows := (v.at - a.period - nowU*a.unit + a.period - 1) / a.period // >= 1
-	a.restoreAhead(st, nowU, windows, uint32(a.limit), maxLogUnits)
 }
 
 // logStep is how a sliding log's debt keeps, below the units its log
