@@ -304,15 +304,15 @@ func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem i
 //     once the window turned (inherit.Strategy.Counts);
 //   - a full bucket of the debt memory holding only shields forgot the
 //     debt it had no room for (debts.overflow);
-//   - a sliding log's debts rounded up by the memory (issue 33): at trial
-//     14, a log over its limit after a downgrade, its time rounded up by
-//     more than a time unit, was read as a debt carried ahead and
-//     anchored before its newest entry, so an upgrade under KeepUsed let
-//     units through once that anchor aged out; restored from a bound
-//     (slAlg.restoreBound) it is now anchored at now. At trial 0, a
-//     bound restored as one entry dated after now (a first try at that
-//     fix) did not bind a log carrying a debt ahead, whose debt a
-//     downgrade re-cut into more windows than the entry lasted.
+//   - a sliding log's debts rounded up by the memory (issue 33, on a
+//     branch where they were): at trial 14, a log over its limit after a
+//     downgrade, its time rounded up by more than a time unit, was read
+//     as a debt carried ahead and anchored before its newest entry, so
+//     an upgrade under KeepUsed let units through once that anchor aged
+//     out; at trial 0, such a bound restored as one entry dated after now
+//     did not bind a log carrying a debt ahead, whose debt a downgrade
+//     re-cut into more windows than the entry lasted. A log's debts are
+//     kept exact (see slAlg.debt); the seeds stay as a regression test.
 func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 	kinds := map[string]limiterKind{}
 	for _, k := range everyKind() {
@@ -667,9 +667,10 @@ func TestRestoreSpentAtTwoTimes(t *testing.T) {
 }
 
 // TestRestoreDebtLastWindow: a log that carries a debt ahead (ChargeN),
-// restored in its debt's last window, is never charged less than the
-// exact log, and once that window has ended decides field by field as if
-// never evicted, under WithCountDenied too.
+// restored in its debt's last window, is charged more than
+// the exact log only until that window ends (it comes back full in every
+// window up to the last, see SlidingLog), never less, and from then on
+// decides field by field as if never evicted, under WithCountDenied too.
 // Restored in the last window under WithCountDenied, it used to come back
 // over its limit, so that a refused attempt was carried ahead a Period
 // past the debt's end, refusing the key a whole Period after the exact
@@ -714,95 +715,6 @@ func TestRestoreDebtLastWindow(t *testing.T) {
 				}
 				if bounded.Stats().Restored != restored+1 { // by the first request that counts
 					t.Fatalf("alice was not restored from her debt: %+v", bounded.Stats())
-				}
-			})
-		}
-	}
-}
-
-// TestRestoreDebtAheadAsCarried: a sliding log that carries a debt ahead
-// (ChargeN) comes back from its exact debt as it was carried — the limit
-// before the debt, its full windows and its last window's units — and,
-// where the log counted its limit before the debt or its anchor has aged
-// out, decides every request field by field as if never evicted: a
-// further charge fills the last window's room before it spills past it,
-// and a refund frees what the log had. It used to come back full in
-// every window up to the debt's last and holding the most units a log
-// counts before it, so a further charge spilled a window past the exact
-// log's last, and a refund of the debt left it over its limit: a key
-// refused a Period after the exact log had emptied
-// (TestNoLockoutWithinStatedSize, store seeds 10446858862934017171 and
-// 11378300521637200554, among others). The settled case is restored
-// after its anchor aged out, in a full window of its debt: a debt that
-// kept the 2 units its log counted before it, rather than the limit,
-// came back with 2 there and forgave 3.
-func TestRestoreDebtAheadAsCarried(t *testing.T) {
-	const maxKeys = 8
-	type step struct {
-		at     time.Duration
-		op     string // "allow", "charge", "refund"
-		n      int
-		evicts bool // the key is evicted before the step
-	}
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		steps []step
-	}{
-		// 5 units at 0 s, 2 carried into the window of 60 s; 2 more join
-		// it at 10 s: the debt still ends at 120 s.
-		{"charge", []step{{10 * time.Second, "charge", 2, true}, {30 * time.Second, "allow", 0, false},
-			{61 * time.Second, "allow", 0, false}, {61 * time.Second, "allow", 1, false}, {121 * time.Second, "allow", 0, false},
-			{121 * time.Second, "allow", 5, false}}},
-		// A refund takes the debt and a unit of the 5 before it.
-		{"refund", []step{{10 * time.Second, "refund", 3, true}, {10 * time.Second, "allow", 0, false},
-			{20 * time.Second, "allow", 1, false}, {20 * time.Second, "allow", 1, false}, {61 * time.Second, "allow", 5, false}}},
-		// 3 units at 0 s, 2 at 30 s and 8 carried into the windows of 90
-		// and 150 s; evicted at 61 s, when it counts 2 before its debt,
-		// and restored after they aged out, in the full window of 90 s.
-		{"settled", []step{{0, "allow", 3, false}, {30 * time.Second, "charge", 10, false}, {61 * time.Second, "allow", 0, true},
-			{95 * time.Second, "refund", 3, false}, {95 * time.Second, "allow", 1, false}, {151 * time.Second, "allow", 0, false}}},
-		// Evicted again while it carries the debt, and in its last window.
-		{"twice", []step{{10 * time.Second, "charge", 1, true}, {30 * time.Second, "allow", 0, true},
-			{61 * time.Second, "allow", 0, true}, {61 * time.Second, "allow", 1, false}, {90 * time.Second, "charge", 3, true},
-			{121 * time.Second, "allow", 0, false}, {179 * time.Second, "allow", 0, true}, {181 * time.Second, "allow", 5, false}}},
-	} {
-		for _, k := range restoreKinds(floodgate.PerMinute(5), 5)[5:] {
-			t.Run(k.name+"/"+tc.name, func(t *testing.T) {
-				start := time.Unix(1_700_000_000, 0)
-				clk := &replayClock{t: start}
-				opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
-				bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
-				mustNot(t, err)
-				exact, err := k.build(k.rate, opts...)
-				mustNot(t, err)
-				if tc.name != "settled" {
-					for _, l := range []keyedLimiter{bounded, exact} {
-						mustNot(t, l.(floodgate.Charger).ChargeN(ctx, "alice", 7))
-					}
-				}
-				for _, s := range tc.steps {
-					clk.t = start.Add(s.at)
-					if s.evicts {
-						evictIdle(t, bounded, maxKeys, k.capacity)
-					}
-					switch s.op {
-					case "charge":
-						for _, l := range []keyedLimiter{bounded, exact} {
-							mustCharge(t, l.(floodgate.Charger).ChargeN(ctx, "alice", s.n))
-						}
-					case "refund":
-						for _, l := range []keyedLimiter{bounded, exact} {
-							mustNot(t, l.RefundN(ctx, "alice", s.n))
-						}
-					}
-					got, err := bounded.AllowN(ctx, "alice", map[bool]int{true: s.n, false: 0}[s.op == "allow"])
-					mustNot(t, err)
-					want, err := exact.AllowN(ctx, "alice", map[bool]int{true: s.n, false: 0}[s.op == "allow"])
-					mustNot(t, err)
-					if got != want {
-						t.Errorf("at %v after %s(%d): restored %+v, never evicted %+v", s.at, s.op, s.n, got, want)
-					}
 				}
 			})
 		}
@@ -868,25 +780,21 @@ func TestNoLockoutWithinStatedSize(t *testing.T) {
 
 // lockoutStoreSeed is the store seed of TestNoLockoutWithinStatedSize:
 // a fixed one by default, a random one (storeSeed) under
-// FLOODGATE_FULL=1 or with FLOODGATE_STORE_SEED. Random store seeds
-// failed about 3 runs in 30 (2026-12-06 15:30 UTC): a sliding log
-// restored from a debt carried ahead came back full in every window up
-// to the debt's last, so a further charge spilled past the exact log's
-// last window (FLOODGATE_STORE_SEED=10446858862934017171,
-// 1366540264382467114, 7498163906625716356, 7571721759375401399,
-// 13323505961965283937 on the lockout bound; 11331343902083363192,
-// 11643073698342172025, 15587658024654579325 on the tally), or a refund
-// of the debt left it over its limit (11378300521637200554): fixed, see
-// TestRestoreDebtAheadAsCarried. With random seeds since (90 runs,
-// 2026-12-06 17:00–17:15 UTC), 3 failed the tally alone, on two histories
-// where a log of three entries at three times, which its debt keeps at
-// two, counted a unit longer within a Period of the key's newest
-// request (history 15281112088900962053, SlidingLog/CountDenied:
-// 2163861672700369134, 17657916070857201956, 8982938058932744498;
-// history 17011349405960909056, SlidingLog: 3071978763084285575,
-// 3851768367818846947, 8295603274660690321, 6239388273258965439). CI
-// replays seed 1, under which every history passes; the long run keeps
-// looking with random seeds.
+// FLOODGATE_FULL=1 or with FLOODGATE_STORE_SEED. The test has an open
+// finding (docs/testing.md): a sliding log restored from a debt carried
+// ahead comes back full in every window up to the debt's last, so a
+// further charge (ChargeN, or a refused attempt under WithCountDenied)
+// spills into a window after the exact log's last and the key is
+// refused after the exact log has emptied — an honest key locked out
+// longer than the exact log would. Random store seeds fail about 3 runs
+// in 30 (2026-12-06 15:30 UTC; e.g. FLOODGATE_STORE_SEED=
+// 10446858862934017171, 1366540264382467114, 7498163906625716356,
+// 7571721759375401399, 13323505961965283937 on the lockout bound, and
+// 11331343902083363192, 2163861672700369134, 11643073698342172025,
+// 15587658024654579325 on the tally of keys never charged). Until it is
+// fixed, CI replays seed 1, under which every history passes, so that
+// the test still catches a regression of what it holds today; the long
+// run keeps looking with random seeds.
 func lockoutStoreSeed(t *testing.T) uint64 {
 	t.Helper()
 	if os.Getenv("FLOODGATE_FULL") == "" && os.Getenv("FLOODGATE_STORE_SEED") == "" {
@@ -1010,7 +918,8 @@ func reserveBoth(t *testing.T, bounded, exact keyedLimiter, key string, n int, m
 // did wrong: allowed what the exact one denies, or was charged more than
 // it while the key's newest request is a Period old and the exact log
 // counts nothing of it (a debt carried ahead counts until its last
-// window ends: see SlidingLog). Every decision the bounded log was charged more for is
+// window ends, and a restored one is full in every window up to it: see
+// SlidingLog). Every decision the bounded log was charged more for is
 // counted in lockouts, and in paying too if it came a Period after the
 // key's newest request, in the exact log's debt.
 func compareLog(t *testing.T, k restoreKind, exact keyedLimiter, key string, n int, got floodgate.Decision,

@@ -43,8 +43,7 @@ import (
 // Keys live in a bounded, sharded LRU store (WithMaxKeys); a log whose
 // entries have all aged out equals a fresh one and is dropped first, at no
 // cost. A key dropped while its log still counts leaves a 16-byte debt
-// (unless WithForgetEvicted; never rounded: see WithDebtMemory), which
-// cannot hold every entry: the key
+// (unless WithForgetEvicted), which cannot hold every entry: the key
 // comes back with the units it counted at two times at most, those up to
 // one older entry (the step) at that entry's time rounded up to a grid,
 // the others at its newest entry's time. No unit is put earlier than it
@@ -64,14 +63,9 @@ import (
 // spread evenly over the entries of a longer one. A key evicted again
 // after it came back may have units moved later again, never past its
 // newest entry of the time. A log that carries a debt into the coming
-// windows (ChargeN) comes back carrying it: the limit at its newest
-// entry's time (the most units a log counts if it counted more) and in
-// every window up to the debt's last, and in the last the units it held
-// (exact up to Limit 4,094, rounded up above), so a further charge
-// spills past the last window as on the log that was dropped, and a
-// refund of the debt leaves it within its limit. Merged into a shared
-// bound of the debt memory, such a debt comes back full in every window
-// up to its end (more charged than it may have been, never less).
+// windows (ChargeN) comes back denied until the debt's last window ends:
+// the limit in every window up to it (more charged than it may have
+// been, never less).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -584,12 +578,6 @@ func (a *slAlg) record(st *slState, now int64, w uint32) {
 	switch {
 	case st.count == 0:
 		st.head, st.low, st.era = 0, 0, uint32(u>>eraShift)
-	case u < st.base()+int64(st.entry(int(st.count)-1).off):
-		// A log restored from a shared bound may hold an entry dated
-		// after now (up to a time unit, or a debt's last window): the
-		// event joins it, later than it came, never earlier, and the
-		// entries stay in order.
-		u = st.base() + int64(st.entry(int(st.count)-1).off)
 	case u-st.base() >= debtOff: // a real entry's offset is below debtOff
 		a.rebase(st, now)
 	}
@@ -653,21 +641,17 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	if st.count == 0 {
 		return debt{}
 	}
-	// Every debt of a log is kept exactly (keep): rounded up, a log's
-	// debt forgave in the replays (issue 33). An over-limit log's time,
-	// rounded up past a time unit, read as a debt carried ahead (store
-	// seed 12093151878822871369 of TestBoundedStoreNeverForgivesAcross
-	// RateChanges); restored instead as a debt carried ahead from now,
-	// it forgave once an upgrade packed it from a later phase than the
-	// exact log's, which had settled a window more (the checker's
-	// SlidingLogCountDenied/EvictionsNoResets, seed 80141923356235).
+	// Every debt of a log is kept exactly (keep): restored, a debt the
+	// memory rounded up would date the log's units after entries made
+	// later, which its conversions under a change of rate do not take
+	// (issue 33: rounded log debts met KeepUsed and forgave, seed
+	// 12093151878822871369 of TestBoundedStoreNeverForgivesAcrossRateChanges).
 	if st.inDebt() {
-		d := st.debtUnits()
-		return debt{at: a.end(st), amt: a.step.ahead(d-(d-1)/uint32(a.limit)*uint32(a.limit), st.used()-d), keep: true}
+		return debt{at: a.end(st), amt: a.step.saturated(), keep: true}
 	}
-	// The debt ends when the latest entry ages out: the newest, as
-	// record keeps the entries in order also after a restore that dated
-	// one after now.
+	// The newest entry is the last, but for one restored from a debt the
+	// memory rounded up, which may be dated after entries made later
+	// (see restore): the debt ends when the latest entry ages out.
 	at := a.at(st, int(st.count)-1)
 	for i := range int(st.count) - 1 {
 		at = max(at, a.at(st, i))
@@ -688,57 +672,38 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // the units that log did, and after any same decisions and refunds
 // still does. A shared bound (v.shared), the largest time and units of
 // several keys', has all its units at its newest time: at least as late,
-// and as many, as any of those keys' own.
-//
-// A key's own debt carried ahead (ChargeN; see logStep.ahead) comes back
-// as the log carried it (see restoreAhead), or, restored in its last
-// window, as that window's units at its date. A log over its limit (see
-// logStep.over) comes back as the most units any log counts
+// and as many, as any of those keys' own. A debt carried ahead (the
+// saturated amount) restored in its last window comes back as Rate.Limit
+// units at that window's date: that window held as many at most. Any
+// other saturated amount, a log over its limit, comes back as the most units any log counts
 // (maxLogUnits, 2^31) at its newest time: denied every request until that
 // entry ages out, as the log it was taken from was at most. Not the
 // Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
 // SetRate) leaves a log counting units of its older, larger limit, and a
-// later upgrade must find them all. A shared bound of those amounts
-// whose newest time is more than a time unit ahead (entries are rounded
-// up by less) comes back carrying a debt ahead, full in every window;
-// one whose newest time has come, as a log over its limit.
+// later upgrade must find them all. A saturated debt whose newest time is
+// more than a time unit ahead (entries are rounded up by less) was
+// carried ahead (see ChargeN): see restoreAhead.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
 		return
 	}
-	switch {
-	case v.amt < a.step.saturated():
-	case v.shared && v.at-a.period-now >= a.unit:
-		// A bound of several keys' debts: carried ahead, full in every
-		// window up to its last and counting the most units a log counts
-		// at its anchor, aligned as an own debt's (see restoreAhead).
-		windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
-		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows, uint32(a.limit), maxLogUnits)
-		return
-	case !v.shared && v.amt < a.step.over() && v.at-a.period > now:
-		// Its anchor is the last window dated at or before now, or up to
-		// a time unit after (entries are rounded up), and before its
-		// last window, which is dated after now.
-		windows := max((v.at-a.period-now-a.unit+a.period)/a.period, 1)
-		last, anchor := a.step.aheadOf(v.amt)
-		a.restoreAhead(st, (v.at-a.period-windows*a.period+a.unit-1)/a.unit, windows, last, anchor)
+	if v.at-a.period-now >= a.unit && v.amt >= a.step.saturated() {
+		a.restoreAhead(st, v, now)
 		return
 	}
-	// An entry's time, a whole number of units, but for a debt carried
-	// ahead in its last window, which the log dated at its window's date
-	// rounded up (see settleDebt).
-	newest := (v.at - a.period + a.unit - 1) / a.unit
+	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
 	used := v.amt >> a.step.shift
 	var early uint32
 	var back int64
 	switch {
-	case v.amt > a.step.saturated() && v.amt < a.step.over() && !v.shared:
-		// A debt carried ahead, restored in its last window: the log is
-		// that window's units at its date (see ahead), and an attempt
-		// under WithCountDenied then counts from now, as on the exact
-		// log, not carried a Period past the debt's end.
-		used, _ = a.step.aheadOf(v.amt)
+	case v.amt == a.step.saturated() && !v.shared && now >= v.at-a.period:
+		// A debt carried ahead, restored in its last window, which holds
+		// Rate.Limit units at most: a log at its limit is refused until
+		// that window ends, as the saturated one, but under
+		// WithCountDenied an attempt then counts from now, as on the
+		// exact log, not carried a Period past the debt's end.
+		used = uint32(a.limit)
 	case v.amt >= a.step.saturated():
 		used = maxLogUnits
 	case !v.shared:
@@ -757,32 +722,29 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 }
 
 // restoreAhead sets st to a log that carries a debt ahead (see ChargeN)
-// of windows windows from an anchor at time unit u: the anchor holds
-// anchor units (maxLogUnits, the most a log counts: denied whatever limit
-// comes next, where the log may have counted more than its limit), and
-// every window from a Period after it on holds Rate.Limit units but the
-// last, which holds last: a further charge fills the last window's room
-// first.
-//
-// For a key's own debt v, restore puts the anchor where the log's own
-// anchor is by now: the last window dated at or before now (or up to a
-// time unit after: entries are rounded up), a whole number of Periods
-// before v.at's last window, and last and anchor are that window's
-// units and those of a full window, or the most a log counts (see
-// logStep.ahead): the log counts no fewer units than the log v was taken
-// from did in every window, at its anchor too (whether that log's anchor
-// is the one it had or, once that aged out, a window of its debt), none
-// earlier than they came. One
-// window more would date its Limit units where the log's anchor held its
-// own, and a later upgrade, packing the debt into fewer windows, would
-// end it early.
-func (a *slAlg) restoreAhead(st *slState, u, windows int64, last, anchor uint32) {
+// until v.at: an anchor a whole number of Periods before v.at's last
+// window and within the Period ending now (see below), holding the most units a log
+// counts (maxLogUnits, whatever limit comes next), and Rate.Limit units
+// dated in every window from a Period after it to that last one, so that
+// every request is denied until the last window ends, as the log v was
+// taken from was at most. It may count more units than that log did,
+// never fewer where they matter: that log, too, was full in each window
+// up to its last.
+func (a *slAlg) restoreAhead(st *slState, v debt, now int64) {
+	// The windows still to come: the anchor goes where the log's own
+	// anchor is by now, the last window dated at or before now (or up to
+	// a time unit after: entries are rounded up), a whole number of
+	// Periods before v.at's last window. One window more would date its
+	// Limit units where the log's anchor held its own, and a later
+	// upgrade, packing the debt into fewer windows, would end it early.
+	windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
+	u := (v.at - a.period - windows*a.period + a.unit - 1) / a.unit
 	st.era = uint32(u >> eraShift)
 	if len(st.ring) < 2 {
 		st.ring = make([]slEntry, 2)
 	}
-	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: anchor}, 1
-	a.appendDebt(st, uint32(min(uint64(windows-1)*uint64(a.limit)+uint64(last), maxLogDebt)))
+	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: maxLogUnits}, 1
+	a.appendDebt(st, uint32(min(uint64(windows)*uint64(a.limit), maxLogDebt)))
 }
 
 // logStep is how a sliding log's debt keeps, below the units its log
@@ -804,9 +766,6 @@ type logStep struct {
 	shift uint  // amt's bits below the units
 	cbits uint  // the step's units' bits, above the age's
 	grid  int64 // time units per step of the age
-	// limit is the log's Rate.Limit. A debt carried ahead keeps its last
-	// window's units in lastCodes steps of lastUnit (see ahead).
-	limit, lastUnit, lastCodes uint32
 }
 
 func newLogStep(limit int, period, unit int64) logStep {
@@ -814,70 +773,23 @@ func newLogStep(limit int, period, unit int64) logStep {
 	cbits := min(uint(bits.Len(uint(limit-1))), shift/2)
 	longest := (period + unit - 1) / unit // the largest age of a live entry, in units
 	grid := longest>>(shift-cbits) + 1    // longest/grid < 2^(shift-cbits)
-	s := logStep{shift: shift, cbits: cbits, grid: grid, limit: uint32(limit)}
-	// A debt carried ahead's codes, 1 .. below over's: a last window's,
-	// twice (see ahead).
-	s.lastCodes = min(s.limit, (1<<shift-3)/2)
-	s.lastUnit = (s.limit + s.lastCodes - 1) / s.lastCodes
-	return s
+	return logStep{shift: shift, cbits: cbits, grid: grid}
 }
 
-// saturated returns the units' largest value, which no log within its
-// limit reaches (Limit+1 < 2^bits), with no step: the least amount of a
-// log that carries a debt ahead (see ahead) or counts more than its
-// limit (see over). Restored from a shared bound of it or more, a log
-// binds both (see restoreBound).
+// saturated returns the amount of a log that carries a debt ahead
+// (ChargeN): the units' largest value, which no log within its limit
+// reaches (Limit+1 < 2^bits), with no step.
 func (s logStep) saturated() uint32 {
 	return (1<<(amtBits-s.shift) - 1) << s.shift
 }
 
-// ahead returns the amount of a log that carries a debt ahead (ChargeN)
-// whose last window holds last units (1..Limit) and that counts r units
-// before its debt (at its anchor and before): saturated, and below it
-// the last window's units rounded up to a step (exact up to Limit 4,094;
-// 259 units at MaxSlidingLogLimit), and whether r is above the limit.
-// Restored (see restoreAhead), the debt is full in every window but its
-// last, which holds those units, as the log's was: a further charge
-// fills the last window's room before it spills into a window after it,
-// as on the log the debt was taken from. Its anchor counts the limit, or
-// the most units a log counts if r was above it: no fewer than the log
-// the debt was taken from counts there, which is r until its anchor
-// ages out and then a full window of its debt. An own debt is never
-// merged with another but into a shared bound (see debts), which is
-// restored as the harshest (see restoreBound): the codes need no order,
-// and all are between saturated and over.
-func (s logStep) ahead(last, r uint32) uint32 {
-	c := max((last+s.lastUnit-1)/s.lastUnit, 1) // 1..lastCodes
-	if r > s.limit {
-		c += s.lastCodes
-	}
-	return s.saturated() | c
-}
-
-// aheadOf returns the units of the last window of a debt carried ahead
-// of amount amt (see ahead), at least those it was taken with and at
-// most Limit, and the units its anchor counts: Limit, or maxLogUnits if
-// the log counted more before its debt. Limit and maxLogUnits for the
-// saturated amount, which says nothing of them.
-func (s logStep) aheadOf(amt uint32) (last, anchor uint32) {
-	c := amt & (1<<s.shift - 1)
-	switch {
-	case c == 0:
-		return s.limit, maxLogUnits
-	case c > s.lastCodes:
-		return min((c-s.lastCodes)*s.lastUnit, s.limit), maxLogUnits
-	}
-	return min(c*s.lastUnit, s.limit), s.limit
-}
-
 // over returns the amount of a log that counts more than Rate.Limit
 // units without a debt ahead (a downgrade, see SetRate): saturated, and
-// above every debt carried ahead's (see ahead), so that restored it
-// comes back over its limit, its attempts under WithCountDenied carried
-// ahead as that log's are, and a bound shared with a debt carried ahead
-// (the larger amount) does too. It is the largest amount a log's debt
-// takes, and below a shield's.
-func (s logStep) over() uint32 { return s.saturated() | (1<<s.shift - 2) }
+// one more, so that restored it comes back over its limit, its attempts
+// under WithCountDenied carried ahead as that log's are, and a bound
+// shared with a saturated debt (the larger amount) does too. It is the
+// largest amount a log's debt takes, and below a shield's.
+func (s logStep) over() uint32 { return s.saturated() | 1 }
 
 // encode returns the step for early of used units at most back time
 // units older than the newest entry; 0 if it would give back nothing.
