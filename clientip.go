@@ -596,7 +596,74 @@ func clientOf(a netip.Addr) (client netip.Addr, whole bool) {
 // "[2001:db8::1]:8080", "fe80::1%eth0". obfPort also accepts an RFC 7239
 // obfuscated port ("_p1"). The address is unmapped and has no zone; an
 // IPv4 address written as a dotted quad comes with that text.
+//
+// The common form, a canonical dotted quad with or without a decimal
+// port (what net/http writes for every IPv4 peer), is read in one pass
+// by parseDotted; any other string, or a dotted quad netip would refuse,
+// goes to parseIPForms, which parseDotted only ever agrees with
+// (FuzzParseIPFastPath holds them to that).
 func parseIP(s string, obfPort bool) (addr netip.Addr, text string, ok bool) {
+	if ip, host, ok := parseDotted(s); ok {
+		return netip.AddrFrom4(ip), host, true
+	}
+	return parseIPForms(s, obfPort)
+}
+
+// parseDotted reads "a.b.c.d" or "a.b.c.d:port" as netip.ParseAddr and
+// validPort would, in one pass instead of the four scans and two parses
+// of parseIPForms: four decimal fields of one to three digits, at most
+// 255, without a leading zero, then optionally ':' and one to five
+// digits, at most 65535. It returns the address and its text (s without
+// the port), or false for anything else, which it leaves to
+// parseIPForms to accept or refuse: false means only "not this form".
+func parseDotted(s string) (ip [4]byte, host string, ok bool) {
+	i := 0
+	for f := range 4 {
+		if f > 0 {
+			if i == len(s) || s[i] != '.' {
+				return ip, "", false
+			}
+			i++
+		}
+		if i == len(s) || s[i]-'0' > 9 {
+			return ip, "", false
+		}
+		n := uint(s[i] - '0')
+		i++
+		// A field that starts with 0 is "0": a digit after it is a
+		// leading zero, which the next check refuses as no '.' or ':'.
+		for k := 0; n != 0 && k < 2 && i < len(s) && s[i]-'0' <= 9; k++ {
+			n = n*10 + uint(s[i]-'0')
+			i++
+		}
+		if n > 255 {
+			return ip, "", false
+		}
+		ip[f] = byte(n)
+	}
+	host = s[:i]
+	if i == len(s) {
+		return ip, host, true
+	}
+	port := s[i+1:]
+	if s[i] != ':' || port == "" || len(port) > 5 {
+		return ip, "", false
+	}
+	n := uint(0)
+	for j := 0; j < len(port); j++ {
+		if port[j]-'0' > 9 {
+			return ip, "", false
+		}
+		n = n*10 + uint(port[j]-'0')
+	}
+	if n > 65535 {
+		return ip, "", false
+	}
+	return ip, host, true
+}
+
+// parseIPForms is parseIP for every form it accepts.
+func parseIPForms(s string, obfPort bool) (addr netip.Addr, text string, ok bool) {
 	if s == "" {
 		return netip.Addr{}, "", false
 	}

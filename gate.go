@@ -313,7 +313,7 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 		return
 	}
 	if g.cfg.wait == nil || c.Cost == 0 {
-		out.Decision, out.Err = c.policy.Limiter.AllowN(ctx, c.Key, c.Cost)
+		out.Err = c.policy.decide(ctx, &out.Decision, c.Key, c.Cost)
 	} else {
 		out.Err = g.reserve(ctx, out)
 	}
@@ -341,7 +341,12 @@ func (g *Gate) admit(ctx context.Context, out *Outcome) {
 	} else {
 		out.Kind, out.Blocked = OutcomeDenied, !g.cfg.dryRun
 	}
-	qr := quotaRequest{style: g.cfg.headers, d: d, retry: out.Blocked && !costExceeded, costExceeded: costExceeded, debts: g.cfg.costAfter, now: g.cfg.now}
+	// Set field by field: a literal is built in a temporary and copied
+	// in 16-byte words over its byte-wide fields just written, a copy the
+	// processor cannot forward from its store buffer (see policy.decide).
+	var qr quotaRequest
+	qr.style, qr.d, qr.now = g.cfg.headers, d, g.cfg.now
+	qr.retry, qr.costExceeded, qr.debts = out.Blocked && !costExceeded, costExceeded, g.cfg.costAfter
 	if g.cfg.headers.ietf() {
 		qr.rate = c.policy.rateOf(c.Key)
 	}

@@ -1,9 +1,11 @@
 package floodgate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -257,6 +259,79 @@ func TestJoinKeysFor(t *testing.T) {
 	for _, fns := range [][]func(call) (string, error){nil, {first, nil}} {
 		if f, err := JoinKeysFor(fns...); f != nil || !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("JoinKeysFor(%d fns, a nil one?) = %v, %v; want ErrInvalidOption", len(fns), f != nil, err)
+		}
+	}
+}
+
+// A type embedding an in-memory limiter gets its unexported allowN with
+// it; these override AllowN to refuse everything, and count their calls.
+type (
+	refusingBucket struct {
+		*TokenBucket
+		calls *int
+	}
+	refusingLog struct {
+		*SlidingLog
+		calls *int
+	}
+	refusingCounter struct {
+		*SlidingCounter
+		calls *int
+	}
+)
+
+func (l refusingBucket) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	return refuse(l.TokenBucket, l.calls, ctx, key, n)
+}
+
+func (l refusingLog) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	return refuse(l.SlidingLog, l.calls, ctx, key, n)
+}
+
+func (l refusingCounter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	return refuse(l.SlidingCounter, l.calls, ctx, key, n)
+}
+
+func refuse(l Limiter, calls *int, ctx context.Context, key string, n int) (Decision, error) {
+	*calls++
+	d, err := l.AllowN(ctx, key, n)
+	d.Allowed = false
+	return d, err
+}
+
+// TestMiddlewareCallsAnEmbeddersAllowN: the gate reaches the in-memory
+// limiters' allowN directly (policy.decide), but a type that embeds one
+// and has an AllowN of its own is decided by that AllowN, as any
+// Limiter is: here every request is refused, once each.
+func TestMiddlewareCallsAnEmbeddersAllowN(t *testing.T) {
+	r := Rate{Limit: 10, Period: time.Minute}
+	tb, err := NewTokenBucket(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := NewSlidingLog(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewSlidingCounter(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	for _, l := range []Limiter{refusingBucket{tb, &calls}, refusingLog{log, &calls}, refusingCounter{sc, &calls}} {
+		calls = 0
+		h, err := NewMiddleware(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 3; i++ {
+			w := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.RemoteAddr = "192.0.2.1:1234"
+			h(okHandler).ServeHTTP(w, req)
+			if w.Code != http.StatusTooManyRequests || calls != i {
+				t.Fatalf("%T, request %d: status %d after %d AllowN calls; want 429 after %d", l, i, w.Code, calls, i)
+			}
 		}
 	}
 }

@@ -114,7 +114,10 @@
 //
 // Each decision's round trip is bounded by a timeout (WithTimeout, default
 // DefaultTimeout = 100 ms); a caller's context whose deadline comes first
-// is used as it is, without a timer of its own. An error of the round trip
+// is used as it is, without a timer of its own, and one that can never
+// end (context.Background) shares a timer with the decisions of its
+// fiftieth of the timeout, its deadline rounded down to it (so it gives up
+// after between 98 % and 100 % of the timeout). An error of the round trip
 // is returned wrapping ErrRedis and its cause (a refused connection reads
 // as one, a timeout names the decision timeout) with a Decision that does
 // not allow: the caller's error policy (floodgate's middleware: fail open,

@@ -58,6 +58,7 @@ type base struct {
 	client    Scripter
 	prefix    string
 	timeout   time.Duration
+	deadlines deadlines // bounds a round trip by timeout (bound)
 	maxKeyLen int
 
 	// now is the client clock (WithClock); nil means the scripts read the
@@ -103,6 +104,7 @@ func (l *base) init(client Scripter, c config) error {
 	l.client = client
 	l.prefix = c.prefix
 	l.timeout = c.timeout
+	l.deadlines.init(c.timeout)
 	l.maxKeyLen = c.maxKeyLen
 	l.now = c.now
 	l.epoch = time.Now()
@@ -131,12 +133,22 @@ func (l *base) checkKey(key string) error {
 // time argument of the scripts: "" for the server's TIME, or the client
 // clock's reading in microseconds.
 func (l *base) clock() (local int64, arg string, err error) {
+	local, us, err := l.readClock()
+	return local, timeArg(us), err
+}
+
+// readClock returns the local time in nanoseconds (for the deny cache)
+// and the client clock's reading in microseconds, never earlier than one
+// it returned before; -1 for the server's TIME. The script's argument is
+// formatted from it by timeArg only when a round trip needs it: a
+// decision the deny cache answers formats nothing.
+func (l *base) readClock() (local, us int64, err error) {
 	if l.now == nil {
-		return int64(time.Since(l.epoch)), "", nil
+		return int64(time.Since(l.epoch)), -1, nil
 	}
-	us := l.now().UnixMicro()
+	us = l.now().UnixMicro()
 	if us < 0 || us >= maxMicros {
-		return 0, "", fmt.Errorf("%w: clock reading %d us since 1970 is outside 0..2^52", floodgate.ErrInvalidOption, us)
+		return 0, -1, fmt.Errorf("%w: clock reading %d us since 1970 is outside 0..2^52", floodgate.ErrInvalidOption, us)
 	}
 	for {
 		last := l.last.Load()
@@ -148,7 +160,16 @@ func (l *base) clock() (local int64, arg string, err error) {
 			break
 		}
 	}
-	return us * 1000, strconv.FormatInt(us, 10), nil
+	return us * 1000, us, nil
+}
+
+// timeArg is the scripts' time argument for a readClock reading us: ""
+// for the server's TIME (us < 0), else us in decimal.
+func timeArg(us int64) string {
+	if us < 0 {
+		return ""
+	}
+	return strconv.FormatInt(us, 10)
 }
 
 // evalFunc runs one algorithm's script for key at time arg (see clock).
@@ -176,7 +197,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	if err := l.checkKey(key); err != nil {
 		return floodgate.Decision{Limit: l.limit()}, err
 	}
-	local, arg, err := l.clock()
+	local, us, err := l.readClock()
 	if err != nil {
 		return floodgate.Decision{Limit: l.limit()}, err
 	}
@@ -218,7 +239,7 @@ func (l *base) decide(ctx context.Context, key string, n int, eval evalFunc) (fl
 	// sooner.
 	ver, _ := l.rateRead()
 	if err == nil {
-		d, err = eval(cctx, key, n, arg)
+		d, err = eval(cctx, key, n, timeArg(us))
 	}
 	if cancel != nil {
 		cancel()
@@ -341,12 +362,17 @@ func replicated(d floodgate.Decision, n int, unrepl error) error {
 }
 
 // bound returns ctx bounded by the per-decision timeout, and the cancel
-// function to call after the round trip. A caller's context whose deadline
-// comes first is used as it is, which saves context.WithTimeout's timer
-// and allocations (cancel is then nil).
+// function to call after the round trip (nil when there is none). A
+// caller's context whose deadline comes first is used as it is; one that
+// can never end (context.Background) is bounded by a deadline shared with
+// the other decisions of its grain (see deadlines); each saves
+// context.WithTimeout's timer and allocations.
 func (l *base) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
 		return ctx, nil
+	}
+	if ctx.Done() == nil {
+		return l.deadlines.bound(ctx), nil
 	}
 	return context.WithTimeout(ctx, l.timeout)
 }

@@ -189,7 +189,10 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithTimeout bounds each decision's round trip to Redis (default
-// DefaultTimeout); a shorter deadline on the caller's context wins. With
+// DefaultTimeout); a shorter deadline on the caller's context wins. A
+// caller's context that can never end (context.Background) is bounded
+// without a timer of its own, by a deadline rounded down to a fiftieth of
+// d: its round trip ends after between 98 % and 100 % of d. With
 // go-redis the client must have ContextTimeoutEnabled set, or it bounds
 // network reads by its own ReadTimeout instead (see goredisstore).
 func WithTimeout(d time.Duration) Option {

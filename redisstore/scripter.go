@@ -107,8 +107,10 @@ var (
 	batchSrc string
 
 	// The decision scripts can also run as entries of a batch (see
-	// newBatchedScript).
-	tokenBucketScript    = newBatchedScript(prelude+preludeRate, tokenBucketSrc)
+	// newBatchedScript). The token bucket makes the rate helpers only on
+	// its path that needs them (tokenbucket.lua, --@rate), not on a plain
+	// decision's.
+	tokenBucketScript    = newBatchedScript(prelude, strings.Replace(tokenBucketSrc, "--@rate\n", preludeRate, 1))
 	intervalScript       = newBatchedScript(prelude+preludeRate+preludeInterval, intervalSrc)
 	slidingLogScript     = newBatchedScript(prelude+preludeLog, slidingLogSrc)
 	slidingCounterScript = newBatchedScript(prelude+preludeRate+preludeCounter, slidingCounterSrc)

@@ -333,7 +333,11 @@ func (b *TokenBucket) evalMode(ctx context.Context, key string, n int, now strin
 			// A plain decision under version 0 stamps no rate and so
 			// converts nothing: the script takes the six arguments it is
 			// not sent as "" (tokenbucket.lua), and the server makes six
-			// strings fewer.
+			// strings fewer; on the server's clock two more, the floor
+			// and the version, both "0", which the script takes as "0".
+			if v.minTTL == "0" && v.ver == "0" {
+				return tokenBucketScript, []string{now, strconv.Itoa(n), incQ, incR, p.tauQ, p.tauR, p.limitArg}
+			}
 			return tokenBucketScript, []string{now, strconv.Itoa(n), incQ, incR, p.tauQ, p.tauR, p.limitArg, v.minTTL, v.ver}
 		}
 		return tokenBucketScript, []string{now, strconv.Itoa(n), incQ, incR, p.tauQ, p.tauR, p.limitArg, v.minTTL, v.ver,

@@ -22,7 +22,9 @@
 -- ARGV[10] to ARGV[15] may be left out, and are then '' (ARGV[13] and
 -- ARGV[14] unused): a plain decision under version 0 sends the first
 -- nine alone, since it stamps no rate (its suffix is '') and so never
--- converts. Each argument is a string the server makes for the call.
+-- converts; and on the server's clock, where ARGV[8] and ARGV[9] are
+-- both '0', the first seven alone. Each argument is a string the server
+-- makes for the call.
 --
 -- Every number stays an integer below 2^53 (checked by the caller's bounds),
 -- so Lua's doubles hold it exactly; the caller does every multiplication
@@ -39,16 +41,21 @@ local incq, incr = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tauq, taur = tonumber(ARGV[5]), tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 
-local floor, suffix = ARGV[8], ARGV[10] or ''
+local floor, ver, suffix = ARGV[8] or '0', ARGV[9] or '0', ARGV[10] or ''
 local tat, frac, mark = now, 0, ''
-local s, converted, prate = redis.call('GET', KEYS[1]), false, nil
-if ARGV[9] ~= '0' or (s and string.find(s, '|', 1, true)) then
+local s, converted, prate, clear = redis.call('GET', KEYS[1]), false, nil, nil
+if ver ~= '0' or (s and string.find(s, '|', 1, true)) then
   -- A changed rate, or a state that carries one (a plan's): rate_get
-  -- checks the state's version and rate against the caller's.
-  s, converted, prate = rate_get(2, ARGV[9], ARGV[11] or '', ARGV[12] or '', suffix, now, tonumber(ARGV[13]), floor, s)
+  -- checks the state's version and rate against the caller's. The rate
+  -- helpers (prelude_rate.lua) go in here, made only on this path: a
+  -- script's local functions are made anew on every run, and a plain
+  -- decision needs none of them.
+--@rate
+  s, converted, prate = rate_get(2, ver, ARGV[11] or '', ARGV[12] or '', suffix, now, tonumber(ARGV[13]), floor, s)
   if type(s) == 'table' then
     return s
   end
+  clear = rate_clear
 elseif s == '' then
   -- Under version 0 a state without a rate is taken as it stands, as
   -- rate_get would take it, for the cost of one find; an empty one is none.
@@ -170,7 +177,7 @@ if converted then
   if tat > now or frac > 0 then
     redis.call('SET', KEYS[1], string.format('%d %d', tat, frac) .. suffix, 'PX', expiry_ms(tat - now + 1, floor))
   else
-    rate_clear(suffix, floor)
+    clear(suffix, floor)
   end
 end
 
@@ -187,8 +194,18 @@ if n == 0 or ahead < tauq or (ahead == tauq and nfrac <= taur) then
       ttl = ttl + 1
     end
     -- The key vanishes when the bucket is full again: its state then
-    -- equals a fresh one.
-    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. mark .. suffix, 'PX', expiry_ms(ttl, floor))
+    -- equals a fresh one. expiry_ms, written out: this write is the
+    -- common path of every plain decision, and on the server's clock
+    -- (floor '0') the rounded-up milliseconds, at least 1, need no more.
+    local ms = ttl % 1000
+    ms = (ttl - ms) / 1000
+    if ttl % 1000 > 0 then
+      ms = ms + 1
+    end
+    if floor ~= '0' then
+      ms = math.max(ms, tonumber(floor))
+    end
+    redis.call('SET', KEYS[1], string.format('%d %d', ntat, nfrac) .. mark .. suffix, 'PX', ms)
   end
   return {1, ntat - now, nfrac, 0, 0}
 end
