@@ -113,7 +113,6 @@ var unquotedFigures = map[string]map[string]string{
 		"337 CPU ns":    "issue 33's A/B of the middleware's allowed and denied paths against main: one run of two trees' benchmark binaries, interleaved, command, load and date in the text",
 		"0.30 ×":        "issue 33's A/B of the middleware's allowed and denied paths against main: one run of two trees' benchmark binaries, interleaved, command, load and date in the text",
 		"0.35 ×":        "issue 33's A/B of the middleware's allowed and denied paths against main: one run of two trees' benchmark binaries, interleaved, command, load and date in the text",
-		"0 allocations": "issue 33's A/B of the middleware's allowed and denied paths against main: one run of two trees' benchmark binaries, interleaved, command, load and date in the text",
 		"85 %":          "the share of the store's CPU samples in the bucket's Mutex.Lock in a CPU profile of BenchmarkScale at 10⁶ keys (command in the text, 2026-12-06 12:07 UTC): a profile, which no report records",
 	},
 	"docs/policies.md": {
