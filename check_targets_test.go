@@ -145,6 +145,14 @@ func limiterTargets(add func(string, floodgatetest.Checker)) {
 		add(a.name+"/Evictions", evict)
 		evict.Without |= floodgatetest.Resets
 		add(a.name+"/EvictionsNoResets", evict)
+		// A one-shard store whose table grows from two buckets while the
+		// calls go on (a spray of 8 keys a round beside the traffic on 4,
+		// fewer keys than it holds, so none is evicted), with changes of
+		// rate: every decision exact.
+		grow := base
+		grow.New = checkerLimiter(a.alg, floodgate.WithMaxKeys(1024), floodgate.WithShards(1))
+		grow.Without, grow.Spray, grow.Rounds = evictionOps&^floodgatetest.RateChanges, 8, 80
+		add(a.name+"/Growth", grow)
 	}
 }
 

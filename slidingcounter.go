@@ -27,7 +27,7 @@ import (
 // bytes whatever the limit and n, so the worst case per key is its only
 // case: 34 bytes per tracked key with the store's slot and its share of
 // a bucket in a store sized for its keys, up to about 50 in one partly
-// full (53 B for 10,000 keys in the default store: BenchmarkBytesPerKey).
+// full (41 B for 10,000 keys in the default store: BenchmarkBytesPerKey).
 // A decision costs O(1) time whatever n.
 //
 // # Error bound

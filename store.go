@@ -100,13 +100,16 @@ type algorithm[S, A any] interface {
 // shared between cores — decides on the slot it finds there at the time
 // read under the lock, and unlocks. The shard's mutex is taken only to add or drop keys (a miss),
 // to grow the table, and for the rarer calls (Reset, a change of rate).
-// The table grows by doubling, bucket by bucket while decisions go on
-// (see grow), from a few buckets to the size the shard needs to hold its
-// share of MaxKeys, and holds no pointer: the garbage collector never
-// scans it, however many keys it holds.
+// The table grows by half again each time (see grow), from two buckets
+// to the size the shard needs to hold its share of MaxKeys, so that a
+// table just grown is still 57 % full, where a doubling left it 43 %
+// full, at twice the bytes a key of the table before it
+// (BenchmarkDefaultStoreBytesPerKey sweeps the sizes a store grows by).
+// The table holds no pointer: the garbage collector never scans it,
+// however many keys it holds.
 //
-// golang-lru's simplelru orders the table's pages (runs of buckets, up to
-// maxPages of them) for eviction: eviction examines the buckets of the oldest
+// golang-lru's simplelru, made at the shard's first eviction, orders the
+// table's pages (runs of buckets, up to maxPages of them) for eviction: eviction examines the buckets of the oldest
 // page in turn, dropping the first key whose state equals a fresh one
 // (nothing is lost), and sends the page to the front once it has
 // examined all of its buckets. A hit marks its slot, in the line it has
@@ -181,8 +184,9 @@ type shard[S any, A algorithm[S, A]] struct {
 	// final is the number of buckets of a table that holds most keys.
 	final uint64
 	// pages orders the table's pages, of 1<<pageShift buckets, for
-	// eviction, oldest first; hand is the next bucket eviction examines
-	// in the oldest page.
+	// eviction, oldest first; nil until the shard's first eviction (the
+	// pages are in their own order until then). hand is the next bucket
+	// eviction examines in the oldest page.
 	pages     *simplelru.LRU[uint32, struct{}]
 	pageShift uint
 	hand      uint64
@@ -203,10 +207,11 @@ type shard[S any, A algorithm[S, A]] struct {
 	_                                  [cacheLine]byte
 }
 
-// minBuckets is the fewest buckets of a table: in fewer, two keys' pairs
-// of buckets overlap so often that a few keys can fill both of theirs
-// while the table has room (8 keys in 2 buckets failed to fit in 0.8 %
-// of random placements).
+// minBuckets is the fewest buckets of a shard's final table: in fewer,
+// two keys' pairs of buckets overlap so often that a few keys can fill
+// both of theirs while the table has room (8 keys in 2 buckets failed to
+// fit in 0.8 % of random placements). A smaller table on the way there
+// grows when a key finds no room in it (see insert).
 const minBuckets = 8
 
 // maxLoad is the share of a table's slots it holds before it grows, and
@@ -268,7 +273,11 @@ func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 
 // tableBuckets returns the number of buckets of a table that holds n
 // keys within maxLoad, less for a small table: m·2^k for an m of 8 to
-// 15, so that a table can grow to it by doubling from m buckets.
+// 15. A table of any size can grow to it (see nextBuckets); the rounding,
+// up to an eighth more, keeps a full table's keys in their first bucket
+// as often as before tables grew by half (issue 33), so that a store
+// sized for its keys decides as fast. The table allocated may have a few
+// more buckets (see newTable).
 func tableBuckets(n int) uint64 {
 	// A small table fills less: some of its buckets draw much more than
 	// their share, and have fewer others to pass keys on to.
@@ -350,27 +359,50 @@ func (s *store[S, A]) run(key string, create bool, f func(alg A, st *S, now int6
 // hit calls f on h's slot under its bucket's lock and reports true, or
 // reports false if h is not in the table: most decisions end here,
 // without the shard's mutex. A bucket of a table that has grown sends it
-// to the new table.
+// to the new table; while a table's keys are moving into it, a key not
+// found there is looked for in the table it grows from (see grow), and
+// if the key's bucket there has moved since, in the new table once more.
 func (sh *shard[S, A]) hit(h uint64, now int64, f func(alg A, st *S, now int64)) bool {
+	again := true
 	for {
 		t := sh.tab.Load()
 		if t == nil {
 			return false
 		}
-		switch sh.decide(&t.b[t.first(h)], h, now, f) {
+		switch sh.lookup(t, h, now, f) {
 		case bucketFound:
 			return true
 		case bucketMoved:
 			continue
 		}
-		switch sh.decide(&t.b[t.second(h)], h, now, f) {
+		p := t.prev.Load()
+		if p == nil {
+			return false
+		}
+		switch sh.lookup(p, h, now, f) {
 		case bucketFound:
 			return true
 		case bucketMoved:
-			continue
+			if again { // its keys are in t now
+				again = false
+				continue
+			}
 		}
-		return false
+		return false // the slow path looks under the shard's mutex
 	}
+}
+
+// lookup decides on h in its buckets of t (see decide): bucketFound, or
+// bucketMoved if either of them has moved, or bucketMissing.
+func (sh *shard[S, A]) lookup(t *table[S], h uint64, now int64, f func(alg A, st *S, now int64)) int {
+	r := sh.decide(&t.b[t.first(h)], h, now, f)
+	if r == bucketFound {
+		return r
+	}
+	if r2 := sh.decide(&t.b[t.second(h)], h, now, f); r2 != bucketMissing {
+		return r2
+	}
+	return r
 }
 
 // What decide found in a bucket.

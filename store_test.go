@@ -673,7 +673,68 @@ func TestStoreGrowsUnderConcurrentDecisions(t *testing.T) {
 		require.Equal(t, int32(3), allowed[i].Load(), "key %d", i)
 	}
 	assert.Equal(t, keys, b.Stats().Keys)
-	assert.Equal(t, tableBuckets(keys), b.store.shards[0].tab.Load().nb)
+	sh := &b.store.shards[0]
+	assert.Equal(t, newTable[tbState](sh.final, sh.final, sh.most).nb, sh.tab.Load().nb)
+}
+
+// TestGrownOrder: a grown table's pages take the eviction order of the
+// old pages their first buckets were in. 24 buckets in pages of 8, in
+// the order 2, 0, 1, grow to 36: new pages 0 and 1 start in old page 0,
+// page 2 in old page 1, pages 3 and 4 in old page 2.
+func TestGrownOrder(t *testing.T) {
+	assert.Equal(t, []uint32{3, 4, 0, 1, 2}, grownOrder([]uint32{2, 0, 1}, 24, 36, 3))
+	assert.Equal(t, []uint32{0, 1, 2, 3}, grownOrder([]uint32{0, 1}, 16, 32, 3))
+}
+
+// TestStoreGrowsAfterEvicting: a shard that has begun evicting, and then
+// grows (a shard holding more than its table's share while the store has
+// room), keeps every page of the grown table in its eviction order once.
+func TestStoreGrowsAfterEvicting(t *testing.T) {
+	clk := newTBClock()
+	b := newTestBucket(t, PerHour(10), clk, WithMaxKeys(400), WithShards(4), withStoreSeed(7))
+	sh := &b.store.shards[0]
+	var mine []string
+	for i := 0; len(mine) < 300; i++ {
+		k := fmt.Sprint("k", i)
+		if h, err := b.store.hash(k); err == nil && b.store.shard(h) == sh {
+			mine = append(mine, k)
+		}
+	}
+	// Fill the store with keys of the other shards, then evict once from
+	// shard 0 (one key of its own), then free the store and fill shard 0.
+	var others []string
+	for i := 0; len(others) < 399; i++ {
+		k := fmt.Sprint("o", i)
+		if h, err := b.store.hash(k); err == nil && b.store.shard(h) != sh {
+			others = append(others, k)
+		}
+	}
+	require.True(t, mustAllowN(t, b, mine[0], 1).Allowed)
+	for _, k := range others {
+		require.True(t, mustAllowN(t, b, k, 1).Allowed)
+	}
+	require.True(t, mustAllowN(t, b, mine[1], 1).Allowed) // evicts mine[0], idle or not
+	require.NotNil(t, sh.pages, "the shard evicted")
+	before := sh.tab.Load().nb
+	for _, k := range others {
+		require.NoError(t, b.Reset(context.Background(), k))
+	}
+	for i, k := range mine[2:] {
+		require.True(t, mustAllowN(t, b, k, 1).Allowed, "key %d", i)
+	}
+	tab := sh.tab.Load()
+	require.Greater(t, tab.nb, before, "the shard grew after its eviction")
+	keys := sh.pages.Keys()
+	assert.Len(t, keys, tab.pages(sh.pageShift))
+	seen := map[uint32]bool{}
+	for _, p := range keys {
+		assert.False(t, seen[p], "page %d twice", p)
+		assert.Less(t, int(p), tab.pages(sh.pageShift))
+		seen[p] = true
+	}
+	for i, k := range mine[1:] {
+		require.Equal(t, 9, mustAllowN(t, b, k, 0).Remaining, "key %d", i)
+	}
 }
 
 // TestBucketFillsTwoCacheLines: a bucket of token buckets or sliding
@@ -684,10 +745,11 @@ func TestBucketFillsTwoCacheLines(t *testing.T) {
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(bucket[scState]{}))
 }
 
-// TestStoreTableGrows: a shard filling up doubles its table several
-// times, bucket by bucket; every key stays findable with its state, the
-// table ends at the size that holds the shard's keys within maxLoad, and
-// every page of it is in the eviction order once.
+// TestStoreTableGrows: a shard filling up grows its table from two
+// buckets, by half again each time (never doubling: issue 33, a table
+// just grown for its load is more than half full), to the size that holds its keys within
+// maxLoad; every key stays findable with its state, and no eviction
+// order is kept until the first eviction.
 func TestStoreTableGrows(t *testing.T) {
 	clk := newTBClock()
 	b := newTestBucket(t, PerHour(10), clk, WithMaxKeys(1000), WithShards(1))
@@ -695,13 +757,32 @@ func TestStoreTableGrows(t *testing.T) {
 	sh := &b.store.shards[0]
 	var sizes []uint64
 	for i := 0; i < 1000; i++ {
+		before := sh.tab.Load()
 		require.True(t, mustAllowN(t, b, fmt.Sprint("k", i), 1+i%10).Allowed)
 		if nb := sh.tab.Load().nb; len(sizes) == 0 || sizes[len(sizes)-1] != nb {
 			sizes = append(sizes, nb)
+			if before != nil && sh.keys > before.full {
+				// Grown for its load (not for a key that found no
+				// room), a table is still more than half full.
+				assert.Greater(t, float64(sh.keys), 0.5*float64(nb*bucketSlots), "%d keys in %d buckets", sh.keys, nb)
+			}
 		}
 	}
-	assert.Equal(t, []uint64{8, 16, 32, 64, 128, 256}, sizes, "from 8 buckets to the 256 that hold 1,000 keys")
 	assert.Equal(t, tableBuckets(1000), sh.final)
+	require.Equal(t, newTable[tbState](firstBuckets, sh.final, sh.most).nb, sizes[0])
+	for i := 1; i < len(sizes); i++ {
+		// A step is half again, or up to the allocation's size class
+		// (two steps if a key found no room in the first: see regrow).
+		step := newTable[tbState](nextBuckets(sizes[i-1], sh.final), sh.final, sh.most).nb
+		if sizes[i] != step {
+			assert.Equal(t, newTable[tbState](nextBuckets(step, sh.final), sh.final, sh.most).nb, sizes[i], "step %d", i)
+			continue
+		}
+		assert.Less(t, float64(sizes[i]), 1.7*float64(sizes[i-1]), "step %d: %v", i, sizes)
+	}
+	assert.GreaterOrEqual(t, sizes[len(sizes)-1], sh.final)
+	assert.Less(t, sizes[len(sizes)-1], sh.final+8, "%d buckets hold 1,000 keys", sh.final)
+	assert.GreaterOrEqual(t, len(sizes), 10)
 	assert.Equal(t, 1000, sh.keys)
 	n := 0
 	for j := range sh.tab.Load().b {
@@ -712,7 +793,7 @@ func TestStoreTableGrows(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1000, n)
-	assert.Equal(t, sh.tab.Load().pages(sh.pageShift), sh.pages.Len())
+	assert.Nil(t, sh.pages, "an eviction order before any eviction")
 	for i := 0; i < 1000; i++ {
 		d, err := b.AllowN(ctx, fmt.Sprint("k", i), 0)
 		require.NoError(t, err)
@@ -912,4 +993,113 @@ func TestRestoreDominates(t *testing.T) {
 			require.Greater(t, checked, 100)
 		})
 	}
+}
+
+// TestStoreRegrow: halfway through a growth, every tracked key is
+// decided on without waiting for the growth (the test holds the shard's
+// mutex). When a key finds no room in the table its shard is growing
+// into (all but impossible at a grown table's load, so forced here),
+// every key moves at once into a table grown a step further:
+// those already moved and those not yet, each with its state, and the
+// old buckets and the abandoned table send decisions on.
+func TestStoreRegrow(t *testing.T) {
+	clk := newTBClock()
+	b := newTestBucket(t, PerHour(10), clk, WithMaxKeys(1000), WithShards(1))
+	sh := &b.store.shards[0]
+	for i := 0; i < 600; i++ {
+		require.True(t, mustAllowN(t, b, fmt.Sprint("k", i), 1+i%10).Allowed)
+	}
+	byTag := map[uint64]int{}
+	for i := 0; i < 600; i++ {
+		h, err := b.store.hash(fmt.Sprint("k", i))
+		require.NoError(t, err)
+		byTag[h] = i
+	}
+	sh.mu.Lock()
+	old := sh.tab.Load()
+	half := len(old.b) / 2
+	var moved, notYet []int // keys in buckets moved before the regrow, and not
+	for j := range old.b {
+		for _, sl := range old.b[j].slots {
+			if sl.tag&tagUsed != 0 {
+				i := byTag[sl.tag&^(tagMark|tagGen|tagSecond)]
+				if j < half {
+					moved = append(moved, i)
+				} else {
+					notYet = append(notYet, i)
+				}
+			}
+		}
+	}
+	require.Greater(t, len(moved), 200)
+	require.Greater(t, len(notYet), 200)
+	tab := newTable[tbState](nextBuckets(old.nb, sh.final), sh.final, sh.most)
+	tab.prev.Store(old)
+	sh.tab.Store(tab)
+	for j := 0; j < half; j++ { // as grow moves them
+		ob := &old.b[j]
+		ob.mu.Lock()
+		for i := range ob.slots {
+			if sl := ob.slots[i]; sl.tag&tagUsed != 0 {
+				nb, k := sh.room(tab, sl.tag)
+				require.GreaterOrEqual(t, k, 0)
+				nb.slots[k] = sl
+				if nb.slots[k].tag &^= tagSecond; nb != &tab.b[tab.first(sl.tag)] {
+					nb.slots[k].tag |= tagSecond
+				}
+				nb.mu.Unlock()
+			}
+		}
+		ob.slots = [bucketSlots]slot[tbState]{}
+		ob.slots[0].tag = movedTag
+		ob.mu.Unlock()
+	}
+	// Halfway through a growth, decisions find every key, moved or not,
+	// without the shard's mutex (held here: the slow path would wait for
+	// it, as decisions waited for a doubling's buckets to move).
+	done := make(chan error)
+	go func() {
+		for i := 0; i < 600; i++ {
+			d, err := b.AllowN(context.Background(), fmt.Sprint("k", i), 0)
+			if err == nil && d.Remaining != 10-(1+i%10) {
+				err = fmt.Errorf("key %d: %d remaining", i, d.Remaining)
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a decision on a tracked key waited for the shard's mutex while its table grew")
+	}
+	old.b[half].mu.Lock()
+	t2 := sh.regrow(old, half, tab)
+	sh.grown(old, t2)
+	sh.mu.Unlock()
+	assert.Same(t, t2, sh.tab.Load())
+	assert.Equal(t, newTable[tbState](nextBuckets(tab.nb, sh.final), sh.final, sh.most).nb, t2.nb)
+	assert.Nil(t, tab.prev.Load(), "the old table is let go")
+	for _, bs := range [][]bucket[tbState]{old.b, tab.b} {
+		for j := range bs {
+			require.Equal(t, uint64(movedTag), bs[j].slots[0].tag, "bucket %d sends decisions on", j)
+		}
+	}
+	for i := 0; i < 600; i++ {
+		require.Equal(t, 10-(1+i%10), mustAllowN(t, b, fmt.Sprint("k", i), 0).Remaining, "key %d", i)
+	}
+	assert.Equal(t, 600, b.Stats().Keys)
+	n := 0
+	for j := range t2.b {
+		for _, sl := range t2.b[j].slots {
+			if sl.tag&tagUsed != 0 {
+				n++
+			}
+		}
+	}
+	assert.Equal(t, 600, n, "every key once")
 }

@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -75,14 +76,17 @@ func (c *clock) inside(now int64) int64 {
 }
 
 // table is a shard's buckets. A key's buckets are picked by the top bits
-// of its identity and of a mix of it, scaled to the number of buckets: a
-// table of twice as many buckets sends the keys of bucket i to buckets 2i
-// and 2i+1, which is what lets it grow bucket by bucket (see grow).
+// of its identity and of a mix of it, scaled to the number of buckets,
+// which may be any: a larger table keeps the order of the keys' ranges
+// (see grownOrder).
 type table[S any] struct {
 	b  []bucket[S]
 	nb uint64
 	// full is the number of keys at which the shard grows the table.
 	full int
+	// prev is the table this one grows from while its keys move, nil
+	// once they all have (see grow).
+	prev atomic.Pointer[table[S]]
 }
 
 // maxPages bounds the pages of a shard's table, the unit golang-lru
@@ -94,8 +98,7 @@ const maxPages = 16
 
 // first and second return the indexes of the two buckets of the key whose
 // identity, or tag, is h: the top 32 bits of h and of an odd multiple of
-// h, scaled to the number of buckets (which splits a bucket's keys in
-// two when the table doubles). They may be the same bucket.
+// h, scaled to the number of buckets. They may be the same bucket.
 func (t *table[S]) first(h uint64) uint64 { return (h >> 32) * t.nb >> 32 }
 func (t *table[S]) second(h uint64) uint64 {
 	return (h &^ tagFlags * 0x9e3779b97f4a7c15 >> 32) * t.nb >> 32
@@ -160,7 +163,7 @@ func (s *store[S, A]) insert(sh *shard[S, A], h uint64, now int64) (*bucket[S], 
 		sh.grow()
 	}
 	b, i := s.place(sh, h, now, fresh)
-	for b == nil { // no room, and the table can grow: each growth doubles it
+	for b == nil { // no room, and the table can grow: by half again each time
 		sh.grow()
 		b, i = s.place(sh, h, now, false)
 	}
@@ -197,6 +200,21 @@ func (s *store[S, A]) reserve() bool {
 // bucket (see drop).
 func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64, beyond bool) (*bucket[S], int) {
 	t := sh.tab.Load()
+	b, i := sh.room(t, h)
+	if i >= 0 {
+		return b, i
+	}
+	if t.nb < sh.final || beyond {
+		b.mu.Unlock()
+		return nil, 0
+	}
+	return b, s.drop(sh, b, sh.clock.inside(now))
+}
+
+// room returns a free slot of t for h, its bucket locked, as place
+// does, or -1 and h's first bucket, locked, if there is none. The shard
+// must be locked.
+func (sh *shard[S, A]) room(t *table[S], h uint64) (*bucket[S], int) {
 	j1, j2 := t.first(h), t.second(h)
 	b1 := &t.b[j1]
 	b1.mu.Lock()
@@ -226,11 +244,7 @@ func (s *store[S, A]) place(sh *shard[S, A], h uint64, now int64, beyond bool) (
 			return b1, i
 		}
 	}
-	if t.nb < sh.final || beyond {
-		b1.mu.Unlock()
-		return nil, 0
-	}
-	return b1, s.drop(sh, b1, sh.clock.inside(now))
+	return b1, -1
 }
 
 // moveDepth bounds the chain of keys place moves to make room: at a
@@ -394,6 +408,9 @@ var evictBuckets = [...]int{64, 8, 2}
 // locked and hold a key.
 func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
 	t := sh.tab.Load()
+	if sh.pages == nil { // the shard's first eviction
+		sh.pages = newPages(t.pages(sh.pageShift), nil)
+	}
 	var best victim[S]
 	budget := min(evictBuckets[sh.misses], int(t.nb)) // no bucket twice
 	for n := 0; n < budget || !best.ok; n++ {
@@ -424,121 +441,220 @@ func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
 	best.b.mu.Unlock()
 }
 
-// grow doubles the shard's table, or makes its first: a table of the
-// smallest size the shard's final size is a doubling of. The keys of
-// each old bucket move to the two new buckets that take its place while
-// decisions go on: the new table is published with every bucket locked;
-// each old bucket in turn is locked, its keys are copied, it is marked
-// moved (a decision that finds the mark goes to the new table), and its
-// two new buckets are unlocked. The pages' order in the LRU is kept:
-// each old page's two halves take its place. The shard must be locked.
+// grow makes the shard's first table, a few buckets, or moves its keys
+// into a larger one: half as large again (see nextBuckets), so that a
+// table just grown is two thirds as full as it was, never half. The new
+// table is published at once, its old one kept as its prev, and each old
+// bucket in turn is locked, its keys are placed in the new table as an
+// insertion places a key (see room), and it is emptied, marked moved (a
+// decision that finds the mark goes to the new table) and unlocked. A
+// decision that does not find its key in the new table looks in the old
+// one: it waits for one bucket's move at most, never for the table's.
+// Should a key find no room in the new table (its buckets and the keys
+// they could pass on are full), every key moves at once instead (see
+// regrow). The pages' order in the LRU is kept (see grownOrder). The
+// shard must be locked.
 func (sh *shard[S, A]) grow() {
 	old := sh.tab.Load()
 	if old == nil {
-		nb := sh.final
-		for nb >= 16 && nb&1 == 0 {
-			nb >>= 1
-		}
-		t := newTable[S](nb, sh.final, sh.most)
-		sh.pages = newPages(t.pages(sh.pageShift), nil)
-		sh.tab.Store(t)
+		sh.tab.Store(newTable[S](min(firstBuckets, sh.final), sh.final, sh.most))
 		return
 	}
-	t := newTable[S](2*old.nb, sh.final, sh.most)
-	for j := range t.b {
-		t.b[j].mu.Lock() // until its keys are in
-	}
-	order := sh.pages.Keys()
+	t := newTable[S](nextBuckets(old.nb, sh.final), sh.final, sh.most)
+	t.prev.Store(old)
 	sh.tab.Store(t)
 	for j := range old.b {
 		ob := &old.b[j]
 		ob.mu.Lock()
-		lo, hi := &t.b[2*j], &t.b[2*j+1]
-		var n [2]int
 		for i := range ob.slots {
-			sl := ob.slots[i]
+			sl := &ob.slots[i]
 			if sl.tag&tagUsed == 0 {
 				continue
 			}
-			k := t.first(sl.tag)
-			if sl.tag&tagSecond != 0 {
-				k = t.second(sl.tag)
+			b, k := sh.room(t, sl.tag)
+			if k < 0 {
+				b.mu.Unlock()
+				t = sh.regrow(old, j, t)
+				sh.grown(old, t)
+				return
 			}
-			half := k - 2*uint64(j) // 0 or 1
-			[2]*bucket[S]{lo, hi}[half].slots[n[half]] = sl
-			n[half]++
+			b.slots[k] = *sl
+			if b.slots[k].tag &^= tagSecond; b != &t.b[t.first(sl.tag)] {
+				b.slots[k].tag |= tagSecond
+			}
+			b.mu.Unlock()
+			*sl = slot[S]{} // the state's memory (a log's entries) went with it
 		}
-		ob.slots = [bucketSlots]slot[S]{}
+		ob.slots = [bucketSlots]slot[S]{} // the memory of emptied slots too
 		ob.slots[0].tag = movedTag
 		ob.mu.Unlock()
-		lo.mu.Unlock()
-		hi.mu.Unlock()
 	}
-	sh.pages = newPages(t.pages(sh.pageShift), order)
+	t.prev.Store(nil)
+	sh.grown(old, t)
+}
+
+// grown sets the eviction order of the pages of t, grown from old.
+func (sh *shard[S, A]) grown(old, t *table[S]) {
+	if sh.pages != nil {
+		order := grownOrder(sh.pages.Keys(), old.nb, t.nb, sh.pageShift)
+		sh.pages = newPages(t.pages(sh.pageShift), order)
+	}
 	sh.hand = 0
-	sh.settle(t)
 }
 
-// settle moves every key of t that is in its second bucket to its first
-// if that has room now. Keys went to their second bucket when their first
-// was full in a smaller table; a table twice as large has room for most
-// of them where a decision looks first. The shard must be locked.
-func (sh *shard[S, A]) settle(t *table[S]) {
-	for j := range t.b {
-		b := &t.b[j]
-		b.mu.Lock()
-		for i := range b.slots {
-			tag := b.slots[i].tag
-			if tag&tagSecond == 0 {
-				continue
-			}
-			k := t.first(tag)
-			if k == uint64(j) {
-				continue
-			}
-			fb := &t.b[k]
-			fb.mu.Lock()
-			if f := fb.free(); f >= 0 {
-				fb.slots[f] = b.slots[i]
-				fb.slots[f].tag &^= tagSecond
-				b.slots[i] = slot[S]{}
-			}
-			fb.mu.Unlock()
-		}
-		b.mu.Unlock()
+// regrow moves every key of t, and of the buckets of old from j on (t's
+// prev, whose bucket j the caller has locked), into a table larger than
+// t, and returns it. The buckets of both are locked, the keys are placed
+// into a table no decision sees yet (see rebuild), the new table is
+// published, and the buckets are emptied, marked moved and unlocked.
+// It serves grow when a key finds no room in t, which at the load of a
+// table just grown is all but impossible. The shard must be locked.
+func (sh *shard[S, A]) regrow(old *table[S], j int, t *table[S]) *table[S] {
+	nb := nextBuckets(t.nb, sh.final)
+	t2 := newTable[S](nb, sh.final, sh.most)
+	from := [][]bucket[S]{t.b, old.b[j:]}
+	for k := range t.b {
+		t.b[k].mu.Lock()
 	}
+	for k := j + 1; k < len(old.b); k++ {
+		old.b[k].mu.Lock()
+	}
+	for !sh.rebuild(from, t2) {
+		nb = nextBuckets(nb, sh.final)
+		t2 = newTable[S](nb, sh.final, sh.most)
+	}
+	sh.tab.Store(t2)
+	for _, bs := range from {
+		for k := range bs {
+			bs[k].slots = [bucketSlots]slot[S]{}
+			bs[k].slots[0].tag = movedTag
+			bs[k].mu.Unlock()
+		}
+	}
+	t.prev.Store(nil)
+	return t2
 }
 
-// newTable returns a table of nb buckets for a shard whose tables grow to
-// final buckets and hold at most most keys.
+// firstBuckets is the size of a shard's first table: small, so that a
+// store of many shards holding few keys costs little (a store of 64
+// shards, 16 KiB); a table grows on demand from it.
+const firstBuckets = 2
+
+// nextBuckets returns the size of the table that replaces one of nb
+// buckets: half as large again (at a table's load, maxLoad, the new one
+// is 57 % full), up to the shard's final size, and beyond it, for a
+// shard that holds more than its share (see insert), by half again.
+func nextBuckets(nb, final uint64) uint64 {
+	next := nb + max(nb/2, 1)
+	if nb < final {
+		next = min(next, final)
+	}
+	return next
+}
+
+// rebuild puts the keys of the buckets from, which the caller has
+// locked, into t, an empty table, and reports whether each found room
+// (if not, a larger table is tried). Each key goes to its first bucket if
+// it has room, else to its second (see put). t is the caller's alone: no
+// bucket's lock is taken.
+func (sh *shard[S, A]) rebuild(from [][]bucket[S], t *table[S]) bool {
+	for _, bs := range from {
+		for j := range bs {
+			for _, sl := range bs[j].slots {
+				if sl.tag&tagUsed != 0 && !sh.put(t, sl) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// growKicks bounds the keys put moves for one key: at the load of a table
+// just grown, a key almost always finds room in one of its two buckets.
+const growKicks = 64
+
+// put places sl in t, a table no other goroutine sees (see rebuild): in
+// its first bucket if it has room, else in its second, else in place of
+// a key of its second bucket picked at random, which goes to its own
+// other bucket the same way, up to growKicks keys; it reports false if the
+// last key moved found no room, leaving t to be dropped.
+func (sh *shard[S, A]) put(t *table[S], sl slot[S]) bool {
+	sl.tag &^= tagSecond
+	j := t.first(sl.tag)
+	if i := t.b[j].free(); i >= 0 {
+		t.b[j].slots[i] = sl
+		return true
+	}
+	for range growKicks {
+		j = t.other(sl.tag)
+		if sl.tag &^= tagSecond; j != t.first(sl.tag) {
+			sl.tag |= tagSecond
+		}
+		b := &t.b[j]
+		if i := b.free(); i >= 0 {
+			b.slots[i] = sl
+			return true
+		}
+		sh.rng ^= sh.rng << 13
+		sh.rng ^= sh.rng >> 7
+		sh.rng ^= sh.rng << 17
+		i := int(sh.rng>>33) % bucketSlots
+		sl, b.slots[i] = b.slots[i], sl
+	}
+	return false
+}
+
+// newTable returns a table of nb buckets, or a few more: as many as the
+// allocation holds (Go rounds an allocation up to a size class, or to
+// whole 8 KiB pages above 32 KiB), for a shard whose tables grow to final
+// buckets and hold at most most keys there.
 func newTable[S any](nb, final uint64, most int) *table[S] {
-	t := &table[S]{b: make([]bucket[S], nb), nb: nb, full: int(float64(nb*bucketSlots) * maxLoad)}
-	if nb == final {
+	// append rounds its allocation up and the slice's capacity with it;
+	// appending a make is compiled to a cleared extension, not a copy.
+	b := append([]bucket[S](nil), make([]bucket[S], nb)...)
+	b = b[:cap(b)]
+	nb = uint64(len(b))
+	t := &table[S]{b: b, nb: nb, full: int(float64(nb*bucketSlots) * maxLoad)}
+	if nb >= final {
 		t.full = most
 	}
 	return t
 }
 
-// newPages returns the LRU of a table of n pages: the halves of each page
-// of order (the old table's pages, oldest first) in its place, or every
-// page in order.
+// newPages returns the LRU of a table of n pages, in order (oldest
+// first), or every page in index order.
 func newPages(n int, order []uint32) *simplelru.LRU[uint32, struct{}] {
 	lru, err := simplelru.NewLRU[uint32, struct{}](n, nil)
 	if err != nil {
 		panic(err) // n > 0 always
 	}
-	if order == nil || n == 1 {
+	if order == nil {
 		for p := range n {
 			lru.Add(uint32(p), struct{}{})
 		}
 		return lru
 	}
 	for _, p := range order {
-		for _, q := range [2]uint32{2 * p, 2*p + 1} {
-			if int(q) < n {
-				lru.Add(q, struct{}{})
-			}
-		}
+		lru.Add(p, struct{}{})
 	}
 	return lru
+}
+
+// grownOrder returns the eviction order of the pages of a table of nb
+// buckets grown from one of oldNb, whose pages were in order (oldest
+// first): each new page takes the place of the old page its first bucket
+// was in (the keys of a range of buckets stay in the same range, scaled).
+func grownOrder(order []uint32, oldNb, nb uint64, shift uint) []uint32 {
+	n := (nb + 1<<shift - 1) >> shift
+	from := make([][]uint32, (oldNb+1<<shift-1)>>shift)
+	for q := range n {
+		p := (q << shift) * oldNb / nb >> shift
+		from[p] = append(from[p], uint32(q))
+	}
+	grown := make([]uint32, 0, n)
+	for _, p := range order {
+		grown = append(grown, from[p]...)
+	}
+	return grown
 }
