@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
 )
 
 // clientClockMinTTL is the shortest expiry of a key written on a client
@@ -369,7 +370,10 @@ func replicated(d floodgate.Decision, n int, unrepl error) error {
 // context.WithTimeout's timer and allocations.
 func (l *base) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
-		return ctx, nil
+		// The caller's own deadline, which a client may choose: marked so
+		// that an adapter sharing connections among callers does not let
+		// it end theirs (see groupcommit.CallerDeadline).
+		return groupcommit.CallerDeadline{Context: ctx}, nil
 	}
 	if ctx.Done() == nil {
 		return l.deadlines.bound(ctx), nil

@@ -294,15 +294,21 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 		s.sendWaiting(lead, batch)
 		return
 	}
+	// rueidis sends a command that is alone on its connection at once,
+	// with the connection's deadline set to the command's, and closes the
+	// connection when that deadline passes, failing every command queued
+	// behind it with the deadline's error: a caller's own short deadline
+	// is therefore left out (groupcommit.ForShared), and the call ends
+	// through Done instead, which rueidis waits on without closing.
 	if len(batch) == 1 {
-		lead.V.reply, lead.V.err = c.Do(lead.Ctx, lead.V.build(c)).AsIntSlice()
+		lead.V.reply, lead.V.err = c.Do(groupcommit.ForShared(lead.Ctx, lead.Ctx), lead.V.build(c)).AsIntSlice()
 		return
 	}
 	// lead's deadline is the latest of the batch; its caller's
 	// cancellation must not abort the others' commands.
 	ctx, cancel := groupcommit.Detached(lead.Ctx)
 	defer cancel()
-	plan(batch, c.Mode() == rueidis.ClientModeCluster).exec(ctx, c, batch)
+	plan(batch, c.Mode() == rueidis.ClientModeCluster).exec(groupcommit.ForShared(lead.Ctx, ctx), c, batch)
 }
 
 // pipelined is one DoMulti's commands: the calls sent with their own

@@ -238,3 +238,34 @@ func (DeadlineOnly) Err() error { return nil }
 
 // Value returns the parent's value for key.
 func (d DeadlineOnly) Value(key any) any { return d.Parent.Value(key) }
+
+// CallerDeadline marks a context whose deadline is the caller's own,
+// earlier than the decision timeout, and so one a client of the service
+// may choose (a gRPC call's grpc-timeout, a per-request server timeout).
+// A client library that closes a connection other commands share when one
+// command's deadline passes — rueidis on a command it sends alone, which
+// then fails every command queued on that connection with the deadline's
+// error — must not be given it: one caller's short deadline would fail
+// other callers' decisions, an error the error policy may turn into an
+// admission. ForShared tells such an adapter which deadline to leave out.
+type CallerDeadline struct{ context.Context }
+
+// ForShared returns ctx for a client whose connections other callers
+// share: ctx itself, or, if its deadline is a caller's own
+// (CallerDeadline; lead is the context a batch runs under, or the call's
+// own), ctx without a deadline. Such a context still ends when the
+// caller's does, through Done: the client stops waiting for the reply and
+// reads it later, without closing the connection.
+func ForShared(lead, ctx context.Context) context.Context {
+	if _, own := lead.(CallerDeadline); own {
+		return noDeadline{ctx}
+	}
+	return ctx
+}
+
+// noDeadline is a context that reports no deadline but ends with its
+// parent.
+type noDeadline struct{ context.Context }
+
+// Deadline reports none.
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
