@@ -147,6 +147,8 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 		sat := l.cur.Load().step.saturated()
 		require.Less(t, sat, uint32(markerAmt), "limit %d", limit)
 		require.Less(t, l.cur.Load().step.over(), uint32(markerAmt), "limit %d", limit)
+		require.Less(t, l.cur.Load().step.ahead(), uint32(markerAmt), "limit %d", limit)
+		require.Greater(t, l.cur.Load().step.ahead(), l.cur.Load().step.over(), "limit %d: a bound of both must read as carried ahead", limit)
 		require.Greater(t, sat>>l.cur.Load().step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
 		require.GreaterOrEqual(t, sat, uint32(limit)<<l.cur.Load().step.shift|1<<l.cur.Load().step.shift-1, "limit %d: not the largest amount", limit)
 	}
