@@ -153,3 +153,36 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 		require.GreaterOrEqual(t, sat, uint32(limit)<<l.cur.Load().step.shift|1<<l.cur.Load().step.shift-1, "limit %d: not the largest amount", limit)
 	}
 }
+
+// TestRestoreSharedBoundOverAndAhead is an open finding, skipped: a bound
+// the debt memory shares (past its stated size) between a log over its
+// limit (a downgrade under KeepUsed) and a log carrying a debt ahead
+// whose last window ends later is restored as carried ahead (the larger
+// amount, see logStep.ahead), with an anchor in that debt's phase. Once
+// the anchor ages out it counts its limit, where the log over its limit
+// still counts its older limit's units, and a refund lets through what
+// that log refuses. Restored instead as the most units at the bound's
+// newest time, it forgave the log carrying a debt ahead after a change
+// of period (TestBoundedStoreForgaveAtTheseSeeds, trial 0): one state
+// does not bound both, and a log's debt cannot say both.
+func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
+	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
+	now := int64(1000 * time.Second)
+	var over, ahead, bound slState
+	a.record(&over, now, 10) // as a downgrade from 10 a Period under KeepUsed leaves it
+	a.record(&ahead, now-20*int64(time.Second), 5)
+	a.charge(&ahead, now-20*int64(time.Second), 5) // 5 more in the window from now+10 s
+	v := a.debt(&over, now).max(a.debt(&ahead, now))
+	a.restore(&bound, v, now)
+	later := now + 11*int64(time.Second)
+	over.takeNewest(4)
+	a.expire(&bound, later)
+	bound.takeNewest(4)
+	var got, want Decision
+	a.decide(&got, &bound, later, 1)
+	a.decide(&want, &over, later, 1)
+	if got.Allowed && !want.Allowed {
+		t.Skipf("open finding: the shared bound allowed %+v where the log over its limit refused %+v", got, want)
+	}
+	t.Fatalf("the finding is gone: the shared bound decided %+v, the log over its limit %+v; unskip and remove this", got, want)
+}
