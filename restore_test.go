@@ -186,3 +186,38 @@ func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
 	}
 	t.Fatalf("the finding is gone: the shared bound decided %+v, the log over its limit %+v; unskip and remove this", got, want)
 }
+
+// TestRestoreDebtAheadWithinAUnit: a log carrying a debt ahead whose last
+// window starts less than a time unit after now (its anchor that close to
+// aging out), restored then, is never allowed more than the exact log,
+// also after a downgrade that shortens the Period. It came back as one
+// entry at the last window's date, which the new Period of 15 s aged out
+// 15 s later, while the exact log, its debt re-cut from its anchor, was
+// refused until its old end 30 s later: 14 s of requests forgiven.
+func TestRestoreDebtAheadWithinAUnit(t *testing.T) {
+	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
+	b := newSLAlg(Rate{Limit: 5, Period: 15 * time.Second}, false, DefaultDebtLimits)
+	// The unit is 20 ns: the anchor, rounded up to it, is 15 ns less than
+	// a Period before now.
+	now := int64(1000*time.Second) + 105
+	anchor := now - int64(30*time.Second) + 5
+	var exact, restored slState
+	a.record(&exact, anchor, 5)
+	a.charge(&exact, anchor, 5) // 5 more, in the window that starts 15 ns from now
+	v := a.debt(&exact, now)
+	require.Equal(t, a.step.ahead(), v.amt)
+	require.Less(t, v.at-a.period-now, a.unit, "the last window must start within a unit of now")
+	a.restore(&restored, v, now)
+	a.convert(&exact, b, KeepUsed, now)
+	a.convert(&restored, b, KeepUsed, now)
+	for _, after := range []time.Duration{10 * time.Second, 16 * time.Second, 20 * time.Second, 29 * time.Second, 31 * time.Second} {
+		e, r := exact, restored
+		e.ring, r.ring = slices.Clone(exact.ring), slices.Clone(restored.ring)
+		var got, want Decision
+		b.decide(&got, &r, now+int64(after), 1)
+		b.decide(&want, &e, now+int64(after), 1)
+		if got.Allowed && !want.Allowed || got.Remaining > want.Remaining {
+			t.Errorf("%v after the downgrade: restored %+v, exact %+v: forgiven", after, got, want)
+		}
+	}
+}
