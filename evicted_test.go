@@ -340,6 +340,33 @@ func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 	}
 }
 
+// TestBoundedStoreForgivesOutOfPhase is an open finding, skipped while it
+// fails (found 2026-12-06 by a loop of random store seeds, on main as
+// well: 3 of 60 seeds fail this history, trial 14, at step 784): a
+// sliding log restored from a bound the debt memory shared (past its
+// size) carries a debt ahead anchored in the bound's phase, not the exact
+// log's; refused where the exact log allowed 8, its attempts under
+// WithCountDenied are carried ahead from that anchor. In the history
+// traced (store seed 5750192359039225274, on a change not kept), a
+// downgrade from 10 to 2 a minute re-cut its 10 units into 5 windows,
+// 348 s where the exact log owed 2 units for 120 s; an upgrade back to 10
+// under KeepUsed packed them into one window from its earlier anchor,
+// ending 11 s before the exact log's single window of 2, and a request of
+// 10 was allowed there that the exact log refused. More units owed, but
+// from an earlier phase, end sooner once repacked.
+func TestBoundedStoreForgivesOutOfPhase(t *testing.T) {
+	var k limiterKind
+	for _, c := range everyKind() {
+		if c.name == "SlidingLog/CountDenied" {
+			k = c
+		}
+	}
+	if _, why, ok := replayRateChanges(t, k, floodgate.KeepUsed, 1, 4418034445168808709, 14); !ok {
+		t.Skipf("open finding: the bounded store forgave: %s", why)
+	}
+	t.Fatal("the finding is gone: move store seed 4418034445168808709, trial 14, to TestBoundedStoreForgaveAtTheseSeeds and update docs/testing.md")
+}
+
 // rateChanges returns changes of k's rate under how: back to it, and to
 // twice and half its quota, and twice and half its period.
 func rateChanges(k limiterKind, how floodgate.Inherit) []floodgate.RateChange {
