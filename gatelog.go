@@ -161,7 +161,7 @@ func (g *Gate) logEvictions(ctx context.Context, p *policy, s evictionSample) {
 	if !ok {
 		return
 	}
-	msg := "floodgate: the limiter's store evicted live limits (their debts are kept exactly in its debt memory): the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys"
+	msg := "floodgate: the limiter's store evicted live limits (their debts are kept in its debt memory, exactly while it has room and rounded up, never down, when it is full): the store is too small for its keys (raise WithMaxKeys) or someone is spraying keys"
 	if s.lost > 0 {
 		msg = "floodgate: the limiter's debt memory is full: debts of evicted live limits now share bounds, so fresh keys that hash there start limited (under WithForgetOverflow or WithForgetEvicted they are forgotten instead, resetting those clients' limits): a key spray beyond the size the store is built for is under way, or raise WithMaxKeys or WithDebtMemory"
 	}
