@@ -132,7 +132,7 @@ const (
 	amtMask = 1<<amtBits - 1
 	// markerAmt is the amount of a shield (see debts); no algorithm's
 	// amount reaches it (a bucket's at most maxLimit, a counter's packed
-	// sum below 2^26 - 2^24, a log's at most its saturated amount: see
+	// sum below 2^26 - 2^24, a log's at most its ahead amount: see
 	// TestDebtAmountsFitTheMemory).
 	markerAmt = amtMask
 	// maxKicks bounds the entries one insertion moves, halved for each

@@ -340,6 +340,33 @@ func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 	}
 }
 
+// TestBoundedStoreForgivesOutOfPhase is an open finding, skipped while it
+// fails (found 2026-12-06 by a loop of random store seeds, on main as
+// well: 3 of 60 seeds fail this history, trial 14, at step 784): a
+// sliding log restored from a bound the debt memory shared (past its
+// size) carries a debt ahead anchored in the bound's phase, not the exact
+// log's; refused where the exact log allowed 8, its attempts under
+// WithCountDenied are carried ahead from that anchor. In the history
+// traced (store seed 5750192359039225274, on a change not kept), a
+// downgrade from 10 to 2 a minute re-cut its 10 units into 5 windows,
+// 348 s where the exact log owed 2 units for 120 s; an upgrade back to 10
+// under KeepUsed packed them into one window from its earlier anchor,
+// ending 11 s before the exact log's single window of 2, and a request of
+// 10 was allowed there that the exact log refused. More units owed, but
+// from an earlier phase, end sooner once repacked.
+func TestBoundedStoreForgivesOutOfPhase(t *testing.T) {
+	var k limiterKind
+	for _, c := range everyKind() {
+		if c.name == "SlidingLog/CountDenied" {
+			k = c
+		}
+	}
+	if _, why, ok := replayRateChanges(t, k, floodgate.KeepUsed, 1, 4418034445168808709, 14); !ok {
+		t.Skipf("open finding: the bounded store forgave: %s", why)
+	}
+	t.Fatal("the finding is gone: move store seed 4418034445168808709, trial 14, to TestBoundedStoreForgaveAtTheseSeeds and update docs/testing.md")
+}
+
 // rateChanges returns changes of k's rate under how: back to it, and to
 // twice and half its quota, and twice and half its period.
 func rateChanges(k limiterKind, how floodgate.Inherit) []floodgate.RateChange {
@@ -714,6 +741,81 @@ func TestRestoreDebtLastWindow(t *testing.T) {
 					}
 				}
 				if bounded.Stats().Restored != restored+1 { // by the first request that counts
+					t.Fatalf("alice was not restored from her debt: %+v", bounded.Stats())
+				}
+			})
+		}
+	}
+}
+
+// TestRestoreOverLimitAfterNewUnit: a sliding log over its limit after a
+// downgrade under KeepUsed, whose newest entry the change re-dated in the
+// new period's time unit, comes back from its debt still over its limit,
+// however soon after the change, on either path: evicted before the
+// change (its debt converted in the memory) or after it. The change
+// rounds the entry up twice, to the old unit when it was recorded and to
+// the new one (50 ns, then 20 ns: 59 ns after the instant it was made,
+// more than the new unit), and restore read a debt dated more than a
+// unit ahead as one carried ahead (ChargeN), its anchor a Period back:
+// once that anchor aged out the key counted its limit, 5 units, where
+// the exact log still counted 10, so a refund of 4 let it through while
+// the exact log refused (TestBoundedStoreNeverForgivesAcrossRateChanges/
+// SlidingLog/KeepUsed/debts1, store seed 4644658282912306034, trial 6,
+// step 892, on the store before its tables grew by half again).
+func TestRestoreOverLimitAfterNewUnit(t *testing.T) {
+	const maxKeys = 8
+	ctx := context.Background()
+	for _, evictFirst := range []bool{true, false} {
+		for _, k := range restoreKinds(floodgate.PerMinute(10), 10)[5:] {
+			t.Run(fmt.Sprintf("%s/evictFirst=%v", k.name, evictFirst), func(t *testing.T) {
+				clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+				opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+				bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(maxKeys), floodgate.WithShards(1))...)
+				mustNot(t, err)
+				exact, err := k.build(k.rate, opts...)
+				mustNot(t, err)
+				// 1 ns after the limiters' epoch: recorded at 50 ns (a
+				// minute's unit), re-dated at 60 ns (half a minute's).
+				start := clk.t.Add(time.Nanosecond)
+				clk.t = start
+				down := floodgate.RateChange{Rate: floodgate.Rate{Limit: 5, Period: 30 * time.Second}, Inherit: floodgate.KeepUsed}
+				for _, l := range []keyedLimiter{bounded, exact} {
+					if d, err := l.AllowN(ctx, "alice", 10); err != nil || !d.Allowed {
+						t.Fatalf("spending 10: %+v, %v", d, err)
+					}
+				}
+				if evictFirst {
+					evictIdle(t, bounded, maxKeys, 10)
+				}
+				for _, l := range []keyedLimiter{bounded, exact} {
+					mustNot(t, l.(floodgate.RateSetter).SetRate(ctx, down))
+				}
+				if !evictFirst {
+					evictIdle(t, bounded, maxKeys, 5)
+				}
+				restored := bounded.Stats().Restored
+				steps := []struct {
+					after  time.Duration
+					refund int
+					n      int
+				}{{0, 0, 1}, {time.Microsecond, 4, 1}, {time.Second, 1, 1}, {10 * time.Second, 0, 0}}
+				for _, s := range steps {
+					clk.t = start.Add(s.after)
+					for _, l := range []keyedLimiter{bounded, exact} {
+						if s.refund > 0 {
+							mustNot(t, l.RefundN(ctx, "alice", s.refund))
+						}
+					}
+					got, err := bounded.AllowN(ctx, "alice", s.n)
+					mustNot(t, err)
+					want, err := exact.AllowN(ctx, "alice", s.n)
+					mustNot(t, err)
+					if got.Allowed && !want.Allowed || got.Remaining > want.Remaining {
+						t.Errorf("%v after the change, refund %d, AllowN(%d): restored %+v, never evicted %+v: forgiven",
+							s.after, s.refund, s.n, got, want)
+					}
+				}
+				if bounded.Stats().Restored != restored+1 {
 					t.Fatalf("alice was not restored from her debt: %+v", bounded.Stats())
 				}
 			})

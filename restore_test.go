@@ -147,7 +147,83 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 		sat := l.cur.Load().step.saturated()
 		require.Less(t, sat, uint32(markerAmt), "limit %d", limit)
 		require.Less(t, l.cur.Load().step.over(), uint32(markerAmt), "limit %d", limit)
+		require.Less(t, l.cur.Load().step.ahead(), uint32(markerAmt), "limit %d", limit)
+		require.Greater(t, l.cur.Load().step.ahead(), l.cur.Load().step.over(), "limit %d: a bound of both must read as carried ahead", limit)
 		require.Greater(t, sat>>l.cur.Load().step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
 		require.GreaterOrEqual(t, sat, uint32(limit)<<l.cur.Load().step.shift|1<<l.cur.Load().step.shift-1, "limit %d: not the largest amount", limit)
 	}
+}
+
+// TestRestoreSharedBoundOverAndAhead is an open finding, skipped: a bound
+// the debt memory shares (past its stated size) between a log over its
+// limit (a downgrade under KeepUsed) and a log carrying a debt ahead
+// whose last window ends later is restored as carried ahead (the larger
+// amount, see logStep.ahead), with an anchor in that debt's phase. Once
+// the anchor ages out it counts its limit, where the log over its limit
+// still counts its older limit's units, and a refund lets through what
+// that log refuses. Restored instead as the most units at the bound's
+// newest time, it forgave the log carrying a debt ahead after a change
+// of period (TestBoundedStoreForgaveAtTheseSeeds, trial 0): one state
+// does not bound both, and a log's debt cannot say both.
+func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
+	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
+	now := int64(1000 * time.Second)
+	var over, ahead, bound slState
+	a.record(&over, now, 10) // as a downgrade from 10 a Period under KeepUsed leaves it
+	a.record(&ahead, now-20*int64(time.Second), 5)
+	a.charge(&ahead, now-20*int64(time.Second), 5) // 5 more in the window from now+10 s
+	v := a.debt(&over, now).max(a.debt(&ahead, now))
+	a.restore(&bound, v, now)
+	later := now + 11*int64(time.Second)
+	over.takeNewest(4)
+	a.expire(&bound, later)
+	bound.takeNewest(4)
+	var got, want Decision
+	a.decide(&got, &bound, later, 1)
+	a.decide(&want, &over, later, 1)
+	if got.Allowed && !want.Allowed {
+		t.Skipf("open finding: the shared bound allowed %+v where the log over its limit refused %+v", got, want)
+	}
+	t.Fatalf("the finding is gone: the shared bound decided %+v, the log over its limit %+v; unskip and remove this", got, want)
+}
+
+// TestRestoreDebtAheadWithinAUnit is an open finding, skipped while it
+// fails: a log carrying a debt ahead whose last window starts less than a
+// time unit after now (its anchor that close to aging out), restored
+// then, comes back as one entry at the last window's date, which a
+// downgrade to a Period of 15 s ages out 15 s later, while the exact log,
+// its debt re-cut from its anchor, is refused until its old end 30 s
+// later: 14 s of requests forgiven. Restoring it as restoreAhead does
+// (windows at least 1) passes this test but made
+// TestBoundedStoreNeverForgivesAcrossRateChanges/SlidingLog/CountDenied/
+// KeepUsed/debts1 forgive at 6 of 60 random store seeds instead of 3
+// (the out-of-phase repacking of TestBoundedStoreForgivesOutOfPhase), so
+// it is not in the tree.
+func TestRestoreDebtAheadWithinAUnit(t *testing.T) {
+	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
+	b := newSLAlg(Rate{Limit: 5, Period: 15 * time.Second}, false, DefaultDebtLimits)
+	// The unit is 20 ns: the anchor, rounded up to it, is 15 ns less than
+	// a Period before now.
+	now := int64(1000*time.Second) + 105
+	anchor := now - int64(30*time.Second) + 5
+	var exact, restored slState
+	a.record(&exact, anchor, 5)
+	a.charge(&exact, anchor, 5) // 5 more, in the window that starts 15 ns from now
+	v := a.debt(&exact, now)
+	require.Equal(t, a.step.ahead(), v.amt)
+	require.Less(t, v.at-a.period-now, a.unit, "the last window must start within a unit of now")
+	a.restore(&restored, v, now)
+	a.convert(&exact, b, KeepUsed, now)
+	a.convert(&restored, b, KeepUsed, now)
+	for _, after := range []time.Duration{10 * time.Second, 16 * time.Second, 20 * time.Second, 29 * time.Second, 31 * time.Second} {
+		e, r := exact, restored
+		e.ring, r.ring = slices.Clone(exact.ring), slices.Clone(restored.ring)
+		var got, want Decision
+		b.decide(&got, &r, now+int64(after), 1)
+		b.decide(&want, &e, now+int64(after), 1)
+		if got.Allowed && !want.Allowed || got.Remaining > want.Remaining {
+			t.Skipf("open finding: %v after the downgrade: restored %+v, exact %+v: forgiven", after, got, want)
+		}
+	}
+	t.Fatal("the finding is gone: unskip TestRestoreDebtAheadWithinAUnit (fail instead of skip) and update docs/testing.md")
 }
