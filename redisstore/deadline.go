@@ -69,6 +69,9 @@ func (d *deadlines) bound(parent context.Context) context.Context {
 	return &tickContext{parent: parent, tick: t}
 }
 
+// Bound is bound, for groupcommit.Shared.
+func (d *deadlines) Bound(parent context.Context) context.Context { return d.bound(parent) }
+
 // start makes the tick of grain n, whose timer closes it at its time,
 // and hands it out from now on unless another call replaced last (old)
 // first. Two calls that start the tick of one grain at once each keep

@@ -108,6 +108,7 @@ var ErrNotConnected = errors.New("rueidisstore: not connected to Redis")
 
 func (s *Scripter) configure(mode rueidis.ClientMode, opts []Option) {
 	s.batch.Send = s.send
+	s.batch.Aside = true
 	for _, o := range opts {
 		if o == nil {
 			s.err = fmt.Errorf("%w: nil rueidisstore option", floodgate.ErrInvalidOption)
@@ -294,21 +295,27 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 		s.sendWaiting(lead, batch)
 		return
 	}
-	// rueidis sends a command that is alone on its connection at once,
-	// with the connection's deadline set to the command's, and closes the
-	// connection when that deadline passes, failing every command queued
-	// behind it with the deadline's error: a caller's own short deadline
-	// is therefore left out (groupcommit.ForShared), and the call ends
-	// through Done instead, which rueidis waits on without closing.
+	// rueidis does work for every caller under one command's context:
+	// it dials a missing connection under it, failing the commands that
+	// wait for that connection with the dial's error when the context
+	// ends first, and closes a connection when the deadline of a command
+	// it sent alone passes, failing the commands queued behind it. So a
+	// batch goes out under a context that only the decision timeout ends
+	// (groupcommit.Shared), never one that ends because one caller gave
+	// up; a caller who leaves sooner does not wait for it (Batcher.Aside).
+	ctx, shared := groupcommit.Shared(lead.Ctx)
 	if len(batch) == 1 {
-		lead.V.reply, lead.V.err = c.Do(groupcommit.ForShared(lead.Ctx, lead.Ctx), lead.V.build(c)).AsIntSlice()
+		lead.V.reply, lead.V.err = c.Do(ctx, lead.V.build(c)).AsIntSlice()
 		return
 	}
-	// lead's deadline is the latest of the batch; its caller's
-	// cancellation must not abort the others' commands.
-	ctx, cancel := groupcommit.Detached(lead.Ctx)
-	defer cancel()
-	plan(batch, c.Mode() == rueidis.ClientModeCluster).exec(groupcommit.ForShared(lead.Ctx, ctx), c, batch)
+	if !shared {
+		// lead's deadline is the latest of the batch; its caller's
+		// cancellation must not abort the others' commands.
+		var cancel context.CancelFunc
+		ctx, cancel = groupcommit.Detached(lead.Ctx)
+		defer cancel()
+	}
+	plan(batch, c.Mode() == rueidis.ClientModeCluster).exec(ctx, c, batch)
 }
 
 // pipelined is one DoMulti's commands: the calls sent with their own
