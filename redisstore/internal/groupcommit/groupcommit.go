@@ -166,13 +166,15 @@ func (b *Batcher[V]) lead(c *Call[V], batch []*Call[V]) error {
 		b.send(c, batch)
 		return nil
 	}
-	sent := make(chan struct{})
+	if c.done == nil {
+		c.done = make(chan bool, 1) // a lone call's
+	}
 	go func() {
 		b.send(c, batch)
-		close(sent)
+		c.done <- false
 	}()
 	select {
-	case <-sent:
+	case <-c.done:
 		return nil
 	case <-c.Ctx.Done():
 		return c.Ctx.Err()
@@ -312,8 +314,8 @@ type Bounded struct {
 
 // Timeout bounds a context by a decision timeout.
 type Timeout interface {
-	// Bound returns ctx, which never ends, bounded by the decision
-	// timeout from now.
+	// Bound returns a context with ctx's values that ends at the
+	// decision timeout from now, and not before, whatever ctx does.
 	Bound(ctx context.Context) context.Context
 }
 
@@ -323,7 +325,7 @@ type Timeout interface {
 // timeout from now; any other ctx is its own.
 func Shared(ctx context.Context) (context.Context, bool) {
 	if b, ok := ctx.(Bounded); ok {
-		return b.Timeout.Bound(context.WithoutCancel(b.Context)), true
+		return b.Timeout.Bound(b.Context), true
 	}
 	return ctx, false
 }

@@ -479,10 +479,10 @@ func TestBatcherRandomCallers(t *testing.T) {
 	}
 }
 
-// fixedTimeout is a Timeout whose shared context is its parent itself.
+// fixedTimeout is a Timeout whose shared context never ends.
 type fixedTimeout struct{}
 
-func (fixedTimeout) Bound(ctx context.Context) context.Context { return ctx }
+func (fixedTimeout) Bound(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // TestAsideCallerLeaves: with Aside, a caller to send a batch whose
 // context is Bounded sends it in a goroutine and leaves when its context
