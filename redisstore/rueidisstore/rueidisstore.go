@@ -15,10 +15,21 @@
 // redisstore README: batch scripts). A batch script answered NOSCRIPT did
 // not run and is sent again as EVAL of its source; one answered TRYAGAIN
 // (its slot half moved; rueidis itself follows MOVED and ASK) did not run,
-// and its calls are sent again alone. It honours context deadlines, so redisstore's per-decision
-// timeout applies as it is, and it retries only read-only commands after a
+// and its calls are sent again alone. redisstore's per-decision timeout
+// applies as it is, and rueidis retries only read-only commands after a
 // network error: a script that writes, as every redisstore script does, is
 // never run twice for one decision.
+//
+// rueidis does work for all its callers under one command's context: it
+// dials a missing connection under it, failing every command that waited
+// for that connection when the context ends first, and closes a
+// connection when the deadline of a command it sent alone passes. So a
+// decision's commands never go out under its caller's context, only under
+// one with its values that the decision timeout alone ends; a caller whose
+// context ends sooner (a hang-up, a short deadline of its own) returns
+// then with its context's error, while a goroutine started for its batch
+// carries the batch to its end. One caller giving up never fails another's
+// decision (redisstore's TestSharedDialSparesOthers).
 //
 // # Start-up while Redis is down
 //
