@@ -148,3 +148,58 @@ func sharedDialRound(t *testing.T, addr string, hangUp bool) bool {
 	}
 	return true
 }
+
+// TestLazyDialTimeoutIsNotTheCaller: a Lazy Scripter connects on the first
+// decision, whose deadline may be a caller's own and short; the client it
+// makes must not keep that deadline as its dial timeout, or every later
+// dial of that client (the connections rueidis makes as commands first
+// pick them, or after one is lost) fails once it takes longer, with the
+// error of every command waiting for it: live callers' decisions failed
+// because the first caller was in a hurry. Here the first decision has
+// 500 ms, time enough to connect, and every dial after it takes 800 ms;
+// the client keeps eight connections (PipelineMultiplex 3), so that some
+// are made after the first decision.
+func TestLazyDialTimeoutIsNotTheCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	var armed atomic.Bool
+	var slow atomic.Int32
+	lazy := rueidisstore.Lazy(rueidis.ClientOption{
+		InitAddress: []string{srv.Addr}, DisableCache: true, PipelineMultiplex: 3,
+		DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			if armed.Load() {
+				slow.Add(1)
+				// A connect that takes 800 ms, bounded as net.Dialer
+				// bounds it: by its Timeout and ctx.
+				if d.Timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+					defer cancel()
+				}
+				select {
+				case <-time.After(800 * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return d.DialContext(ctx, "tcp", dst)
+		},
+	})
+	t.Cleanup(lazy.Close)
+	l, err := redisstore.NewTokenBucket(lazy, floodgate.PerHour(1000), redisstore.WithPrefix(prefix(t)), patient)
+	mustNot(t, err)
+	first, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if d, err := l.AllowN(first, "first", 1); err != nil || !d.Allowed {
+		t.Fatalf("first decision, with 500 ms to connect: %+v, %v", d, err)
+	}
+	armed.Store(true)
+	for i := 0; i < 20; i++ {
+		d, err := l.AllowN(context.Background(), "live-"+strconv.Itoa(i), 1)
+		if err != nil || !d.Allowed {
+			t.Fatalf("live decision %d after a hurried first one: %+v, %v", i, d, err)
+		}
+	}
+	if slow.Load() == 0 {
+		t.Fatalf("no connection was made after the first decision: the test did not test it")
+	}
+}

@@ -103,8 +103,11 @@ func New(c rueidis.Client, opts ...Option) *Scripter {
 // down (see the package documentation). A failed connection is tried
 // again by a later call, one attempt at a time; calls made while an
 // attempt is under way fail at once with ErrNotConnected. Each attempt is
-// bounded by opt.Dialer.Timeout (rueidis's default 5 s when zero) and by
-// the calling decision's deadline. Close the Scripter to close the client.
+// bounded by opt.Dialer.Timeout (rueidis's default 5 s when zero), which
+// the client keeps for its later dials; the calling decision waits for it
+// until its own deadline, and an attempt that outlasts it goes on, for
+// the calls after it. Close the Scripter to close the client (it waits
+// for an attempt under way).
 func Lazy(opt rueidis.ClientOption, opts ...Option) *Scripter {
 	s := &Scripter{lazy: &lazyConn{opt: opt}}
 	// The mode is known once connected; client checks it then.
@@ -163,7 +166,14 @@ type lazyConn struct {
 // errClosed is returned by a closed Lazy Scripter.
 var errClosed = errors.New("rueidisstore: Scripter closed")
 
-// client returns the client, connecting a Lazy Scripter if needed.
+// client returns the client, connecting a Lazy Scripter if needed. The
+// attempt runs in a goroutine of its own, bounded by opt's dial timeout
+// alone, and ctx bounds only the wait for it: the client keeps opt's
+// timeout for every later dial, and rueidis hands a dial's error to
+// every command waiting for that connection, so one decision's short
+// deadline as the timeout would fail later callers' decisions whenever a
+// dial took longer (TestLazyDialTimeoutIsNotTheCaller). An attempt that
+// outlasts its caller stores its client for the next.
 func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 	if c := s.c.Load(); c != nil {
 		return *c, nil
@@ -175,33 +185,46 @@ func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 	if !l.mu.TryLock() {
 		return nil, fmt.Errorf("%w: a connection attempt is under way", ErrNotConnected)
 	}
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil, errClosed
 	}
 	if c := s.c.Load(); c != nil {
+		l.mu.Unlock()
 		return *c, nil
 	}
-	opt := l.opt
-	if dl, ok := ctx.Deadline(); ok {
-		left := time.Until(dl)
-		if left <= 0 {
-			return nil, ctx.Err()
-		}
-		if opt.Dialer.Timeout == 0 || left < opt.Dialer.Timeout {
-			opt.Dialer.Timeout = left
-		}
+	if err := ctx.Err(); err != nil {
+		l.mu.Unlock()
+		return nil, err
 	}
-	c, err := rueidis.NewClient(opt)
+	done := make(chan error, 1)
+	go func() {
+		defer l.mu.Unlock()
+		done <- s.connect()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return *s.c.Load(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the connection attempt goes on: %w", ErrNotConnected, ctx.Err())
+	}
+}
+
+// connect makes a Lazy Scripter's client and stores it; l.mu is held.
+func (s *Scripter) connect() error {
+	c, err := rueidis.NewClient(s.lazy.opt)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotConnected, err)
+		return fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
 	if s.wait != nil && c.Mode() == rueidis.ClientModeCluster {
 		c.Close()
-		return nil, fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a cluster client", floodgate.ErrInvalidOption)
+		return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a cluster client", floodgate.ErrInvalidOption)
 	}
 	s.c.Store(&c)
-	return c, nil
+	return nil
 }
 
 // WithWaitReplicas makes every script call wait, after the script, until
