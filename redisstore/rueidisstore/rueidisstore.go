@@ -197,34 +197,36 @@ func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 		l.mu.Unlock()
 		return nil, err
 	}
-	done := make(chan error, 1)
+	type attempt struct {
+		c   rueidis.Client
+		err error
+	}
+	done := make(chan attempt, 1)
 	go func() {
 		defer l.mu.Unlock()
-		done <- s.connect()
+		c, err := s.connect()
+		done <- attempt{c, err}
 	}()
 	select {
-	case err := <-done:
-		if err != nil {
-			return nil, err
-		}
-		return *s.c.Load(), nil
+	case a := <-done:
+		return a.c, a.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: the connection attempt goes on: %w", ErrNotConnected, ctx.Err())
 	}
 }
 
 // connect makes a Lazy Scripter's client and stores it; l.mu is held.
-func (s *Scripter) connect() error {
+func (s *Scripter) connect() (rueidis.Client, error) {
 	c, err := rueidis.NewClient(s.lazy.opt)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotConnected, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
 	if s.wait != nil && c.Mode() == rueidis.ClientModeCluster {
 		c.Close()
-		return fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a cluster client", floodgate.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: WithWaitReplicas needs a client with one master, not a cluster client", floodgate.ErrInvalidOption)
 	}
 	s.c.Store(&c)
-	return nil
+	return c, nil
 }
 
 // WithWaitReplicas makes every script call wait, after the script, until
