@@ -90,8 +90,9 @@ const maxInFlight = 2
 // Batcher groups concurrent calls into batches, at most two in flight.
 type Batcher[V any] struct {
 	// Send runs batch, whose calls' contexts have deadlines no later than
-	// lead's, in lead's goroutine, and fills in each call's reply. lead is
-	// in batch. Send may run for two batches at once.
+	// lead's, in lead's goroutine (or in one started for it: see Aside),
+	// and fills in each call's reply. lead is in batch. Send may run for
+	// two batches at once.
 	Send func(lead *Call[V], batch []*Call[V])
 	// Aside, when set, is for a Send that runs batch under a context no
 	// caller's context ends (Shared): a caller to send batch whose context
