@@ -317,11 +317,19 @@ func (l *SlidingLog) above(d *Decision, key string, n, limit int) error {
 //
 // A key that carries a debt into the coming windows (ChargeN) keeps
 // every unit of it under ScaleUsed and AddDifference too (its debt
-// gaining as if its last window's units were the newest event), and
-// under a new period the debt is cut into windows of the new period from its
-// anchor, filled so that it ends no sooner than it did (more charged,
-// never less: the units' dates are whole windows after the anchor, which
-// a shorter period would otherwise bring forward).
+// gaining as if its last window's units were the newest event). Under a
+// new Limit or Period its log's real units fold into one entry at the
+// change's instant (or at its newest entry, if that is later), the
+// debt's anchor from then on, so that its windows are dated from the
+// change, not from the log's past: a debt's units are re-cut into
+// windows of the new rate, and cut from an older anchor, a debt that
+// counted more would end sooner than one that counted less (issue 33:
+// a key restored from a bounded store's remembered debt, more charged
+// than its exact log but dated from an earlier anchor, was let through
+// a request of 10 the exact log refused, 11 s before its end, after an
+// upgrade under KeepUsed). That costs a key in debt up to a Period more
+// of waiting, never less. Under a new period the debt is then filled so
+// that it ends no sooner than it did (more charged, never less).
 //
 // The debts the store remembers for evicted keys are converted with
 // them, as the log each restores to. c is checked as NewSlidingLog checks
@@ -887,9 +895,17 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 		st.head, st.count, st.low = 0, 0, 0
 		return
 	}
-	var end int64 // when a debt carried ahead ends under a
-	if st.inDebt() {
-		end = a.end(st)
+	if st.inDebt() && (b.limit != a.limit || b.period != a.period) {
+		// Anchored at the change (see SetRate): a log that counts more
+		// than another at every time still does after the debt is re-cut
+		// into windows of b, whatever the phase of their anchors was.
+		end := a.end(st)
+		a.reanchor(st, b, now)
+		a.convertUnits(st, b, how)
+		if b.period != a.period {
+			b.keepEnd(st, end)
+		}
+		return
 	}
 	if b.period < a.period {
 		// Events that age out under the new period are gone at once.
@@ -903,9 +919,29 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 		a.reunit(st, b)
 	}
 	a.convertUnits(st, b, how)
-	if st.inDebt() && b.period != a.period {
-		b.keepEnd(st, end)
+}
+
+// reanchor folds the real entries of st, a log carrying a debt ahead,
+// into one at now (or at its latest entry, if that is later: a log
+// restored from a shared debt may hold one dated after now), in b's time
+// unit rounded up, and anchors the debt there. Every unit is then dated
+// no earlier than it was: more charged, never less.
+func (a *slAlg) reanchor(st *slState, b *slAlg, now int64) {
+	n := int(st.count)
+	t := now
+	for i := range n - 1 {
+		t = max(t, a.at(st, i))
 	}
+	kept := st.entry(n-2).total - st.low
+	debt := st.debtUnits()
+	u := (t + b.unit - 1) / b.unit
+	st.era = uint32(u >> eraShift)
+	if len(st.ring) < 2 {
+		st.ring = make([]slEntry, 2)
+	}
+	st.ring[0] = slEntry{off: uint32(u - st.base()), total: kept}
+	st.ring[1] = slEntry{off: debtOff, total: kept + debt}
+	st.head, st.count, st.low = 0, 2, 0
 }
 
 // convertUnits sets how many units st counts under b, and which, as
