@@ -751,23 +751,28 @@ func (a *slAlg) restoreAhead(st *slState, v debt, k, now int64) {
 
 // restoreBound sets st to a log that binds every log whose debt v, a
 // bound shared by several keys or a debt whose windows the amount cannot
-// count, may stand for (see debt): the most units a log counts at v.at's
-// last window, so that it is refused until v.at, as every log over its
-// limit that v binds was at most, and from there a debt of Rate.Limit
-// units a window over as many windows as any debt v binds may still have
-// to come, from an anchor within the Period ending now, and no more than
-// the windows its amount says. Its anchor is no earlier than any of
-// theirs and it owes no fewer units, so that a change of rate, which
-// anchors each debt at the change (see SetRate), leaves it ending no
-// sooner than any of them. One state cannot end where each of them does:
-// it ends up to that many windows after v.at, the price of a debt shared
-// past the memory's size.
+// count, may stand for (see debt): an anchor at now holding the most
+// units a log counts, and a debt of Rate.Limit units a window over as
+// many windows from it as any debt v binds may still have to come (from
+// an anchor within the Period ending now), no more than the windows its
+// amount says, and at least enough to last until v.at. A key's exact log
+// dates nothing after now (but for a time unit's rounding), so a log
+// over its limit that v binds ends within a Period, as the anchor does;
+// a debt carried ahead that v binds is anchored no later and owes no
+// more units, so that a change of rate, which anchors each debt at the
+// change (see SetRate), leaves it ending no sooner. One state cannot end
+// where each of them does: it ends less than a Period after v.at, the
+// price of a debt shared past the memory's size. Anchored at v.at's last
+// window instead, to bind logs over their limit until v.at, a key merged
+// into shared bounds again and again added its debt's windows to its end
+// each time (years, in TestBoundedStoreNeverForgivesAcrossRateChanges).
 func (a *slAlg) restoreBound(st *slState, v debt, now int64) {
-	windows := (v.at-now+a.period-1)/a.period - 1 // v.at > now
+	at := (now + a.unit - 1) / a.unit * a.unit
+	windows := (v.at-at+a.period-1)/a.period - 1 // at + (windows+1)·Period ≥ v.at
 	if k, exact := a.step.windows(v.amt); exact {
 		windows = min(windows, k)
 	}
-	a.restoreDebt(st, v.at-a.period, windows, now)
+	a.restoreDebt(st, at, windows, now)
 }
 
 // restoreDebt sets st to an anchor at the time at (ns) holding
