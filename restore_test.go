@@ -160,17 +160,18 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 	}
 }
 
-// TestRestoreSharedBoundOverAndAhead is an open finding, skipped: a bound
-// the debt memory shares (past its stated size) between a log over its
-// limit (a downgrade under KeepUsed) and a log carrying a debt ahead
-// whose last window ends later is restored as carried ahead (the larger
-// amount, see logStep.ahead), with an anchor in that debt's phase. Once
-// the anchor ages out it counts its limit, where the log over its limit
-// still counts its older limit's units, and a refund lets through what
-// that log refuses. Restored instead as the most units at the bound's
-// newest time, it forgave the log carrying a debt ahead after a change
-// of period (TestBoundedStoreForgaveAtTheseSeeds, trial 0): one state
-// does not bound both, and a log's debt cannot say both.
+// TestRestoreSharedBoundOverAndAhead: a bound the debt memory shares
+// (past its stated size) between a log over its limit (a downgrade under
+// KeepUsed) and a log carrying a debt ahead whose last window ends later
+// binds both. Restored as carried ahead in that debt's phase (before
+// restoreBound), its anchor aged out 10 s after now; it then counted its
+// limit, where the log over its limit still counted its older limit's
+// units, and a refund let through what that log refused. Restored as the
+// most units at the bound's newest time, it forgave the log carrying a
+// debt ahead after a change of period (TestBoundedStoreForgaveAtTheseSeeds,
+// trial 0). restoreBound anchors the most units at now, which binds the
+// log over its limit for its Period, with a debt from there as long as
+// the other's.
 func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
 	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
 	now := int64(1000 * time.Second)
@@ -192,18 +193,14 @@ func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
 	}
 }
 
-// TestRestoreDebtAheadWithinAUnit is an open finding, skipped while it
-// fails: a log carrying a debt ahead whose last window starts less than a
-// time unit after now (its anchor that close to aging out), restored
-// then, comes back as one entry at the last window's date, which a
-// downgrade to a Period of 15 s ages out 15 s later, while the exact log,
-// its debt re-cut from its anchor, is refused until its old end 30 s
-// later: 14 s of requests forgiven. Restoring it as restoreAhead does
-// (windows at least 1) passes this test but made
-// TestBoundedStoreNeverForgivesAcrossRateChanges/SlidingLog/CountDenied/
-// KeepUsed/debts1 forgive at 6 of 60 random store seeds instead of 3
-// (the out-of-phase repacking of TestBoundedStoreForgivesOutOfPhase), so
-// it is not in the tree.
+// TestRestoreDebtAheadWithinAUnit: a log carrying a debt ahead whose
+// last window starts less than a time unit after now (its anchor that
+// close to aging out), restored then, came back as one entry at the last
+// window's date, which a downgrade to a Period of 15 s aged out 15 s
+// later, while the exact log, its debt re-cut from its anchor, was
+// refused until its old end 30 s later: 14 s of requests forgiven. It now
+// comes back as a debt carried ahead from its own anchor (restoreAhead),
+// which the change anchors at now as it does the exact log's.
 func TestRestoreDebtAheadWithinAUnit(t *testing.T) {
 	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
 	b := newSLAlg(Rate{Limit: 5, Period: 15 * time.Second}, false, DefaultDebtLimits)
