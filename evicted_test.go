@@ -1050,3 +1050,116 @@ func compareLog(t *testing.T, k restoreKind, exact keyedLimiter, key string, n i
 	}
 	return ""
 }
+
+// TestSlidingLogUnderAdmission measures what the bounded store's restores
+// of sliding logs cost honest requests in the replays with changes of
+// rate (replayChanging's history, every request of cost 1 or more): of
+// the decisions the exact store allowed, how many the bounded one
+// refused, at the default debt memory and at one past its size
+// (WithDebtMemory(1)), for each strategy but StartFresh. It fails if the
+// bounded store allowed one the exact store refused. docs/store.md quotes
+// its FLOODGATE_FULL=1 figures (20 store seeds × 20 histories a case);
+// the default run replays 2 × 5.
+func TestSlidingLogUnderAdmission(t *testing.T) {
+	seeds, trials := uint64(2), uint64(5)
+	if os.Getenv("FLOODGATE_FULL") != "" {
+		seeds, trials = 20, 20
+	}
+	for _, k := range everyKind() {
+		if k.name != "SlidingLog" && k.name != "SlidingLog/CountDenied" {
+			continue
+		}
+		for _, how := range []floodgate.Inherit{floodgate.KeepUsed, floodgate.ScaleUsed, floodgate.AddDifference} {
+			for _, mem := range []int{floodgate.DefaultDebtsPerKey, 1} {
+				var sum admissions
+				for seed := uint64(1); seed <= seeds; seed++ {
+					for trial := range trials {
+						sum.add(replayAdmissions(t, k, how, mem, seed, trial))
+					}
+				}
+				t.Logf("%-22s %-13v debts%d: %d decisions, exact allowed %d, bounded refused %d of those (%.2f %%)",
+					k.name, how, mem, sum.decisions, sum.allowed, sum.refused, 100*float64(sum.refused)/float64(max(sum.allowed, 1)))
+			}
+		}
+	}
+}
+
+// admissions counts a replay's decisions, those the exact store allowed,
+// and those of these the bounded store refused.
+type admissions struct{ decisions, allowed, refused int }
+
+func (a *admissions) add(b admissions) {
+	a.decisions, a.allowed, a.refused = a.decisions+b.decisions, a.allowed+b.allowed, a.refused+b.refused
+}
+
+// replayAdmissions replays replayChanging's history for trial, with
+// requests of cost 1 or more, on a 4-key store hashing with seed and an
+// unbounded one, and counts its admissions (see admissions).
+func replayAdmissions(t *testing.T, k limiterKind, how floodgate.Inherit, mem int, seed, trial uint64) admissions {
+	t.Helper()
+	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
+	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
+	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(4), floodgate.WithShards(1),
+		floodgate.WithDebtMemory(mem), floodgate.WithStoreSeed(seed))...)
+	mustNot(t, err)
+	reference, err := k.build(k.rate, opts...)
+	mustNot(t, err)
+	changes := rateChanges(k, how)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(trial, 7))
+	var a admissions
+	for step := 0; step < 1500; step++ {
+		key := fmt.Sprint("k", rng.IntN(24))
+		if rng.IntN(100) < 2 {
+			c := changes[rng.IntN(len(changes))]
+			mustNot(t, bounded.(floodgate.RateSetter).SetRate(ctx, c))
+			mustNot(t, reference.(floodgate.RateSetter).SetRate(ctx, c))
+			k.rate, k.capacity = c.Rate, c.Rate.Limit
+			continue
+		}
+		switch r := rng.IntN(100); {
+		case r < 6:
+			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(2 * k.rate.Period))))
+		case r < 8:
+			clk.t = clk.t.Add(-time.Duration(rng.Int64N(int64(k.rate.Period))))
+		case r < 30:
+			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(k.rate.Period / 20))))
+		case r < 36:
+			n := 1 + rng.IntN(k.capacity)
+			mustNot(t, bounded.RefundN(ctx, key, n))
+			mustNot(t, reference.RefundN(ctx, key, n))
+		case r < 38:
+			mustNot(t, bounded.Reset(ctx, key))
+			mustNot(t, reference.Reset(ctx, key))
+		default:
+			n := 1 + rng.IntN(k.capacity)
+			got, err := bounded.AllowN(ctx, key, n)
+			mustNot(t, err)
+			a.decisions++
+			if !got.Allowed && !k.countDenied {
+				// The exact store sees only what the bounded one allowed
+				// (see replayChanging): a report says whether it would
+				// have allowed this one.
+				want, err := reference.AllowN(ctx, key, 0)
+				mustNot(t, err)
+				if want.Remaining >= n {
+					a.allowed++
+					a.refused++
+				}
+				continue
+			}
+			want, err := reference.AllowN(ctx, key, n)
+			mustNot(t, err)
+			if got.Allowed && !want.Allowed {
+				t.Fatalf("store seed %d, trial %d, step %d, %s n=%d: bounded %+v, exact %+v: forgiven", seed, trial, step, key, n, got, want)
+			}
+			if want.Allowed {
+				a.allowed++
+				if !got.Allowed {
+					a.refused++
+				}
+			}
+		}
+	}
+	return a
+}
