@@ -65,7 +65,9 @@ import (
 // newest entry of the time. A log that carries a debt into the coming
 // windows (ChargeN) comes back denied until the debt's last window ends:
 // the limit in every window up to it (more charged than it may have
-// been, never less).
+// been, never less). Past the debt memory's size, a key bound by a debt
+// shared with others comes back denied until up to a Period after the
+// latest of them ends (see restoreBound).
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
