@@ -67,7 +67,7 @@ import (
 // the limit in every window up to it (more charged than it may have
 // been, never less). Past the debt memory's size, a key bound by a debt
 // shared with others comes back denied until up to a Period after the
-// latest of them ends (see restoreBound).
+// latest of them ends.
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
