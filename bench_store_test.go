@@ -46,6 +46,32 @@ func BenchmarkDefaultStoreBytesPerKey(b *testing.B) {
 	b.Run("worst", func(b *testing.B) { b.ReportMetric(worst, "worst-B/key") })
 }
 
+// BenchmarkDefaultStoreFewKeys reports the heap a store of the default
+// size retains per tracked key when it tracks few: 10, 100, 1,000 and
+// 2,441 keys and 10,000 (issue 33: what a service with a thousand
+// clients pays, where the shards' fixed cost weighs most), measured as
+// BenchmarkDefaultStoreBytesPerKey measures. B is the whole store's
+// heap, for the sizes where a figure per key says little.
+//
+//	go test -run '^$' -bench DefaultStoreFewKeys -benchtime 20x .
+func BenchmarkDefaultStoreFewKeys(b *testing.B) {
+	names := make([]string, 10_000)
+	for i := range names {
+		names[i] = "client-" + strconv.Itoa(i)
+	}
+	defaultStoreBytes(b, names[:10]) // the first store of a process pays for more than itself
+	for _, n := range []int{10, 100, 1000, 2441, 10_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			var total float64
+			for i := 0; i < b.N; i++ {
+				total += defaultStoreBytes(b, names[:n])
+			}
+			b.ReportMetric(total/float64(b.N), "B/key")
+			b.ReportMetric(total/float64(b.N)*float64(n), "B")
+		})
+	}
+}
+
 // defaultStoreBytes returns the heap per key that a default-sized token
 // bucket retains once asked for each of names.
 func defaultStoreBytes(b *testing.B, names []string) float64 {
