@@ -28,8 +28,10 @@ const (
 	// to drop live keys adds its debt memory, 64 bytes per key of the
 	// bound by default (see WithDebtMemory).
 	DefaultMaxKeys = 1 << 18
-	// MaxShards bounds WithShards: each shard costs a cache line and an
-	// LRU up front, and beyond a few per core more shards buy nothing.
+	// MaxShards bounds WithShards: each shard costs 128 bytes up front
+	// (TestShardLines), a table once it holds a key and an LRU of its
+	// table's pages once it evicts, and beyond a few per core more shards
+	// buy nothing.
 	MaxShards = 1 << 12
 	// DefaultMaxKeyLength is the longest key accepted unless
 	// WithMaxKeyLength says otherwise. Longer keys are refused with

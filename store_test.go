@@ -714,7 +714,8 @@ func TestStoreGrowsAfterEvicting(t *testing.T) {
 		require.True(t, mustAllowN(t, b, k, 1).Allowed)
 	}
 	require.True(t, mustAllowN(t, b, mine[1], 1).Allowed) // evicts mine[0], idle or not
-	require.NotNil(t, sh.pages, "the shard evicted")
+	require.NotNil(t, sh.ev, "the shard evicted")
+	require.NotNil(t, sh.ev.pages, "the shard evicted")
 	before := sh.tab.Load().nb
 	for _, k := range others {
 		require.NoError(t, b.Reset(context.Background(), k))
@@ -724,12 +725,12 @@ func TestStoreGrowsAfterEvicting(t *testing.T) {
 	}
 	tab := sh.tab.Load()
 	require.Greater(t, tab.nb, before, "the shard grew after its eviction")
-	keys := sh.pages.Keys()
-	assert.Len(t, keys, tab.pages(sh.pageShift))
+	keys := sh.ev.pages.Keys()
+	assert.Len(t, keys, tab.pages(sh.ev.pageShift))
 	seen := map[uint32]bool{}
 	for _, p := range keys {
 		assert.False(t, seen[p], "page %d twice", p)
-		assert.Less(t, int(p), tab.pages(sh.pageShift))
+		assert.Less(t, int(p), tab.pages(sh.ev.pageShift))
 		seen[p] = true
 	}
 	for i, k := range mine[1:] {
@@ -743,6 +744,36 @@ func TestStoreGrowsAfterEvicting(t *testing.T) {
 func TestBucketFillsTwoCacheLines(t *testing.T) {
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(bucket[tbState]{}))
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(bucket[scState]{}))
+}
+
+// TestShardLines: a shard of token buckets or sliding counters is two
+// cache lines, the fields a decision reads (up to final) in its first
+// and those an insertion writes (mu to ev) in its second, and in the
+// shards' array, whatever their number and however the allocator places
+// it, no line holds fields of both kinds, of one shard or of two: an
+// insertion never writes a line that a decision on a tracked key reads
+// (see shard).
+func TestShardLines(t *testing.T) {
+	assert.Equal(t, uintptr(2*cacheLine), unsafe.Sizeof(shard[tbState, *tbAlg]{}))
+	assert.Equal(t, uintptr(2*cacheLine), unsafe.Sizeof(shard[scState, *scAlg]{}))
+	line := func(p unsafe.Pointer) uintptr { return uintptr(p) / cacheLine }
+	for n := 1; n <= MaxShards; n *= 2 {
+		b, err := NewTokenBucket(PerHour(10), WithMaxKeys(MaxShards), WithShards(n))
+		require.NoError(t, err)
+		read, written := map[uintptr]int{}, map[uintptr]int{}
+		for i := range b.store.shards {
+			sh := &b.store.shards[i]
+			read[line(unsafe.Pointer(&sh.tab))] = i
+			read[line(unsafe.Add(unsafe.Pointer(&sh.final), 7))] = i
+			written[line(unsafe.Pointer(&sh.mu))] = i
+			written[line(unsafe.Add(unsafe.Pointer(&sh.ev), 7))] = i
+		}
+		for l, i := range read {
+			if j, ok := written[l]; ok {
+				t.Errorf("%d shards: a line holds what shard %d's decisions read and shard %d's insertions write", n, i, j)
+			}
+		}
+	}
 }
 
 // TestStoreTableGrows: a shard filling up grows its table from two
@@ -793,7 +824,7 @@ func TestStoreTableGrows(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1000, n)
-	assert.Nil(t, sh.pages, "an eviction order before any eviction")
+	assert.Nil(t, sh.ev, "an eviction order before any eviction")
 	for i := 0; i < 1000; i++ {
 		d, err := b.AllowN(ctx, fmt.Sprint("k", i), 0)
 		require.NoError(t, err)

@@ -337,7 +337,7 @@ func (s *store[S, A]) drop(sh *shard[S, A], b *bucket[S], now int64) int {
 	for i := range b.slots {
 		if sh.consider(b, i, now, &best) {
 			s.remove(sh, b, i)
-			sh.evictedIdle++
+			sh.evicting().evictedIdle++
 			return i
 		}
 	}
@@ -383,8 +383,9 @@ func (s *store[S, A]) evictLive(sh *shard[S, A], best *victim[S], now int64) {
 	h := sl.tag&^(tagMark|tagGen|tagSecond) | tagUsed
 	v := sh.algs[sl.tag>>2&1].debt(&sl.st, now)
 	sh.unlink(best.b, best.i)
-	sh.evictedLive++
-	sh.misses = min(sh.misses+1, 2)
+	ev := sh.evicting()
+	ev.evictedLive++
+	ev.misses = min(ev.misses+1, 2)
 	s.remember(sh, h, v, now)
 }
 
@@ -407,18 +408,18 @@ var evictBuckets = [...]int{64, 8, 2}
 // dropped: a live eviction, whose debt is remembered. The shard must be
 // locked and hold a key.
 func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
-	t := sh.tab.Load()
-	if sh.pages == nil { // the shard's first eviction
-		sh.pages = newPages(t.pages(sh.pageShift), nil)
+	t, ev := sh.tab.Load(), sh.evicting()
+	if ev.pages == nil { // the shard's first eviction here
+		ev.pages = newPages(t.pages(ev.pageShift), nil)
 	}
 	var best victim[S]
-	budget := min(evictBuckets[sh.misses], int(t.nb)) // no bucket twice
+	budget := min(evictBuckets[ev.misses], int(t.nb)) // no bucket twice
 	for n := 0; n < budget || !best.ok; n++ {
-		p, _, _ := sh.pages.GetOldest()
-		j := uint64(p)<<sh.pageShift + sh.hand
-		if sh.hand++; sh.hand == 1<<sh.pageShift || j+1 == t.nb {
-			sh.hand = 0
-			sh.pages.Get(p) // examined: to the front
+		p, _, _ := ev.pages.GetOldest()
+		j := uint64(p)<<ev.pageShift + ev.hand
+		if ev.hand++; ev.hand == 1<<ev.pageShift || j+1 == t.nb {
+			ev.hand = 0
+			ev.pages.Get(p) // examined: to the front
 		}
 		b := &t.b[j]
 		b.mu.Lock()
@@ -427,8 +428,8 @@ func (s *store[S, A]) evict(sh *shard[S, A], now int64) {
 			if sh.consider(b, i, bnow, &best) {
 				sh.unlink(b, i) // its place passes to the key inserted
 				b.mu.Unlock()
-				sh.evictedIdle++
-				sh.misses = 0
+				ev.evictedIdle++
+				ev.misses = 0
 				return
 			}
 		}
@@ -495,11 +496,11 @@ func (sh *shard[S, A]) grow() {
 
 // grown sets the eviction order of the pages of t, grown from old.
 func (sh *shard[S, A]) grown(old, t *table[S]) {
-	if sh.pages != nil {
-		order := grownOrder(sh.pages.Keys(), old.nb, t.nb, sh.pageShift)
-		sh.pages = newPages(t.pages(sh.pageShift), order)
+	if ev := sh.ev; ev != nil && ev.pages != nil {
+		order := grownOrder(ev.pages.Keys(), old.nb, t.nb, ev.pageShift)
+		ev.pages = newPages(t.pages(ev.pageShift), order)
+		ev.hand = 0
 	}
-	sh.hand = 0
 }
 
 // regrow moves every key of t, and of the buckets of old from j on (t's
