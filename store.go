@@ -100,11 +100,12 @@ type algorithm[S, A any] interface {
 // shared between cores — decides on the slot it finds there at the time
 // read under the lock, and unlocks. The shard's mutex is taken only to add or drop keys (a miss),
 // to grow the table, and for the rarer calls (Reset, a change of rate).
-// The table grows by half again each time (see grow), from two buckets
-// to the size the shard needs to hold its share of MaxKeys, so that a
-// table just grown is still 57 % full, where a doubling left it 43 %
-// full, at twice the bytes a key of the table before it
-// (BenchmarkDefaultStoreBytesPerKey sweeps the sizes a store grows by).
+// The table grows from two buckets by one at a time up to stepBuckets,
+// then by half again each time (see grow), to the size the shard needs
+// to hold its share of MaxKeys, so that a table just grown is still 57 %
+// full, where a doubling left it 43 % full, at twice the bytes a key of
+// the table before it (BenchmarkDefaultStoreBytesPerKey sweeps the sizes
+// a store grows by, BenchmarkDefaultStoreFewKeys the smallest).
 // The table holds no pointer: the garbage collector never scans it,
 // however many keys it holds.
 //

@@ -777,8 +777,9 @@ func TestShardLines(t *testing.T) {
 }
 
 // TestStoreTableGrows: a shard filling up grows its table from two
-// buckets, by half again each time (never doubling: issue 33, a table
-// just grown for its load is more than half full), to the size that holds its keys within
+// buckets, by one bucket at a time up to stepBuckets and by half again
+// from there (never doubling: issue 33, a table just grown for its load
+// is more than half full), to the size that holds its keys within
 // maxLoad; every key stays findable with its state, and no eviction
 // order is kept until the first eviction.
 func TestStoreTableGrows(t *testing.T) {
@@ -807,6 +808,10 @@ func TestStoreTableGrows(t *testing.T) {
 		step := newTable[tbState](nextBuckets(sizes[i-1], sh.final), sh.final, sh.most).nb
 		if sizes[i] != step {
 			assert.Equal(t, newTable[tbState](nextBuckets(step, sh.final), sh.final, sh.most).nb, sizes[i], "step %d", i)
+			continue
+		}
+		if sizes[i-1] < stepBuckets {
+			assert.Equal(t, sizes[i-1]+1, sizes[i], "step %d: %v", i, sizes)
 			continue
 		}
 		assert.Less(t, float64(sizes[i]), 1.7*float64(sizes[i-1]), "step %d: %v", i, sizes)
