@@ -21,7 +21,8 @@ const (
 	// costs about 30 to 50 bytes per tracked key (measured by
 	// BenchmarkTokenBucketBytesPerKey and BenchmarkScale: a 24-byte slot
 	// of hash and state in a 128-byte bucket of five, in a table at most
-	// 85 % full that grows by half again), so the default bounds it to
+	// 85 % full that grows by a bucket while it is small and by half
+	// again from eight), so the default bounds it to
 	// roughly 13 MiB. A sliding log
 	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
