@@ -72,6 +72,47 @@ func BenchmarkDefaultStoreFewKeys(b *testing.B) {
 	}
 }
 
+// BenchmarkTokenBucketChurnParallel: decisions on the tracked keys of a
+// default store, in parallel, while keys come and go: every 16th call
+// of each goroutine is a new key, inserted and then reset, so that the
+// shards' mutexes and counts are written all along while the other
+// decisions read their shards' tables. The shards are not padded apart
+// (see shard): this is where a line shared by what a decision reads and
+// what an insertion writes would show. At 1,000 and 100,000 tracked
+// keys.
+//
+//	go test -run '^$' -bench TokenBucketChurnParallel .
+func BenchmarkTokenBucketChurnParallel(b *testing.B) {
+	for _, n := range []int{1000, benchKeys} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			keys := makeKeys(n)
+			tb := populated(b, keys)
+			ctx := context.Background()
+			var seed atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				g := seed.Add(1)
+				i := int(g) * 7919
+				fresh := make([]string, 1024) // made before, not in the timed loop
+				for j := range fresh {
+					fresh[j] = "churn-" + strconv.FormatInt(g, 10) + "-" + strconv.Itoa(j)
+				}
+				for pb.Next() {
+					if i%16 == 0 {
+						k := fresh[i/16&1023]
+						_, _ = tb.Allow(ctx, k)
+						_ = tb.Reset(ctx, k)
+					} else {
+						_, _ = tb.Allow(ctx, keys[i%n])
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
 // defaultStoreBytes returns the heap per key that a default-sized token
 // bucket retains once asked for each of names.
 func defaultStoreBytes(b *testing.B, names []string) float64 {

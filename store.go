@@ -161,7 +161,8 @@ const cacheLine = 64
 // two cache lines, and wherever the allocator places the shards' array
 // (on a line, or a word past one, after its header) no line holds
 // fields of both kinds (TestShardLines): an insertion never writes a line
-// that a decision on a tracked key reads, and no padding is needed. The
+// that a decision on a tracked key reads, and no padding is needed
+// (BenchmarkTokenBucketChurnParallel decides while keys come and go). The
 // padding that did this before, a cache line between shards and on
 // either side of their written fields, cost a store of 64 shards 15 KiB
 // more, 15 bytes a key at 1,000 keys (issue 33). What only evictions use
