@@ -46,7 +46,18 @@ func (l *base) allowLeased(ctx context.Context, key string, n int) (floodgate.De
 		return l.reportLeased(ctx, key)
 	}
 	l.refreshLeased(ctx)
-	if err := checkCost(n, l.limit()); err != nil { // under the rate just read (checkCostNow)
+	if n > l.limit() {
+		// Refused only under the record as read after this call began
+		// (see checkCostNow); if Redis cannot be read, under the view.
+		cctx, cancel := l.bound(ctx)
+		if err := l.readRateSince(cctx, int64(time.Since(l.epoch))); err != nil {
+			l.counts.countError(err)
+		}
+		if cancel != nil {
+			cancel()
+		}
+	}
+	if err := checkCost(n, l.limit()); err != nil {
 		return floodgate.Decision{Limit: l.limit()}, err
 	}
 	for first := true; ; first = false {

@@ -160,7 +160,11 @@ type rates struct {
 	// checked is the local monotonic time, since base.epoch, at which the
 	// last record read began; a read that began earlier is stale.
 	checked atomic.Int64
-	view    atomic.Pointer[rateView]
+	// readAt is when the last read that reached the record began, as
+	// checked (which a failed lease refresh also moves, see
+	// refreshLeased): readRateSince is served by any read begun later.
+	readAt atomic.Int64
+	view   atomic.Pointer[rateView]
 }
 
 var (
@@ -237,15 +241,17 @@ func (l *base) rateRead() (int64, bool) {
 
 // checkCostNow checks a decision's cost n against the capacity of the
 // rate the limiter decides under, and returns that capacity, the Limit to
-// answer an error with. Past the refresh interval that rate may be one
-// SetRate has since replaced: then only a negative n is refused here, and
-// the decision checks n against the rate it reads first (evalRated), so
-// that no call that starts after SetRate returned is judged by the rate
-// it replaced. Within the interval the check costs no round trip.
+// answer an error with. Only a negative n is refused here while the rate
+// can change: a cost above the capacity is refused by the decision once
+// it has read the record (evalRated), since even a view read within the
+// refresh interval may be one another instance's SetRate has replaced,
+// and a key another instance has already decided under the new rate must
+// not be refused under the old one (the concurrency checker's "a decision
+// under a rate older than one already seen", Cluster/AnyCost/SlidingLog,
+// seed 276215802625810).
 func (l *base) checkCostNow(n int) (int, error) {
-	_, fresh := l.rateRead() // before the view: a fresh read adopted it first
 	limit := l.limit()
-	if !fresh && n >= 0 {
+	if l.rates.compile != nil && n >= 0 {
 		return limit, nil
 	}
 	return limit, checkCost(n, limit)
@@ -280,7 +286,24 @@ func (l *base) readRate(ctx context.Context, force bool) error {
 		}
 	}
 	l.rates.checked.Store(start)
+	l.rates.readAt.Store(start)
 	return nil
+}
+
+// readRateSince reads the record unless a read that began after since (a
+// time as readAt) has reached it meanwhile: the callers that wait for
+// one read share it, so a burst of them costs Redis one read at a time.
+func (l *base) readRateSince(ctx context.Context, since int64) error {
+	if l.rates.readAt.Load() > since {
+		return nil
+	}
+	l.rates.mu.Lock()
+	done := l.rates.readAt.Load() > since
+	l.rates.mu.Unlock()
+	if done {
+		return nil
+	}
+	return l.readRate(ctx, true)
 }
 
 // healRate puts the known record back into Redis, where it is missing
@@ -549,8 +572,16 @@ func (l *base) evalRated(ctx context.Context, keys []string, n int, m planMode, 
 	)
 	for range maxRateTries {
 		v := l.rates.view.Load()
-		if n > int(v.rec.rate.burst) { // a change read since AllowN checked the cost
-			return floodgate.Decision{Limit: int(v.rec.rate.burst)}, checkCost(n, int(v.rec.rate.burst))
+		if n > int(v.rec.rate.burst) {
+			// Refused only under the record as read after this call
+			// began (checkCostNow): by a read begun from now on, which
+			// costs no try.
+			if err := l.readRateSince(ctx, int64(time.Since(l.epoch))); err != nil {
+				return floodgate.Decision{Limit: l.limit()}, err
+			}
+			if v = l.rates.view.Load(); n > int(v.rec.rate.burst) {
+				return floodgate.Decision{Limit: int(v.rec.rate.burst)}, checkCost(n, int(v.rec.rate.burst))
+			}
 		}
 		conv.suffix = v.suffixFor(m)
 		switch {

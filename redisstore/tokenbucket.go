@@ -167,10 +167,12 @@ func (b *TokenBucket) Allow(ctx context.Context, key string) (floodgate.Decision
 
 // AllowN takes n tokens from key's bucket if it holds n, and reports the
 // decision either way; n == 0 reports without taking. A cost above the
-// burst returns floodgate.ErrCostExceedsLimit, without a round trip while
-// the rate was read within the refresh interval (WithRateRefresh), else
-// under the rate the decision reads first. Errors of the round trip wrap
-// ErrRedis (unless a fallback answered).
+// burst returns floodgate.ErrCostExceedsLimit, under the rate record as
+// read after the call began: another instance may have raised the rate,
+// and decided this key under the raise, within this one's refresh
+// interval (WithRateRefresh). That read is the only round trip such a
+// call makes, and the calls waiting for one share it. Errors of the
+// round trip wrap ErrRedis (unless a fallback answered).
 func (b *TokenBucket) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	if limit, err := b.checkCostNow(n); err != nil {
 		return floodgate.Decision{Limit: limit}, err
