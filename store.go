@@ -164,9 +164,10 @@ const cacheLine = 64
 // that a decision on a tracked key reads, and no padding is needed
 // (BenchmarkTokenBucketChurnParallel decides while keys come and go). The
 // padding that did this before, a cache line between shards and on
-// either side of their written fields, cost a store of 64 shards 15 KiB
-// more, 15 bytes a key at 1,000 keys (issue 33). What only evictions use
-// is allocated at the shard's first (see evictions).
+// either side of their written fields, cost a store of 64 shards 12 KiB,
+// and what only evictions use, allocated at a shard's first eviction
+// now (see evictions), 4 KiB more: 15 bytes a key at 1,000 keys (issue
+// 33).
 type shard[S any, A algorithm[S, A]] struct {
 	// tab is the table; nil until the shard's first key.
 	tab atomic.Pointer[table[S]]
