@@ -147,24 +147,31 @@ func TestDebtAmountsFitTheMemory(t *testing.T) {
 		sat := l.cur.Load().step.saturated()
 		require.Less(t, sat, uint32(markerAmt), "limit %d", limit)
 		require.Less(t, l.cur.Load().step.over(), uint32(markerAmt), "limit %d", limit)
-		require.Less(t, l.cur.Load().step.ahead(), uint32(markerAmt), "limit %d", limit)
-		require.Greater(t, l.cur.Load().step.ahead(), l.cur.Load().step.over(), "limit %d: a bound of both must read as carried ahead", limit)
+		require.Less(t, l.cur.Load().step.ahead(1<<40), uint32(markerAmt), "limit %d", limit)
+		require.Greater(t, l.cur.Load().step.ahead(1), l.cur.Load().step.over(), "limit %d: a bound of both must read as carried ahead", limit)
+		for k := int64(1); k < 600; k++ {
+			got, exact := l.cur.Load().step.windows(l.cur.Load().step.ahead(k))
+			if exact && got != k || !exact && k < l.cur.Load().step.aheadMost() || got > k {
+				t.Fatalf("limit %d: %d windows read back as %d (exact %v)", limit, k, got, exact)
+			}
+		}
 		require.Greater(t, sat>>l.cur.Load().step.shift, uint32(limit), "limit %d: a log within its limit reaches the saturated amount", limit)
 		require.GreaterOrEqual(t, sat, uint32(limit)<<l.cur.Load().step.shift|1<<l.cur.Load().step.shift-1, "limit %d: not the largest amount", limit)
 	}
 }
 
-// TestRestoreSharedBoundOverAndAhead is an open finding, skipped: a bound
-// the debt memory shares (past its stated size) between a log over its
-// limit (a downgrade under KeepUsed) and a log carrying a debt ahead
-// whose last window ends later is restored as carried ahead (the larger
-// amount, see logStep.ahead), with an anchor in that debt's phase. Once
-// the anchor ages out it counts its limit, where the log over its limit
-// still counts its older limit's units, and a refund lets through what
-// that log refuses. Restored instead as the most units at the bound's
-// newest time, it forgave the log carrying a debt ahead after a change
-// of period (TestBoundedStoreForgaveAtTheseSeeds, trial 0): one state
-// does not bound both, and a log's debt cannot say both.
+// TestRestoreSharedBoundOverAndAhead: a bound the debt memory shares
+// (past its stated size) between a log over its limit (a downgrade under
+// KeepUsed) and a log carrying a debt ahead whose last window ends later
+// binds both. Restored as carried ahead in that debt's phase (before
+// restoreBound), its anchor aged out 10 s after now; it then counted its
+// limit, where the log over its limit still counted its older limit's
+// units, and a refund let through what that log refused. Restored as the
+// most units at the bound's newest time, it forgave the log carrying a
+// debt ahead after a change of period (TestBoundedStoreForgaveAtTheseSeeds,
+// trial 0). restoreBound anchors the most units at now, which binds the
+// log over its limit for its Period, with a debt from there as long as
+// the other's.
 func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
 	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
 	now := int64(1000 * time.Second)
@@ -182,23 +189,18 @@ func TestRestoreSharedBoundOverAndAhead(t *testing.T) {
 	a.decide(&got, &bound, later, 1)
 	a.decide(&want, &over, later, 1)
 	if got.Allowed && !want.Allowed {
-		t.Skipf("open finding: the shared bound allowed %+v where the log over its limit refused %+v", got, want)
+		t.Fatalf("the shared bound allowed %+v where the log over its limit refused %+v", got, want)
 	}
-	t.Fatalf("the finding is gone: the shared bound decided %+v, the log over its limit %+v; unskip and remove this", got, want)
 }
 
-// TestRestoreDebtAheadWithinAUnit is an open finding, skipped while it
-// fails: a log carrying a debt ahead whose last window starts less than a
-// time unit after now (its anchor that close to aging out), restored
-// then, comes back as one entry at the last window's date, which a
-// downgrade to a Period of 15 s ages out 15 s later, while the exact log,
-// its debt re-cut from its anchor, is refused until its old end 30 s
-// later: 14 s of requests forgiven. Restoring it as restoreAhead does
-// (windows at least 1) passes this test but made
-// TestBoundedStoreNeverForgivesAcrossRateChanges/SlidingLog/CountDenied/
-// KeepUsed/debts1 forgive at 6 of 60 random store seeds instead of 3
-// (the out-of-phase repacking of TestBoundedStoreForgivesOutOfPhase), so
-// it is not in the tree.
+// TestRestoreDebtAheadWithinAUnit: a log carrying a debt ahead whose
+// last window starts less than a time unit after now (its anchor that
+// close to aging out), restored then, came back as one entry at the last
+// window's date, which a downgrade to a Period of 15 s aged out 15 s
+// later, while the exact log, its debt re-cut from its anchor, was
+// refused until its old end 30 s later: 14 s of requests forgiven. It now
+// comes back as a debt carried ahead from its own anchor (restoreAhead),
+// which the change anchors at now as it does the exact log's.
 func TestRestoreDebtAheadWithinAUnit(t *testing.T) {
 	a := newSLAlg(Rate{Limit: 5, Period: 30 * time.Second}, false, DefaultDebtLimits)
 	b := newSLAlg(Rate{Limit: 5, Period: 15 * time.Second}, false, DefaultDebtLimits)
@@ -210,7 +212,7 @@ func TestRestoreDebtAheadWithinAUnit(t *testing.T) {
 	a.record(&exact, anchor, 5)
 	a.charge(&exact, anchor, 5) // 5 more, in the window that starts 15 ns from now
 	v := a.debt(&exact, now)
-	require.Equal(t, a.step.ahead(), v.amt)
+	require.Equal(t, a.step.ahead(1), v.amt)
 	require.Less(t, v.at-a.period-now, a.unit, "the last window must start within a unit of now")
 	a.restore(&restored, v, now)
 	a.convert(&exact, b, KeepUsed, now)
@@ -222,8 +224,7 @@ func TestRestoreDebtAheadWithinAUnit(t *testing.T) {
 		b.decide(&got, &r, now+int64(after), 1)
 		b.decide(&want, &e, now+int64(after), 1)
 		if got.Allowed && !want.Allowed || got.Remaining > want.Remaining {
-			t.Skipf("open finding: %v after the downgrade: restored %+v, exact %+v: forgiven", after, got, want)
+			t.Fatalf("%v after the downgrade: restored %+v, exact %+v: forgiven", after, got, want)
 		}
 	}
-	t.Fatal("the finding is gone: unskip TestRestoreDebtAheadWithinAUnit (fail instead of skip) and update docs/testing.md")
 }

@@ -65,7 +65,9 @@ import (
 // newest entry of the time. A log that carries a debt into the coming
 // windows (ChargeN) comes back denied until the debt's last window ends:
 // the limit in every window up to it (more charged than it may have
-// been, never less).
+// been, never less). Past the debt memory's size, a key bound by a debt
+// shared with others comes back denied until up to a Period after the
+// latest of them ends.
 //
 // A SlidingLog is safe for concurrent use.
 type SlidingLog struct {
@@ -317,11 +319,19 @@ func (l *SlidingLog) above(d *Decision, key string, n, limit int) error {
 //
 // A key that carries a debt into the coming windows (ChargeN) keeps
 // every unit of it under ScaleUsed and AddDifference too (its debt
-// gaining as if its last window's units were the newest event), and
-// under a new period the debt is cut into windows of the new period from its
-// anchor, filled so that it ends no sooner than it did (more charged,
-// never less: the units' dates are whole windows after the anchor, which
-// a shorter period would otherwise bring forward).
+// gaining as if its last window's units were the newest event). Under a
+// new Limit or Period its log's real units fold into one entry at the
+// change's instant (or at its newest entry, if that is later), the
+// debt's anchor from then on, so that its windows are dated from the
+// change, not from the log's past: a debt's units are re-cut into
+// windows of the new rate, and cut from an older anchor, a debt that
+// counted more would end sooner than one that counted less (issue 33:
+// a key restored from a bounded store's remembered debt, more charged
+// than its exact log but dated from an earlier anchor, was let through
+// a request of 10 the exact log refused, 11 s before its end, after an
+// upgrade under KeepUsed). That costs a key in debt up to a Period more
+// of waiting, never less. Under a new period the debt is then filled so
+// that it ends no sooner than it did (more charged, never less).
 //
 // The debts the store remembers for evicted keys are converted with
 // them, as the log each restores to. c is checked as NewSlidingLog checks
@@ -636,7 +646,8 @@ func (a *slAlg) rebase(st *slState, now int64) {
 // restore). A log charged beyond its limit (ChargeN) counts more units
 // than amt holds: its amount says which of the two kinds it is (see
 // logStep.over and logStep.ahead), with no step; one that carries a debt
-// ahead ends when its last window does.
+// ahead ends when its last window does, and its amount says how many
+// windows its debt spans, which dates its anchor.
 func (a *slAlg) debt(st *slState, now int64) debt {
 	a.expire(st, now)
 	if st.count == 0 {
@@ -648,7 +659,8 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 	// (issue 33: rounded log debts met KeepUsed and forgave, seed
 	// 12093151878822871369 of TestBoundedStoreNeverForgivesAcrossRateChanges).
 	if st.inDebt() {
-		return debt{at: a.end(st), amt: a.step.ahead(), keep: true}
+		k := (int64(st.debtUnits()) + int64(a.limit) - 1) / int64(a.limit)
+		return debt{at: a.end(st), amt: a.step.ahead(k), keep: true}
 	}
 	// The newest entry is the last, but for one restored from a debt the
 	// memory rounded up, which may be dated after entries made later
@@ -673,39 +685,32 @@ func (a *slAlg) debt(st *slState, now int64) debt {
 // the units that log did, and after any same decisions and refunds
 // still does. A shared bound (v.shared), the largest time and units of
 // several keys', has all its units at its newest time: at least as late,
-// and as many, as any of those keys' own. A debt carried ahead (the
-// ahead amount) restored in its last window comes back as Rate.Limit
-// units at that window's date: that window held as many at most. Any
-// other saturated amount comes back as the most units any log counts
+// and as many, as any of those keys' own. A log over its limit (the
+// saturated amount) comes back as the most units any log counts
 // (maxLogUnits, 2^31) at its newest time: denied every request until that
 // entry ages out, as the log it was taken from was at most. Not the
 // Rate.Limit² that ChargeN alone reaches: a downgrade under KeepUsed (see
 // SetRate) leaves a log counting units of its older, larger limit, and a
-// later upgrade must find them all. A debt carried ahead whose last
-// window starts a time unit or more after now (see ChargeN) comes back
-// as restoreAhead says. One that starts sooner comes back as one entry at
-// that window's date, which a downgrade shortening the Period ages out
-// before the exact log's re-cut debt ends: an open finding
-// (TestRestoreDebtAheadWithinAUnit, skipped), whose fix, restoring it too
-// as restoreAhead does, made the replay's out-of-phase repacking
-// (TestBoundedStoreForgivesOutOfPhase) fail twice as often.
+// later upgrade must find them all. A debt carried ahead comes back as
+// restoreAhead says, a bound of debts that may carry one ahead as
+// restoreBound says.
 //
-// Only the amount says whether a log was over its limit or carried a
-// debt ahead, never how far ahead its newest time is: a change of rate
-// re-dates a log's entries in the new period's time unit, rounded up
-// once more (see reunit), so a log over its limit after a downgrade may
-// hold an entry more than a time unit after now. Read as a debt carried
-// ahead, restored at the instant of the change, its anchor aged out at
-// once, and the key counted its limit where the exact log counted the
-// older limit's units: a refund then let it through
-// (TestRestoreOverLimitAfterNewUnit).
+// The amount says whether a log was over its limit or carried a debt
+// ahead, and over how many windows, never how far ahead its newest time
+// is: a change of rate re-dates a log's entries in the new period's time
+// unit, rounded up once more (see reunit), so a log over its limit after
+// a downgrade may hold an entry more than a time unit after now.
 func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.head, st.count, st.low = 0, 0, 0
 	if !v.owes(now) {
 		return
 	}
-	if v.amt == a.step.ahead() && v.at-a.period-now >= a.unit {
-		a.restoreAhead(st, v, now)
+	if v.amt > a.step.saturated() {
+		if k, exact := a.step.windows(v.amt); exact && !v.shared {
+			a.restoreAhead(st, v, k, now)
+		} else {
+			a.restoreBound(st, v, now)
+		}
 		return
 	}
 	newest := (v.at - a.period) / a.unit // an entry's time: a whole number of units
@@ -713,13 +718,6 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 	var early uint32
 	var back int64
 	switch {
-	case v.amt == a.step.ahead() && !v.shared && now >= v.at-a.period:
-		// A debt carried ahead, restored in its last window, which holds
-		// Rate.Limit units at most: a log at its limit is refused until
-		// that window ends, as the saturated one, but under
-		// WithCountDenied an attempt then counts from now, as on the
-		// exact log, not carried a Period past the debt's end.
-		used = uint32(a.limit)
 	case v.amt >= a.step.saturated():
 		used = maxLogUnits
 	case !v.shared:
@@ -737,30 +735,63 @@ func (a *slAlg) restore(st *slState, v debt, now int64) {
 	st.count++
 }
 
-// restoreAhead sets st to a log that carries a debt ahead (see ChargeN)
-// until v.at: an anchor a whole number of Periods before v.at's last
-// window and within the Period ending now (see below), holding the most units a log
-// counts (maxLogUnits, whatever limit comes next), and Rate.Limit units
-// dated in every window from a Period after it to that last one, so that
-// every request is denied until the last window ends, as the log v was
-// taken from was at most. It may count more units than that log did,
-// never fewer where they matter: that log, too, was full in each window
-// up to its last.
-func (a *slAlg) restoreAhead(st *slState, v debt, now int64) {
-	// The windows still to come: the anchor goes where the log's own
-	// anchor is by now, the last window dated at or before now (or up to
-	// a time unit after: entries are rounded up), a whole number of
-	// Periods before v.at's last window. One window more would date its
-	// Limit units where the log's anchor held its own, and a later
-	// upgrade, packing the debt into fewer windows, would end it early.
-	windows := (v.at - a.period - now - a.unit + a.period) / a.period // >= 1
-	u := (v.at - a.period - windows*a.period + a.unit - 1) / a.unit
+// restoreAhead sets st to the log that carried a debt ahead (see ChargeN)
+// over k windows until v.at, as of now: its anchor k+1 Periods before
+// v.at, where the log's own was, holding the most units a log counts
+// (maxLogUnits, whatever limit comes next), and Rate.Limit units in each
+// of its k windows, brought up to now as the log's own would be (see
+// settleDebt). Its anchor is the log's, however far after now a change of
+// rate dated it, and it counts at every time at least the units the log
+// did (that log, too, was full in each window but its last), so that
+// after the same decisions, refunds and changes of rate (see SetRate) it
+// still does: it is never let through sooner. The price is a lockout: a
+// key restored before its anchor ages out is refused until it does.
+func (a *slAlg) restoreAhead(st *slState, v debt, k, now int64) {
+	anchor := v.at - (min(k, maxDebtAhead/a.period)+1)*a.period
+	a.restoreDebt(st, anchor, k, now)
+}
+
+// restoreBound sets st to a log that binds every log whose debt v, a
+// bound shared by several keys or a debt whose windows the amount cannot
+// count, may stand for (see debt): an anchor at now holding the most
+// units a log counts, and a debt of Rate.Limit units a window over as
+// many windows from it as any debt v binds may still have to come (from
+// an anchor within the Period ending now), no more than the windows its
+// amount says, and at least enough to last until v.at. A key's exact log
+// dates nothing after now (but for a time unit's rounding), so a log
+// over its limit that v binds ends within a Period, as the anchor does;
+// a debt carried ahead that v binds is anchored no later and owes no
+// more units, so that a change of rate, which anchors each debt at the
+// change (see SetRate), leaves it ending no sooner. One state cannot end
+// where each of them does: it ends less than a Period after v.at, the
+// price of a debt shared past the memory's size. Anchored at v.at's last
+// window instead, to bind logs over their limit until v.at, a key merged
+// into shared bounds again and again added its debt's windows to its end
+// each time (years, in TestBoundedStoreNeverForgivesAcrossRateChanges).
+func (a *slAlg) restoreBound(st *slState, v debt, now int64) {
+	at := (now + a.unit - 1) / a.unit * a.unit
+	windows := (v.at-at+a.period-1)/a.period - 1 // at + (windows+1)·Period ≥ v.at
+	if k, exact := a.step.windows(v.amt); exact {
+		windows = min(windows, k)
+	}
+	a.restoreDebt(st, at, windows, now)
+}
+
+// restoreDebt sets st to an anchor at the time at (ns) holding
+// maxLogUnits and, if windows is positive, a debt of Rate.Limit units in
+// each of that many windows after it, brought up to now.
+func (a *slAlg) restoreDebt(st *slState, at, windows, now int64) {
+	u := (at + a.unit - 1) / a.unit
 	st.era = uint32(u >> eraShift)
 	if len(st.ring) < 2 {
 		st.ring = make([]slEntry, 2)
 	}
-	st.ring[0], st.count = slEntry{off: uint32(u - st.base()), total: maxLogUnits}, 1
+	st.ring[0], st.head, st.count, st.low = slEntry{off: uint32(u - st.base()), total: maxLogUnits}, 0, 1, 0
+	if windows <= 0 {
+		return
+	}
 	a.appendDebt(st, uint32(min(uint64(windows)*uint64(a.limit), maxLogDebt)))
+	a.settleDebt(st, now)
 }
 
 // logStep is how a sliding log's debt keeps, below the units its log
@@ -806,12 +837,25 @@ func (s logStep) saturated() uint32 {
 // lies (see restore).
 func (s logStep) over() uint32 { return s.saturated() }
 
-// ahead returns the amount of a log that carries a debt ahead (ChargeN):
-// saturated, and one more. It is the largest amount a log's debt takes,
-// and below a shield's, so that a bound shared with a log over its limit
-// is restored as a debt carried ahead, as it was before the two amounts
-// were told apart (see restore).
-func (s logStep) ahead() uint32 { return s.saturated() | 1 }
+// ahead returns the amount of a log that carries a debt ahead (ChargeN)
+// over k windows (k at least 1): saturated plus k, up to aheadMost, below
+// a shield's amount. Above the saturated amount, a bound shared with a
+// log over its limit is restored as one that may carry a debt ahead (see
+// restoreBound), and the larger of two is the one of more windows.
+func (s logStep) ahead(k int64) uint32 {
+	return s.saturated() + uint32(min(max(k, 1), s.aheadMost()))
+}
+
+// aheadMost returns the windows of the largest ahead amount, which says
+// "that many or more": 2^shift − 2 (at least 510, at MaxSlidingLogLimit).
+func (s logStep) aheadMost() int64 { return 1<<s.shift - 2 }
+
+// windows returns the windows the ahead amount amt says a debt spans,
+// and whether that is exact (not aheadMost, which says at least).
+func (s logStep) windows(amt uint32) (k int64, exact bool) {
+	k = int64(amt - s.saturated())
+	return k, k < s.aheadMost()
+}
 
 // encode returns the step for early of used units at most back time
 // units older than the newest entry; 0 if it would give back nothing.
@@ -887,9 +931,17 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 		st.head, st.count, st.low = 0, 0, 0
 		return
 	}
-	var end int64 // when a debt carried ahead ends under a
-	if st.inDebt() {
-		end = a.end(st)
+	if st.inDebt() && (b.limit != a.limit || b.period != a.period) {
+		// Anchored at the change (see SetRate): a log that counts more
+		// than another at every time still does after the debt is re-cut
+		// into windows of b, whatever the phase of their anchors was.
+		end := a.end(st)
+		a.reanchor(st, b, now)
+		a.convertUnits(st, b, how)
+		if b.period != a.period {
+			b.keepEnd(st, end)
+		}
+		return
 	}
 	if b.period < a.period {
 		// Events that age out under the new period are gone at once.
@@ -903,9 +955,29 @@ func (a *slAlg) convert(st *slState, b *slAlg, how Inherit, now int64) {
 		a.reunit(st, b)
 	}
 	a.convertUnits(st, b, how)
-	if st.inDebt() && b.period != a.period {
-		b.keepEnd(st, end)
+}
+
+// reanchor folds the real entries of st, a log carrying a debt ahead,
+// into one at now (or at its latest entry, if that is later: a log
+// restored from a shared debt may hold one dated after now), in b's time
+// unit rounded up, and anchors the debt there. Every unit is then dated
+// no earlier than it was: more charged, never less.
+func (a *slAlg) reanchor(st *slState, b *slAlg, now int64) {
+	n := int(st.count)
+	t := now
+	for i := range n - 1 {
+		t = max(t, a.at(st, i))
 	}
+	kept := st.entry(n-2).total - st.low
+	debt := st.debtUnits()
+	u := (t + b.unit - 1) / b.unit
+	st.era = uint32(u >> eraShift)
+	if len(st.ring) < 2 {
+		st.ring = make([]slEntry, 2)
+	}
+	st.ring[0] = slEntry{off: uint32(u - st.base()), total: kept}
+	st.ring[1] = slEntry{off: debtOff, total: kept + debt}
+	st.head, st.count, st.low = 0, 2, 0
 }
 
 // convertUnits sets how many units st counts under b, and which, as

@@ -19,7 +19,8 @@ import (
 // 1.1 s the restored key had 8 left where the tracked one had 2. The
 // debt's units now gain what any count from its last window's to its
 // whole would (inherit.Strategy.Gain): both logs owe 10 in the window of
-// 1 s. It runs with the change made while the key is restored and while
+// 1.5 s (a change anchors a debt at its instant, see SlidingLog.SetRate).
+// It runs with the change made while the key is restored and while
 // it is only remembered (the store converts the debt as the log it
 // restores to).
 func TestSlidingLogScaleUsedKeepsOrder(t *testing.T) {
@@ -54,12 +55,13 @@ func TestSlidingLogScaleUsedKeepsOrder(t *testing.T) {
 			for _, l := range []*floodgate.SlidingLog{bounded, exact} {
 				mustNot(t, l.SetRate(ctx, change))
 			}
-			// The tracked log owes 4 + (10 − 2) = 12 in all: 2 at 0 s, 10
-			// in the window of 1 s, so it has no room until 2 s.
+			// The tracked log owes 4 + (10 − 2) = 12 in all: 2 at the
+			// change, 0.5 s, where the change anchors its debt, and 10 in
+			// the window of 1.5 s, so it has no room until 2.5 s.
 			for _, step := range []struct {
 				at   time.Duration
 				want int
-			}{{900 * time.Millisecond, 0}, {1100 * time.Millisecond, 0}, {1900 * time.Millisecond, 0}, {2100 * time.Millisecond, 10}} {
+			}{{900 * time.Millisecond, 0}, {1100 * time.Millisecond, 0}, {1900 * time.Millisecond, 0}, {2100 * time.Millisecond, 0}, {2400 * time.Millisecond, 0}, {2600 * time.Millisecond, 10}} {
 				clk.t = t0.Add(step.at)
 				b, err := bounded.AllowN(ctx, "k", 0)
 				mustNot(t, err)

@@ -479,9 +479,11 @@ func (m *logModel) reset()      { m.entries, m.debt = nil, 0 }
 // how(used) of them remain, taken from the oldest or added to the newest
 // entry (at least what any count from its units to used would gain,
 // moved from the oldest if used gains less) — but a log that carries a
-// debt keeps every unit, its debt gains as its last window's units are
-// the newest, and, cut into windows of the new period from its anchor,
-// it ends no sooner than it did.
+// debt keeps every unit, and under a new Limit or Period its real units
+// fold into one entry at now, the debt's anchor from then on; its debt
+// gains as its last window's units are the newest, and, cut into
+// windows of the new period from that anchor, it ends no sooner than it
+// did.
 func (m *logModel) change(now time.Duration, to setup, how floodgate.Inherit) {
 	m.expire(now)
 	old := *m
@@ -493,6 +495,11 @@ func (m *logModel) change(now time.Duration, to setup, how floodgate.Inherit) {
 	var end time.Duration
 	if old.debt > 0 {
 		end = old.end()
+		if m.limit != old.limit || m.period != old.period {
+			// Its real units fold into one entry at now, the debt's
+			// anchor from then on.
+			m.entries = []logEntry{{max(now, m.anchor()), m.real()}}
+		}
 	}
 	if m.period < old.period {
 		keep := len(m.entries) // a debt keeps its anchor
