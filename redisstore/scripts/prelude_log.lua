@@ -328,8 +328,11 @@ end
 -- new period; units are taken from the oldest events, or added to the
 -- newest, at least what any count from its units to the whole would gain
 -- (log_gain), taken back from the oldest if the whole gains less, as in
--- memory (see floodgate.SlidingLog.SetRate). A plan's decision (phow the
--- strategy of its plan changes, '0' KeepUsed or '1' ScaleUsed; nil
+-- memory (see floodgate.SlidingLog.SetRate). A log carrying a debt ahead
+-- keeps every unit; under a new limit or period it is first folded at tc
+-- (log_fold), and under a new period its debt then ends no sooner than it
+-- did. StartFresh forgets the log, debt and all. A plan's decision (phow
+-- the strategy of its plan changes, '0' KeepUsed or '1' ScaleUsed; nil
 -- otherwise) also converts a log of its version written under another
 -- rate, another plan's, the same way as of now.
 local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow, now)
