@@ -46,6 +46,73 @@ func BenchmarkDefaultStoreBytesPerKey(b *testing.B) {
 	b.Run("worst", func(b *testing.B) { b.ReportMetric(worst, "worst-B/key") })
 }
 
+// BenchmarkDefaultStoreFewKeys reports the heap a store of the default
+// size retains per tracked key when it tracks few: 10, 100, 1,000 and
+// 2,441 keys and 10,000 (issue 33: what a service with a thousand
+// clients pays, where the shards' fixed cost weighs most), measured as
+// BenchmarkDefaultStoreBytesPerKey measures. B is the whole store's
+// heap, for the sizes where a figure per key says little.
+//
+//	go test -run '^$' -bench DefaultStoreFewKeys -benchtime 20x .
+func BenchmarkDefaultStoreFewKeys(b *testing.B) {
+	names := make([]string, 10_000)
+	for i := range names {
+		names[i] = "client-" + strconv.Itoa(i)
+	}
+	defaultStoreBytes(b, names[:10]) // the first store of a process pays for more than itself
+	for _, n := range []int{10, 100, 1000, 2441, 10_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			var total float64
+			for i := 0; i < b.N; i++ {
+				total += defaultStoreBytes(b, names[:n])
+			}
+			b.ReportMetric(total/float64(b.N), "B/key")
+			b.ReportMetric(total/float64(b.N)*float64(n), "B")
+		})
+	}
+}
+
+// BenchmarkTokenBucketChurnParallel: decisions on the tracked keys of a
+// default store, in parallel, while keys come and go: every 16th call
+// of each goroutine is a new key, inserted and then reset, so that the
+// shards' mutexes and counts are written all along while the other
+// decisions read their shards' tables. The shards are not padded apart
+// (see shard): this is where a line shared by what a decision reads and
+// what an insertion writes would show. At 1,000 and 100,000 tracked
+// keys.
+//
+//	go test -run '^$' -bench TokenBucketChurnParallel .
+func BenchmarkTokenBucketChurnParallel(b *testing.B) {
+	for _, n := range []int{1000, benchKeys} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			keys := makeKeys(n)
+			tb := populated(b, keys)
+			ctx := context.Background()
+			var seed atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				g := seed.Add(1)
+				i := int(g) * 7919
+				fresh := make([]string, 1024) // made before, not in the timed loop
+				for j := range fresh {
+					fresh[j] = "churn-" + strconv.FormatInt(g, 10) + "-" + strconv.Itoa(j)
+				}
+				for pb.Next() {
+					if i%16 == 0 {
+						k := fresh[i/16&1023]
+						_, _ = tb.Allow(ctx, k)
+						_ = tb.Reset(ctx, k)
+					} else {
+						_, _ = tb.Allow(ctx, keys[i%n])
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
 // defaultStoreBytes returns the heap per key that a default-sized token
 // bucket retains once asked for each of names.
 func defaultStoreBytes(b *testing.B, names []string) float64 {

@@ -76,6 +76,11 @@ func TestUnquotedFiguresAreThere(t *testing.T) {
 	}
 }
 
+// fewKeysAB is the reason of the figures of issue 33's A/B of a default
+// store's heap from 10 keys to its bound.
+const fewKeysAB = "issue 33's A/B of a default store's heap at 10 keys to its bound against main: " +
+	"both trees' BenchmarkDefaultStoreFewKeys and BenchmarkDefaultStoreBytesPerKey binaries alternated in one run, command, load and date in the text"
+
 // unquotedFigures are the measurement-like figures of the README and the
 // guides that are not quoted from a report nor bound by a test, by file,
 // with the reason each may stay ("*": the whole file, for now).
@@ -114,6 +119,19 @@ var unquotedFigures = map[string]map[string]string{
 		"0.30 ×":     "issue 33's A/B of the middleware's allowed and denied paths against main: one run of two trees' benchmark binaries, interleaved, command, load and date in the text",
 		"0.35 ×":     "issue 33's A/B of the middleware's allowed and denied paths against main: one run of two trees' benchmark binaries, interleaved, command, load and date in the text",
 		"85 %":       "the share of the store's CPU samples in the bucket's Mutex.Lock in a CPU profile of BenchmarkScale at 10⁶ keys (command in the text, 2026-12-06 12:07 UTC): a profile, which no report records",
+
+		// issue 33's A/B at few keys
+		"46.9 B":      fewKeysAB,
+		"41.9–42.2 B": fewKeysAB,
+		"36.4 B":      fewKeysAB,
+		"64.0–64.2 B": fewKeysAB,
+		"49.4 B":      fewKeysAB,
+		"41.4–41.5 B": fewKeysAB,
+		"253–261 B":   fewKeysAB,
+		"12.4 KiB":    fewKeysAB,
+		"47.0–48.8 B": fewKeysAB,
+		"45.5 B":      fewKeysAB,
+		"63.8–64.0 B": fewKeysAB,
 	},
 	"docs/policies.md": {
 		"7 ×":   "arithmetic on the replayed figures above (1,835,008 claims into a 262,144-key store)",
@@ -128,6 +146,19 @@ var unquotedFigures = map[string]map[string]string{
 		"32 KiB":     "the size above which Go allocates whole pages, a fact of the runtime",
 		"8 ×":        "the spray size the debt memory's default is sized for, not a measurement",
 		"0 %":        "TestSprayPrice at m = 8 under -short, from its log: no report runs it",
+
+		// issue 33's A/B at few keys
+		"46.9 B":        fewKeysAB,
+		"41.9–42.2 B":   fewKeysAB,
+		"36.4 B":        fewKeysAB,
+		"64.0–64.2 B":   fewKeysAB,
+		"49.4 B":        fewKeysAB,
+		"41.4–41.5 B":   fewKeysAB,
+		"253–261 B":     fewKeysAB,
+		"12.4 KiB":      fewKeysAB,
+		"401–405 B":     fewKeysAB,
+		"1,266–1,277 B": fewKeysAB,
+		"2,776–2,790 B": fewKeysAB,
 	},
 	"docs/turnstile.md": {"64 KiB": "the most of an answer read, a limit of the code"},
 }

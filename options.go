@@ -21,15 +21,18 @@ const (
 	// costs about 30 to 50 bytes per tracked key (measured by
 	// BenchmarkTokenBucketBytesPerKey and BenchmarkScale: a 24-byte slot
 	// of hash and state in a 128-byte bucket of five, in a table at most
-	// 85 % full that grows by half again), so the default bounds it to
+	// 85 % full that grows by a bucket while it is small and by half
+	// again from eight), so the default bounds it to
 	// roughly 13 MiB. A sliding log
 	// costs about 100 bytes with one decision held and 8 more per entry
 	// its ring holds, up to Rate.Limit (see SlidingLog). A store that has
 	// to drop live keys adds its debt memory, 64 bytes per key of the
 	// bound by default (see WithDebtMemory).
 	DefaultMaxKeys = 1 << 18
-	// MaxShards bounds WithShards: each shard costs a cache line and an
-	// LRU up front, and beyond a few per core more shards buy nothing.
+	// MaxShards bounds WithShards: each shard costs 128 bytes up front
+	// (TestShardLines), a table once it holds a key and an LRU of its
+	// table's pages once it evicts, and beyond a few per core more shards
+	// buy nothing.
 	MaxShards = 1 << 12
 	// DefaultMaxKeyLength is the longest key accepted unless
 	// WithMaxKeyLength says otherwise. Longer keys are refused with

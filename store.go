@@ -100,11 +100,12 @@ type algorithm[S, A any] interface {
 // shared between cores — decides on the slot it finds there at the time
 // read under the lock, and unlocks. The shard's mutex is taken only to add or drop keys (a miss),
 // to grow the table, and for the rarer calls (Reset, a change of rate).
-// The table grows by half again each time (see grow), from two buckets
-// to the size the shard needs to hold its share of MaxKeys, so that a
-// table just grown is still 57 % full, where a doubling left it 43 %
-// full, at twice the bytes a key of the table before it
-// (BenchmarkDefaultStoreBytesPerKey sweeps the sizes a store grows by).
+// The table grows from two buckets by one at a time up to stepBuckets,
+// then by half again each time (see grow), to the size the shard needs
+// to hold its share of MaxKeys, so that a table just grown is still 57 %
+// full, where a doubling left it 43 % full, at twice the bytes a key of
+// the table before it (BenchmarkDefaultStoreBytesPerKey sweeps the sizes
+// a store grows by, BenchmarkDefaultStoreFewKeys the smallest).
 // The table holds no pointer: the garbage collector never scans it,
 // however many keys it holds.
 //
@@ -153,11 +154,21 @@ type paddedCount struct {
 const cacheLine = 64
 
 // shard is a part of the store, by hash: its table, and what the mutex
-// guards. The first fields are read by every decision and written only
-// when the table grows or the rate changes, so that they stay in every
-// core's cache; the rest is written by insertions and evictions.
+// guards. The fields up to mu are read by every decision, or set at
+// construction, and written only when the table grows, the rate changes
+// or the shard first evicts live; those from mu on are written by
+// insertions. A shard of token buckets or sliding counters is 128 bytes,
+// two cache lines, and wherever the allocator places the shards' array
+// (on a line, or a word past one, after its header) no line holds
+// fields of both kinds (TestShardLines): an insertion never writes a line
+// that a decision on a tracked key reads, and no padding is needed
+// (BenchmarkTokenBucketChurnParallel decides while keys come and go). The
+// padding that did this before, a cache line between shards and on
+// either side of their written fields, cost a store of 64 shards 12 KiB,
+// and what only evictions use, allocated at a shard's first eviction
+// now (see evictions), 4 KiB more: 15 bytes a key at 1,000 keys (issue
+// 33).
 type shard[S any, A algorithm[S, A]] struct {
-	_ [cacheLine]byte
 	// tab is the table; nil until the shard's first key.
 	tab atomic.Pointer[table[S]]
 	// algs holds the parameters of the rates the shard's states are in:
@@ -167,14 +178,6 @@ type shard[S any, A algorithm[S, A]] struct {
 	algs [2]A
 	// clock is the store's.
 	clock *clock
-	_     [cacheLine]byte
-
-	mu sync.Mutex
-	// gen is the tagGen bit of the states in the current rate: the one a
-	// new key takes. Read and written under mu.
-	gen  uint64
-	last int64 // latest time seen by the shard's slow path (see hold)
-	keys int   // tracked now
 	// share is the shard's part of MaxKeys, which sizes its debt memory;
 	// most is the keys its table holds at its final size: share and some
 	// slack for the shards that random keys give more than their share
@@ -183,28 +186,56 @@ type shard[S any, A algorithm[S, A]] struct {
 	share, most int
 	// final is the number of buckets of a table that holds most keys.
 	final uint64
+	// debts is allocated at the shard's first live eviction, so that a
+	// store sized for its traffic never pays for it; it stays nil with
+	// WithForgetEvicted.
+	debts *debts
+
+	mu sync.Mutex
+	// gen is the tagGen bit of the states in the current rate: the one a
+	// new key takes. Read and written under mu.
+	gen  uint64
+	last int64 // latest time seen by the shard's slow path (see hold)
+	keys int   // tracked now
+	// rng picks the slots a full bucket moves out (xorshift, see place).
+	rng uint64
+	// ev is what eviction keeps: nil until the shard's first eviction.
+	ev *evictions
+	// scratch holds the state of an untracked key for a decision that
+	// does not keep it (a report, a refund on a remembered debt).
+	scratch S
+}
+
+// evictions is what a shard keeps once it has begun to evict: the
+// eviction order of its table's pages and the counts of Stats. A store
+// sized for its traffic never pays for it.
+type evictions struct {
 	// pages orders the table's pages, of 1<<pageShift buckets, for
-	// eviction, oldest first; nil until the shard's first eviction (the
-	// pages are in their own order until then). hand is the next bucket
-	// eviction examines in the oldest page.
+	// eviction, oldest first; nil until the shard's first eviction by
+	// evict (the pages are in their own order until then). hand is the
+	// next bucket eviction examines in the oldest page.
 	pages     *simplelru.LRU[uint32, struct{}]
 	pageShift uint
 	hand      uint64
 	// misses counts evictions in a row that found no fresh key, up to 2
 	// (see evictBuckets).
-	misses int
-	// rng picks the slots a full bucket moves out (xorshift, see place).
-	rng uint64
-	// debts is allocated at the shard's first live eviction, so that a
-	// store sized for its traffic never pays for it; it stays nil with
-	// WithForgetEvicted.
-	debts *debts
-	// scratch holds the state of an untracked key for a decision that
-	// does not keep it (a report, a refund on a remembered debt).
-	scratch                            S
+	misses                             int
 	evictedIdle, evictedLive, restored uint64
 	forgotten                          uint64
-	_                                  [cacheLine]byte
+}
+
+// evicting returns the shard's evictions, allocating them on first use:
+// pages of as many buckets as it takes for a table of the shard's final
+// size to have from maxPages/2 to maxPages of them. The shard must be
+// locked.
+func (sh *shard[S, A]) evicting() *evictions {
+	if sh.ev == nil {
+		sh.ev = &evictions{}
+		for sh.final>>sh.ev.pageShift > maxPages {
+			sh.ev.pageShift++
+		}
+	}
+	return sh.ev
 }
 
 // minBuckets is the fewest buckets of a shard's final table: in fewer,
@@ -263,9 +294,6 @@ func newStore[S any, A algorithm[S, A]](c config, alg A) (*store[S, A], error) {
 			sh.most += int(slackSigmas*math.Sqrt(float64(sh.share))) + 1
 		}
 		sh.final = tableBuckets(sh.most)
-		for sh.final>>sh.pageShift > maxPages {
-			sh.pageShift++
-		}
 		sh.rng = uint64(i)*0x9e3779b97f4a7c15 | 1
 	}
 	return s, nil
@@ -456,7 +484,7 @@ func (s *store[S, A]) miss(sh *shard[S, A], h uint64, now int64, create bool, f 
 	v := sh.owed(h, now, true)
 	alg.restore(&b.slots[i].st, v, now)
 	if v.owes(now) {
-		sh.restored++
+		sh.evicting().restored++
 	}
 	f(alg, &b.slots[i].st, sh.clock.inside(now))
 	b.mu.Unlock()
@@ -688,10 +716,12 @@ func (s *store[S, A]) stats() Stats {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		st.Keys += sh.keys
-		st.EvictedIdle += sh.evictedIdle
-		st.EvictedLive += sh.evictedLive
-		st.Restored += sh.restored
-		st.Forgotten += sh.forgotten
+		if ev := sh.ev; ev != nil {
+			st.EvictedIdle += ev.evictedIdle
+			st.EvictedLive += ev.evictedLive
+			st.Restored += ev.restored
+			st.Forgotten += ev.forgotten
+		}
 		if sh.debts != nil {
 			st.Merged += sh.debts.merged
 			st.Forgotten += sh.debts.forgotten
@@ -708,7 +738,7 @@ func (s *store[S, A]) stats() Stats {
 // memory, allocating it on first use, or forgets it (WithForgetEvicted).
 func (s *store[S, A]) remember(sh *shard[S, A], h uint64, v debt, now int64) {
 	if s.debtsPerKey == 0 {
-		sh.forgotten++
+		sh.evicting().forgotten++
 		return
 	}
 	if sh.debts == nil {

@@ -714,7 +714,8 @@ func TestStoreGrowsAfterEvicting(t *testing.T) {
 		require.True(t, mustAllowN(t, b, k, 1).Allowed)
 	}
 	require.True(t, mustAllowN(t, b, mine[1], 1).Allowed) // evicts mine[0], idle or not
-	require.NotNil(t, sh.pages, "the shard evicted")
+	require.NotNil(t, sh.ev, "the shard evicted")
+	require.NotNil(t, sh.ev.pages, "the shard evicted")
 	before := sh.tab.Load().nb
 	for _, k := range others {
 		require.NoError(t, b.Reset(context.Background(), k))
@@ -724,12 +725,12 @@ func TestStoreGrowsAfterEvicting(t *testing.T) {
 	}
 	tab := sh.tab.Load()
 	require.Greater(t, tab.nb, before, "the shard grew after its eviction")
-	keys := sh.pages.Keys()
-	assert.Len(t, keys, tab.pages(sh.pageShift))
+	keys := sh.ev.pages.Keys()
+	assert.Len(t, keys, tab.pages(sh.ev.pageShift))
 	seen := map[uint32]bool{}
 	for _, p := range keys {
 		assert.False(t, seen[p], "page %d twice", p)
-		assert.Less(t, int(p), tab.pages(sh.pageShift))
+		assert.Less(t, int(p), tab.pages(sh.ev.pageShift))
 		seen[p] = true
 	}
 	for i, k := range mine[1:] {
@@ -745,9 +746,40 @@ func TestBucketFillsTwoCacheLines(t *testing.T) {
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(bucket[scState]{}))
 }
 
+// TestShardLines: a shard of token buckets or sliding counters is two
+// cache lines, the fields a decision reads (up to final) in its first
+// and those an insertion writes (mu to ev) in its second, and in the
+// shards' array, whatever their number and however the allocator places
+// it, no line holds fields of both kinds, of one shard or of two: an
+// insertion never writes a line that a decision on a tracked key reads
+// (see shard).
+func TestShardLines(t *testing.T) {
+	assert.Equal(t, uintptr(2*cacheLine), unsafe.Sizeof(shard[tbState, *tbAlg]{}))
+	assert.Equal(t, uintptr(2*cacheLine), unsafe.Sizeof(shard[scState, *scAlg]{}))
+	line := func(p unsafe.Pointer) uintptr { return uintptr(p) / cacheLine }
+	for n := 1; n <= MaxShards; n *= 2 {
+		b, err := NewTokenBucket(PerHour(10), WithMaxKeys(MaxShards), WithShards(n))
+		require.NoError(t, err)
+		read, written := map[uintptr]int{}, map[uintptr]int{}
+		for i := range b.store.shards {
+			sh := &b.store.shards[i]
+			read[line(unsafe.Pointer(&sh.tab))] = i
+			read[line(unsafe.Add(unsafe.Pointer(&sh.final), 7))] = i
+			written[line(unsafe.Pointer(&sh.mu))] = i
+			written[line(unsafe.Add(unsafe.Pointer(&sh.ev), 7))] = i
+		}
+		for l, i := range read {
+			if j, ok := written[l]; ok {
+				t.Errorf("%d shards: a line holds what shard %d's decisions read and shard %d's insertions write", n, i, j)
+			}
+		}
+	}
+}
+
 // TestStoreTableGrows: a shard filling up grows its table from two
-// buckets, by half again each time (never doubling: issue 33, a table
-// just grown for its load is more than half full), to the size that holds its keys within
+// buckets, by one bucket at a time up to stepBuckets and by half again
+// from there (never doubling: issue 33, a table just grown for its load
+// is more than half full), to the size that holds its keys within
 // maxLoad; every key stays findable with its state, and no eviction
 // order is kept until the first eviction.
 func TestStoreTableGrows(t *testing.T) {
@@ -761,9 +793,16 @@ func TestStoreTableGrows(t *testing.T) {
 		require.True(t, mustAllowN(t, b, fmt.Sprint("k", i), 1+i%10).Allowed)
 		if nb := sh.tab.Load().nb; len(sizes) == 0 || sizes[len(sizes)-1] != nb {
 			sizes = append(sizes, nb)
-			if before != nil && sh.keys > before.full {
+			step := uint64(0)
+			if before != nil {
+				step = newTable[tbState](nextBuckets(before.nb, sh.final), sh.final, sh.most).nb
+			}
+			if before != nil && sh.keys > before.full && nb == step {
 				// Grown for its load (not for a key that found no
-				// room), a table is still more than half full.
+				// room, nor twice for a key that found none in the
+				// table grown once: a regrow, some 2 grows in 10,000
+				// up to 60 keys), a table is still more than half
+				// full.
 				assert.Greater(t, float64(sh.keys), 0.5*float64(nb*bucketSlots), "%d keys in %d buckets", sh.keys, nb)
 			}
 		}
@@ -776,6 +815,10 @@ func TestStoreTableGrows(t *testing.T) {
 		step := newTable[tbState](nextBuckets(sizes[i-1], sh.final), sh.final, sh.most).nb
 		if sizes[i] != step {
 			assert.Equal(t, newTable[tbState](nextBuckets(step, sh.final), sh.final, sh.most).nb, sizes[i], "step %d", i)
+			continue
+		}
+		if sizes[i-1] < stepBuckets {
+			assert.Equal(t, sizes[i-1]+1, sizes[i], "step %d: %v", i, sizes)
 			continue
 		}
 		assert.Less(t, float64(sizes[i]), 1.7*float64(sizes[i-1]), "step %d: %v", i, sizes)
@@ -793,7 +836,7 @@ func TestStoreTableGrows(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1000, n)
-	assert.Nil(t, sh.pages, "an eviction order before any eviction")
+	assert.Nil(t, sh.ev, "an eviction order before any eviction")
 	for i := 0; i < 1000; i++ {
 		d, err := b.AllowN(ctx, fmt.Sprint("k", i), 0)
 		require.NoError(t, err)

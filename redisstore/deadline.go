@@ -69,6 +69,11 @@ func (d *deadlines) bound(parent context.Context) context.Context {
 	return &tickContext{parent: parent, tick: t}
 }
 
+// Bound returns a context with the values of parent, which may end, that
+// ends at the timeout from now and not before (groupcommit.Shared): a
+// tickContext takes only its parent's values.
+func (d *deadlines) Bound(parent context.Context) context.Context { return d.bound(parent) }
+
 // start makes the tick of grain n, whose timer closes it at its time,
 // and hands it out from now on unless another call replaced last (old)
 // first. Two calls that start the tick of one grain at once each keep
@@ -81,8 +86,9 @@ func (d *deadlines) start(old *deadlineTick, n int64) *deadlineTick {
 	return t
 }
 
-// tickContext is a context with the values of parent, which never ends,
-// that ends at its tick's time with context.DeadlineExceeded.
+// tickContext is a context with the values of parent that ends at its
+// tick's time with context.DeadlineExceeded, whatever parent does (parent
+// never ends, but for Bound's).
 type tickContext struct {
 	parent context.Context
 	tick   *deadlineTick

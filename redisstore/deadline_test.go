@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/redisstore/internal/groupcommit"
 )
 
 type ctxKey struct{}
@@ -92,6 +94,45 @@ func TestBoundDeadline(t *testing.T) {
 			t.Fatalf("Err %v, want Canceled", err)
 		}
 	})
+
+	// What a client sharing connections sends under (rueidis): the
+	// caller's values, ending at the timeout and not with the caller.
+	for _, tc := range []struct {
+		name   string
+		parent func() (context.Context, context.CancelFunc)
+	}{
+		{"caller cancels", func() (context.Context, context.CancelFunc) { return context.WithCancel(valued) }},
+		{"caller's deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(valued, timeout/8) }},
+	} {
+		t.Run("shared/"+tc.name, func(t *testing.T) {
+			parent, cancel := tc.parent()
+			defer cancel()
+			ctx, stop := l.bound(parent)
+			if stop != nil {
+				defer stop()
+			}
+			start := time.Now()
+			shared, sooner := groupcommit.Shared(ctx)
+			if !sooner {
+				t.Fatalf("a caller's context that can end before the timeout is not marked (%T)", ctx)
+			}
+			cancel()
+			<-ctx.Done()
+			if err := shared.Err(); err != nil {
+				t.Fatalf("the shared context ended with the caller's: %v", err)
+			}
+			if shared.Value(ctxKey{}) != "v" {
+				t.Fatalf("the shared context lost the caller's values")
+			}
+			<-shared.Done()
+			if err := shared.Err(); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("shared Err %v, want DeadlineExceeded", err)
+			}
+			if waited := time.Since(start); waited < timeout-grain {
+				t.Fatalf("the shared context ended %v after it was made, before the timeout %v", waited, timeout)
+			}
+		})
+	}
 }
 
 // TestBoundSharesTick: decisions on one grain share one tick (no timer

@@ -367,18 +367,20 @@ func replicated(d floodgate.Decision, n int, unrepl error) error {
 // caller's context whose deadline comes first is used as it is; one that
 // can never end (context.Background) is bounded by a deadline shared with
 // the other decisions of its grain (see deadlines); each saves
-// context.WithTimeout's timer and allocations.
+// context.WithTimeout's timer and allocations. A context that can end
+// before the timeout, by the caller's own deadline (which a client may
+// choose) or cancellation, is marked so that an adapter sharing
+// connections among callers sends its commands under one that only the
+// timeout ends (see groupcommit.Bounded).
 func (l *base) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
-		// The caller's own deadline, which a client may choose: marked so
-		// that an adapter sharing connections among callers does not let
-		// it end theirs (see groupcommit.CallerDeadline).
-		return groupcommit.CallerDeadline{Context: ctx}, nil
+		return groupcommit.Bounded{Context: ctx, Timeout: &l.deadlines}, nil
 	}
 	if ctx.Done() == nil {
 		return l.deadlines.bound(ctx), nil
 	}
-	return context.WithTimeout(ctx, l.timeout)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	return groupcommit.Bounded{Context: ctx, Timeout: &l.deadlines}, cancel
 }
 
 // errCallerGone is the error of a decision whose caller's context was

@@ -15,10 +15,21 @@
 // redisstore README: batch scripts). A batch script answered NOSCRIPT did
 // not run and is sent again as EVAL of its source; one answered TRYAGAIN
 // (its slot half moved; rueidis itself follows MOVED and ASK) did not run,
-// and its calls are sent again alone. It honours context deadlines, so redisstore's per-decision
-// timeout applies as it is, and it retries only read-only commands after a
+// and its calls are sent again alone. redisstore's per-decision timeout
+// applies as it is, and rueidis retries only read-only commands after a
 // network error: a script that writes, as every redisstore script does, is
 // never run twice for one decision.
+//
+// rueidis does work for all its callers under one command's context: it
+// dials a missing connection under it, failing every command that waited
+// for that connection when the context ends first, and closes a
+// connection when the deadline of a command it sent alone passes. So a
+// decision's commands never go out under its caller's context, only under
+// one with its values that the decision timeout alone ends; a caller whose
+// context ends sooner (a hang-up, a short deadline of its own) returns
+// then with its context's error, while a goroutine started for its batch
+// carries the batch to its end. One caller giving up never fails another's
+// decision (redisstore's TestSharedDialSparesOthers).
 //
 // # Start-up while Redis is down
 //
@@ -92,8 +103,11 @@ func New(c rueidis.Client, opts ...Option) *Scripter {
 // down (see the package documentation). A failed connection is tried
 // again by a later call, one attempt at a time; calls made while an
 // attempt is under way fail at once with ErrNotConnected. Each attempt is
-// bounded by opt.Dialer.Timeout (rueidis's default 5 s when zero) and by
-// the calling decision's deadline. Close the Scripter to close the client.
+// bounded by opt.Dialer.Timeout (rueidis's default 5 s when zero), which
+// the client keeps for its later dials; the calling decision waits for it
+// until its own deadline, and an attempt that outlasts it goes on, for
+// the calls after it. Close the Scripter to close the client (it waits
+// for an attempt under way).
 func Lazy(opt rueidis.ClientOption, opts ...Option) *Scripter {
 	s := &Scripter{lazy: &lazyConn{opt: opt}}
 	// The mode is known once connected; client checks it then.
@@ -108,6 +122,7 @@ var ErrNotConnected = errors.New("rueidisstore: not connected to Redis")
 
 func (s *Scripter) configure(mode rueidis.ClientMode, opts []Option) {
 	s.batch.Send = s.send
+	s.batch.Aside = true
 	for _, o := range opts {
 		if o == nil {
 			s.err = fmt.Errorf("%w: nil rueidisstore option", floodgate.ErrInvalidOption)
@@ -151,7 +166,14 @@ type lazyConn struct {
 // errClosed is returned by a closed Lazy Scripter.
 var errClosed = errors.New("rueidisstore: Scripter closed")
 
-// client returns the client, connecting a Lazy Scripter if needed.
+// client returns the client, connecting a Lazy Scripter if needed. The
+// attempt runs in a goroutine of its own, bounded by opt's dial timeout
+// alone, and ctx bounds only the wait for it: the client keeps opt's
+// timeout for every later dial, and rueidis hands a dial's error to
+// every command waiting for that connection, so one decision's short
+// deadline as the timeout would fail later callers' decisions whenever a
+// dial took longer (TestLazyDialTimeoutIsNotTheCaller). An attempt that
+// outlasts its caller stores its client for the next.
 func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 	if c := s.c.Load(); c != nil {
 		return *c, nil
@@ -163,24 +185,39 @@ func (s *Scripter) client(ctx context.Context) (rueidis.Client, error) {
 	if !l.mu.TryLock() {
 		return nil, fmt.Errorf("%w: a connection attempt is under way", ErrNotConnected)
 	}
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil, errClosed
 	}
 	if c := s.c.Load(); c != nil {
+		l.mu.Unlock()
 		return *c, nil
 	}
-	opt := l.opt
-	if dl, ok := ctx.Deadline(); ok {
-		left := time.Until(dl)
-		if left <= 0 {
-			return nil, ctx.Err()
-		}
-		if opt.Dialer.Timeout == 0 || left < opt.Dialer.Timeout {
-			opt.Dialer.Timeout = left
-		}
+	if err := ctx.Err(); err != nil {
+		l.mu.Unlock()
+		return nil, err
 	}
-	c, err := rueidis.NewClient(opt)
+	type attempt struct {
+		c   rueidis.Client
+		err error
+	}
+	done := make(chan attempt, 1)
+	go func() {
+		defer l.mu.Unlock()
+		c, err := s.connect()
+		done <- attempt{c, err}
+	}()
+	select {
+	case a := <-done:
+		return a.c, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the connection attempt goes on: %w", ErrNotConnected, ctx.Err())
+	}
+}
+
+// connect makes a Lazy Scripter's client and stores it; l.mu is held.
+func (s *Scripter) connect() (rueidis.Client, error) {
+	c, err := rueidis.NewClient(s.lazy.opt)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
@@ -294,21 +331,27 @@ func (s *Scripter) send(lead *groupcommit.Call[scriptCmd], batch []*groupcommit.
 		s.sendWaiting(lead, batch)
 		return
 	}
-	// rueidis sends a command that is alone on its connection at once,
-	// with the connection's deadline set to the command's, and closes the
-	// connection when that deadline passes, failing every command queued
-	// behind it with the deadline's error: a caller's own short deadline
-	// is therefore left out (groupcommit.ForShared), and the call ends
-	// through Done instead, which rueidis waits on without closing.
+	// rueidis does work for every caller under one command's context:
+	// it dials a missing connection under it, failing the commands that
+	// wait for that connection with the dial's error when the context
+	// ends first, and closes a connection when the deadline of a command
+	// it sent alone passes, failing the commands queued behind it. So a
+	// batch goes out under a context that only the decision timeout ends
+	// (groupcommit.Shared), never one that ends because one caller gave
+	// up; a caller who leaves sooner does not wait for it (Batcher.Aside).
+	ctx, shared := groupcommit.Shared(lead.Ctx)
 	if len(batch) == 1 {
-		lead.V.reply, lead.V.err = c.Do(groupcommit.ForShared(lead.Ctx, lead.Ctx), lead.V.build(c)).AsIntSlice()
+		lead.V.reply, lead.V.err = c.Do(ctx, lead.V.build(c)).AsIntSlice()
 		return
 	}
-	// lead's deadline is the latest of the batch; its caller's
-	// cancellation must not abort the others' commands.
-	ctx, cancel := groupcommit.Detached(lead.Ctx)
-	defer cancel()
-	plan(batch, c.Mode() == rueidis.ClientModeCluster).exec(groupcommit.ForShared(lead.Ctx, ctx), c, batch)
+	if !shared {
+		// lead's deadline is the latest of the batch; its caller's
+		// cancellation must not abort the others' commands.
+		var cancel context.CancelFunc
+		ctx, cancel = groupcommit.Detached(lead.Ctx)
+		defer cancel()
+	}
+	plan(batch, c.Mode() == rueidis.ClientModeCluster).exec(ctx, c, batch)
 }
 
 // pipelined is one DoMulti's commands: the calls sent with their own

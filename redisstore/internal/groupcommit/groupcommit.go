@@ -15,7 +15,8 @@
 //     goroutine), then wakes its own batch's callers. A queued call thus
 //     goes out as soon as either batch in flight returns: it waits for at
 //     most one round trip before its own, and none is passed over. No
-//     goroutine is started, so none can outlive the client.
+//     goroutine is started (but see Batcher.Aside), so none can outlive
+//     the client.
 //   - Two in flight rather than one keep the server busy: while the
 //     client reads one batch's replies and writes the next, the server
 //     runs the other batch instead of idling. Each batch is sent on its
@@ -29,6 +30,12 @@
 //     each call keeps its own deadline and gets its own reply or error. A
 //     caller whose context ends while queued withdraws its call, which then
 //     never reaches the server.
+//   - For a client that does work for all its callers under one command's
+//     context (rueidis: see Bounded), a batch is sent under a context that
+//     only the decision timeout ends (Shared), and a caller who is to send
+//     it but whose own context can end sooner sends it in a goroutine of
+//     its own and waits on its context (Batcher.Aside): the only goroutine
+//     started, which ends when its batch returns.
 package groupcommit
 
 import (
@@ -83,9 +90,17 @@ const maxInFlight = 2
 // Batcher groups concurrent calls into batches, at most two in flight.
 type Batcher[V any] struct {
 	// Send runs batch, whose calls' contexts have deadlines no later than
-	// lead's, in lead's goroutine, and fills in each call's reply. lead is
-	// in batch. Send may run for two batches at once.
+	// lead's, in lead's goroutine (or in one started for it: see Aside),
+	// and fills in each call's reply. lead is in batch. Send may run for
+	// two batches at once.
 	Send func(lead *Call[V], batch []*Call[V])
+	// Aside, when set, is for a Send that runs batch under a context no
+	// caller's context ends (Shared): a caller to send batch whose context
+	// is Bounded (can end sooner) sends it in a new goroutine and returns
+	// when its context ends, as a queued caller does, rather than wait for
+	// the batch. The goroutine ends with Send, and there are never more
+	// of them than batches in flight.
+	Aside bool
 
 	mu       sync.Mutex
 	inFlight int        // batches being sent, at most maxInFlight
@@ -102,8 +117,7 @@ func (b *Batcher[V]) Do(c *Call[V]) error {
 		b.inFlight++
 		b.mu.Unlock()
 		c.one[0] = c
-		b.send(c, c.one[:])
-		return nil
+		return b.lead(c, c.one[:])
 	}
 	c.done = make(chan bool, 1)
 	b.queue = append(b.queue, c)
@@ -112,7 +126,7 @@ func (b *Batcher[V]) Do(c *Call[V]) error {
 	select {
 	case lead := <-c.done:
 		if lead {
-			b.send(c, c.batch)
+			return b.lead(c, c.batch)
 		}
 		return nil
 	case <-c.Ctx.Done():
@@ -130,14 +144,51 @@ func (b *Batcher[V]) Do(c *Call[V]) error {
 	b.mu.Unlock()
 	if leads {
 		// Picked to send a batch just as the context ended: the batch
-		// depends on it, and its deadline bounds the wait.
+		// depends on it, and its deadline bounds the wait, unless the
+		// batch can go aside.
 		<-c.done
+		if b.aside(c) {
+			go b.send(c, c.batch)
+			return c.Ctx.Err()
+		}
 		b.send(c, c.batch)
 		return nil
 	}
 	// Already in a batch that another caller sends: its reply, when it
 	// comes, is dropped.
 	return c.Ctx.Err()
+}
+
+// lead sends batch, which c leads, and returns once c's reply is in; or,
+// if it goes aside, sends it in a new goroutine and returns with c.Ctx's
+// error if c.Ctx ends first.
+func (b *Batcher[V]) lead(c *Call[V], batch []*Call[V]) error {
+	if !b.aside(c) {
+		b.send(c, batch)
+		return nil
+	}
+	if c.done == nil {
+		c.done = make(chan bool, 1) // a lone call's
+	}
+	go func() {
+		b.send(c, batch)
+		c.done <- false
+	}()
+	select {
+	case <-c.done:
+		return nil
+	case <-c.Ctx.Done():
+		return c.Ctx.Err()
+	}
+}
+
+// aside reports whether c's batch goes aside (see Batcher.Aside).
+func (b *Batcher[V]) aside(c *Call[V]) bool {
+	if !b.Aside {
+		return false
+	}
+	_, sooner := c.Ctx.(Bounded)
+	return sooner
 }
 
 // send runs batch, which self leads, then passes the queue on as the next
@@ -239,33 +290,43 @@ func (DeadlineOnly) Err() error { return nil }
 // Value returns the parent's value for key.
 func (d DeadlineOnly) Value(key any) any { return d.Parent.Value(key) }
 
-// CallerDeadline marks a context whose deadline is the caller's own,
-// earlier than the decision timeout, and so one a client of the service
-// may choose (a gRPC call's grpc-timeout, a per-request server timeout).
-// A client library that closes a connection other commands share when one
-// command's deadline passes — rueidis on a command it sends alone, which
-// then fails every command queued on that connection with the deadline's
-// error — must not be given it: one caller's short deadline would fail
-// other callers' decisions, an error the error policy may turn into an
-// admission. ForShared tells such an adapter which deadline to leave out.
-type CallerDeadline struct{ context.Context }
-
-// ForShared returns ctx for a client whose connections other callers
-// share: ctx itself, or, if its deadline is a caller's own
-// (CallerDeadline; lead is the context a batch runs under, or the call's
-// own), ctx without a deadline. Such a context still ends when the
-// caller's does, through Done: the client stops waiting for the reply and
-// reads it later, without closing the connection.
-func ForShared(lead, ctx context.Context) context.Context {
-	if _, own := lead.(CallerDeadline); own {
-		return noDeadline{ctx}
-	}
-	return ctx
+// Bounded is the context of a decision whose caller's context can end
+// before the decision timeout: by a deadline of the caller's own, earlier
+// than the timeout, which a client of the service may choose (a gRPC
+// call's grpc-timeout), or by a cancellation (an HTTP client hanging up).
+// Context is the caller's, bounded by the timeout: what the caller waits
+// on. Timeout bounds Shared's context by the decision timeout.
+//
+// A client library that shares its connections among callers does work
+// for all of them under one command's context. rueidis dials a connection
+// under the context of the command that finds it missing, and every
+// command that meanwhile waits for that connection fails with the dial's
+// error, which is the context's error when the context ends first; and it
+// closes a connection when the deadline of a command it sent alone passes,
+// failing the commands queued behind it. One caller giving up early must
+// not fail other callers' decisions — an error the error policy may turn
+// into an admission — so such a client is given Shared's context, which
+// only the decision timeout ends, and a caller whose own context ends
+// sooner leaves without waiting for it (Batcher.Aside).
+type Bounded struct {
+	context.Context
+	Timeout Timeout
 }
 
-// noDeadline is a context that reports no deadline but ends with its
-// parent.
-type noDeadline struct{ context.Context }
+// Timeout bounds a context by a decision timeout.
+type Timeout interface {
+	// Bound returns a context with ctx's values that ends at the
+	// decision timeout from now, and not before, whatever ctx does.
+	Bound(ctx context.Context) context.Context
+}
 
-// Deadline reports none.
-func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
+// Shared returns the context a command of ctx's is sent under on a
+// connection other callers share, and whether ctx can end before it: for
+// a Bounded ctx, one with its values that ends only at the decision
+// timeout from now; any other ctx is its own.
+func Shared(ctx context.Context) (context.Context, bool) {
+	if b, ok := ctx.(Bounded); ok {
+		return b.Timeout.Bound(b.Context), true
+	}
+	return ctx, false
+}

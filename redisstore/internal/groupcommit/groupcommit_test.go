@@ -478,3 +478,59 @@ func TestBatcherRandomCallers(t *testing.T) {
 		t.Fatalf("idle batcher: %d in flight, %d queued", b.inFlight, len(b.queue))
 	}
 }
+
+// fixedTimeout is a Timeout whose shared context never ends.
+type fixedTimeout struct{}
+
+func (fixedTimeout) Bound(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// TestAsideCallerLeaves: with Aside, a caller to send a batch whose
+// context is Bounded sends it in a goroutine and leaves when its context
+// ends, while the batch stays in flight and, once it returns, the queue
+// goes out as usual. Shared gives a Bounded context's shared one, with its
+// values and none of its cancellation.
+func TestAsideCallerLeaves(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := newServer(true)
+	b := Batcher[int]{Send: s.send, Aside: true}
+	c := &caller{t: t, b: &b}
+	type key struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	bounded := Bounded{Context: parent, Timeout: fixedTimeout{}}
+	shared, sooner := Shared(bounded)
+	if !sooner || shared.Done() != nil || shared.Value(key{}) != "v" {
+		t.Fatalf("Shared(Bounded): sooner %v, Done %v, value %v: want true, nil (never ends), v", sooner, shared.Done(), shared.Value(key{}))
+	}
+	if ctx, sooner := Shared(parent); sooner || ctx != parent {
+		t.Fatalf("Shared of a context not Bounded: %v, %v, want itself, false", ctx, sooner)
+	}
+	errc := make(chan error)
+	lone := &Call[int]{Ctx: bounded, V: 1}
+	go func() { errc <- b.Do(lone) }()
+	f := s.next(t)
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a Bounded caller leaving its lone batch in flight: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(f.ret)
+		t.Fatalf("a Bounded caller still waits for its batch 5 s after its context ended")
+	}
+	// Still in flight: the next call goes alone beside it, and one more
+	// queues until the left caller's batch returns.
+	c.do(context.Background(), 2)
+	f2 := s.next(t)
+	c.do(context.Background(), 3)
+	waitQueued(t, &b, 1)
+	close(f.ret)
+	f3 := s.next(t)
+	if !slices.Equal(f3.vals, []int{3}) {
+		t.Fatalf("batch %v after the left caller's returned, want [3]", f3.vals)
+	}
+	close(f3.ret)
+	close(f2.ret)
+	c.wg.Wait()
+	waitInFlight(t, &b, 0)
+}

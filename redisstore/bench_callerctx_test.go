@@ -1,0 +1,88 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
+	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
+	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
+)
+
+// BenchmarkCallerContext measures what a caller's context that can end
+// costs a decision beside context.Background's: the token bucket on each
+// client, at 1 and 256 callers, each caller deciding under
+// context.Background ("background") or under a cancelable context of its
+// own ("request", as an HTTP request's r.Context() is), every decision
+// allowed, on a populated key set. Under a context that can end, the
+// limiter bounds the call with a timer of its own (context.WithTimeout)
+// and, on rueidis, sends its batch under a context only the decision
+// timeout ends while a goroutine carries it (groupcommit.Bounded, Aside),
+// so that a caller giving up never fails another's decision
+// (TestSharedDialSparesOthers).
+func BenchmarkCallerContext(b *testing.B) {
+	addr := redistest.Shared(b)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = rdb.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rc.Close)
+	rate := floodgate.Rate{Limit: 1000000, Period: time.Second}
+	for _, callers := range []int{1, 256} {
+		for _, kind := range []string{"background", "request"} {
+			for _, c := range []client{{"go-redis", goredisstore.New(rdb)}, {"rueidis", rueidisstore.New(rc)}} {
+				l, err := redisstore.NewTokenBucket(c.s, rate, redisstore.WithPrefix(prefix(b)), redisstore.WithTimeout(10*time.Second))
+				if err != nil {
+					b.Fatal(err)
+				}
+				f := func(ctx context.Context, key string) error {
+					_, err := l.AllowN(ctx, key, 1)
+					return err
+				}
+				b.Run(fmt.Sprintf("callers=%d/%s/%s", callers, kind, c.name), func(b *testing.B) {
+					populate(b, f)
+					b.ReportAllocs()
+					b.ResetTimer()
+					start := time.Now()
+					var next, failed atomic.Int64
+					var wg sync.WaitGroup
+					for g := 0; g < callers; g++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							ctx := context.Background()
+							if kind == "request" {
+								var cancel context.CancelFunc
+								ctx, cancel = context.WithCancel(ctx)
+								defer cancel()
+							}
+							for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+								if err := f(ctx, benchKeyNames[i%benchKeys]); err != nil {
+									failed.Add(1)
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					elapsed := time.Since(start)
+					b.StopTimer()
+					if n := failed.Load(); n > 0 {
+						b.Fatalf("%d of %d decisions failed", n, b.N)
+					}
+					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+				})
+			}
+		}
+	}
+}
