@@ -303,6 +303,22 @@ local function log_gain(how, used, cur, c, c2)
   return math.max(gain(used), gain(math.min(used, math.max(cur, c))))
 end
 
+-- log_fold folds the real entries of L, a log carrying a debt ahead, into
+-- one at L.now (the change's time, or its newest entry's if that is
+-- later), the debt's anchor from then on, as floodgate.SlidingLog's
+-- reanchor does under a new Limit or Period: the debt's windows of the
+-- new rate are dated from the change, not from the log's past. Cut from
+-- an older anchor, a debt that counted more would end sooner than one
+-- that counted less. Every unit is dated no earlier than it was. It runs
+-- only for a log in debt meeting a change of Limit or Period: O(N) for
+-- its N <= limit + 2 entries.
+local function log_fold(L)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], L.off, L.off + L.count - 1)
+  redis.call('ZADD', KEYS[1], L.now, string.format('%d', L.atotal))
+  redis.call('ZADD', KEYS[1], LOG_DEBT, string.format('%d', L.top))
+  L.count, L.aged, L.anchor, L.last = 2, 0, L.now, L.now
+end
+
 -- log_rate brings the log to the rate version ver (see ratechange.go):
 -- it returns {-1} for the caller when the log was written under a newer
 -- version, and otherwise converts a log written under an older one, as
@@ -312,8 +328,11 @@ end
 -- new period; units are taken from the oldest events, or added to the
 -- newest, at least what any count from its units to the whole would gain
 -- (log_gain), taken back from the oldest if the whole gains less, as in
--- memory (see floodgate.SlidingLog.SetRate). A plan's decision (phow the
--- strategy of its plan changes, '0' KeepUsed or '1' ScaleUsed; nil
+-- memory (see floodgate.SlidingLog.SetRate). A log carrying a debt ahead
+-- keeps every unit; under a new limit or period it is first folded at tc
+-- (log_fold), and under a new period its debt then ends no sooner than it
+-- did. StartFresh forgets the log, debt and all. A plan's decision (phow
+-- the strategy of its plan changes, '0' KeepUsed or '1' ScaleUsed; nil
 -- otherwise) also converts a log of its version written under another
 -- rate, another plan's, the same way as of now.
 local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow, now)
@@ -346,9 +365,18 @@ local function log_rate(ver, vname, tc, how, iL, iP, limit, period, floor, phow,
   end
   local L = log_open(tonumber(tc), sP, sL)
   how = tonumber(how)
+  if how == 3 then
+    -- StartFresh forgets the log, a debt carried ahead too, as in memory.
+    L.used = 0
+    log_save(L, period, floor, vname, limit)
+    return nil
+  end
   local fin = 0 -- when a debt carried ahead ends under the old rate
   if L.debt > 0 then
     fin = log_end(L, sP, sL)
+    if limit ~= sL or period ~= sP then
+      log_fold(L)
+    end
   end
   if period < sP and L.count > 0 then
     -- Events that age out under the new period are gone at once; a debt
