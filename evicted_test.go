@@ -85,12 +85,13 @@ func (c *replayClock) now() time.Time { return c.t }
 // requests bounded allowed (every attempt, under WithCountDenied), so the
 // two agree on what was spent.
 func replay(t *testing.T, k limiterKind, seed uint64, bounded, reference keyedLimiter, clk *replayClock) (string, bool) {
-	return replayChanging(t, k, seed, bounded, reference, clk, nil)
+	return replayChanging(t, k, seed, bounded, reference, clk, nil, nil)
 }
 
 // replayChanging is replay with, if changes is not empty, a change of
-// rate to one of them now and then, made on both limiters alike.
-func replayChanging(t *testing.T, k limiterKind, seed uint64, bounded, reference keyedLimiter, clk *replayClock, changes []floodgate.RateChange) (string, bool) {
+// rate to one of them now and then, made on both limiters alike; if a is
+// not nil, it counts the admissions of the requests of cost 1 or more.
+func replayChanging(t *testing.T, k limiterKind, seed uint64, bounded, reference keyedLimiter, clk *replayClock, changes []floodgate.RateChange, a *admissions) (string, bool) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -129,8 +130,10 @@ func replayChanging(t *testing.T, k limiterKind, seed uint64, bounded, reference
 				// A report consumes nothing, but it reads the clock as
 				// bounded did: a limiter holds the latest time it has
 				// seen when the clock steps back.
-				_, err := reference.AllowN(ctx, key, 0)
+				// It also says whether the exact store would have allowed it.
+				report, err := reference.AllowN(ctx, key, 0)
 				mustNot(t, err)
+				a.count(n, report.Remaining >= n, false)
 				continue
 			}
 			want, err := reference.AllowN(ctx, key, n)
@@ -138,6 +141,7 @@ func replayChanging(t *testing.T, k limiterKind, seed uint64, bounded, reference
 			if got.Allowed && !want.Allowed || got.Remaining > want.Remaining && n == 0 {
 				return fmt.Sprintf("step %d, %s n=%d: bounded %+v, exact %+v; %+v", step, key, n, got, want, bounded.Stats()), false
 			}
+			a.count(n, want.Allowed, got.Allowed)
 		}
 	}
 	return "", true
@@ -259,7 +263,7 @@ func TestBoundedStoreNeverForgivesAcrossRateChanges(t *testing.T) {
 					seed := storeSeed(t)
 					evicted := uint64(0)
 					for trial := 0; trial < trials; trial++ {
-						bounded, why, ok := replayRateChanges(t, k, how, mem, seed, uint64(trial))
+						bounded, why, ok := replayRateChanges(t, k, how, mem, seed, uint64(trial), nil)
 						if !ok {
 							t.Fatalf("trial %d: the bounded store forgave: %s", trial, why)
 						}
@@ -277,7 +281,7 @@ func TestBoundedStoreNeverForgivesAcrossRateChanges(t *testing.T) {
 // replayRateChanges replays trial of k's history with changes of rate
 // under how on a 4-key store, with a debt memory of mem debts per key,
 // hashing keys with seed, against an unbounded store (see replayChanging).
-func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem int, seed, trial uint64) (keyedLimiter, string, bool) {
+func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem int, seed, trial uint64, a *admissions) (keyedLimiter, string, bool) {
 	t.Helper()
 	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
 	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
@@ -286,7 +290,7 @@ func replayRateChanges(t *testing.T, k limiterKind, how floodgate.Inherit, mem i
 	mustNot(t, err)
 	reference, err := k.build(k.rate, opts...)
 	mustNot(t, err)
-	why, ok := replayChanging(t, k, trial, bounded, reference, clk, rateChanges(k, how))
+	why, ok := replayChanging(t, k, trial, bounded, reference, clk, rateChanges(k, how), a)
 	return bounded, why, ok
 }
 
@@ -349,7 +353,7 @@ func TestBoundedStoreForgaveAtTheseSeeds(t *testing.T) {
 		{"SlidingLog/CountDenied", floodgate.KeepUsed, 15891753693591417106, 14},
 	} {
 		t.Run(fmt.Sprintf("%s/%v/seed%d/trial%d", c.kind, c.how, c.seed, c.trial), func(t *testing.T) {
-			if _, why, ok := replayRateChanges(t, kinds[c.kind], c.how, 1, c.seed, c.trial); !ok {
+			if _, why, ok := replayRateChanges(t, kinds[c.kind], c.how, 1, c.seed, c.trial, nil); !ok {
 				t.Fatalf("the bounded store forgave: %s", why)
 			}
 		})
@@ -1074,7 +1078,9 @@ func TestSlidingLogUnderAdmission(t *testing.T) {
 				var sum admissions
 				for seed := uint64(1); seed <= seeds; seed++ {
 					for trial := range trials {
-						sum.add(replayAdmissions(t, k, how, mem, seed, trial))
+						if _, why, ok := replayRateChanges(t, k, how, mem, seed, trial, &sum); !ok {
+							t.Fatalf("store seed %d, trial %d: the bounded store forgave: %s", seed, trial, why)
+						}
 					}
 				}
 				t.Logf("%-22s %-13v debts%d: %d decisions, exact allowed %d, bounded refused %d of those (%.2f %%)",
@@ -1084,82 +1090,21 @@ func TestSlidingLogUnderAdmission(t *testing.T) {
 	}
 }
 
-// admissions counts a replay's decisions, those the exact store allowed,
-// and those of these the bounded store refused.
+// admissions counts a replay's decisions of cost 1 or more, those the
+// exact store allowed, and those of these the bounded store refused.
 type admissions struct{ decisions, allowed, refused int }
 
-func (a *admissions) add(b admissions) {
-	a.decisions, a.allowed, a.refused = a.decisions+b.decisions, a.allowed+b.allowed, a.refused+b.refused
-}
-
-// replayAdmissions replays replayChanging's history for trial, with
-// requests of cost 1 or more, on a 4-key store hashing with seed and an
-// unbounded one, and counts its admissions (see admissions).
-func replayAdmissions(t *testing.T, k limiterKind, how floodgate.Inherit, mem int, seed, trial uint64) admissions {
-	t.Helper()
-	clk := &replayClock{t: time.Unix(1_700_000_000, 0)}
-	opts := append([]floodgate.Option{floodgate.WithClock(clk.now)}, k.opts...)
-	bounded, err := k.build(k.rate, append(opts, floodgate.WithMaxKeys(4), floodgate.WithShards(1),
-		floodgate.WithDebtMemory(mem), floodgate.WithStoreSeed(seed))...)
-	mustNot(t, err)
-	reference, err := k.build(k.rate, opts...)
-	mustNot(t, err)
-	changes := rateChanges(k, how)
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(trial, 7))
-	var a admissions
-	for step := 0; step < 1500; step++ {
-		key := fmt.Sprint("k", rng.IntN(24))
-		if rng.IntN(100) < 2 {
-			c := changes[rng.IntN(len(changes))]
-			mustNot(t, bounded.(floodgate.RateSetter).SetRate(ctx, c))
-			mustNot(t, reference.(floodgate.RateSetter).SetRate(ctx, c))
-			k.rate, k.capacity = c.Rate, c.Rate.Limit
-			continue
-		}
-		switch r := rng.IntN(100); {
-		case r < 6:
-			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(2 * k.rate.Period))))
-		case r < 8:
-			clk.t = clk.t.Add(-time.Duration(rng.Int64N(int64(k.rate.Period))))
-		case r < 30:
-			clk.t = clk.t.Add(time.Duration(rng.Int64N(int64(k.rate.Period / 20))))
-		case r < 36:
-			n := 1 + rng.IntN(k.capacity)
-			mustNot(t, bounded.RefundN(ctx, key, n))
-			mustNot(t, reference.RefundN(ctx, key, n))
-		case r < 38:
-			mustNot(t, bounded.Reset(ctx, key))
-			mustNot(t, reference.Reset(ctx, key))
-		default:
-			n := 1 + rng.IntN(k.capacity)
-			got, err := bounded.AllowN(ctx, key, n)
-			mustNot(t, err)
-			a.decisions++
-			if !got.Allowed && !k.countDenied {
-				// The exact store sees only what the bounded one allowed
-				// (see replayChanging): a report says whether it would
-				// have allowed this one.
-				want, err := reference.AllowN(ctx, key, 0)
-				mustNot(t, err)
-				if want.Remaining >= n {
-					a.allowed++
-					a.refused++
-				}
-				continue
-			}
-			want, err := reference.AllowN(ctx, key, n)
-			mustNot(t, err)
-			if got.Allowed && !want.Allowed {
-				t.Fatalf("store seed %d, trial %d, step %d, %s n=%d: bounded %+v, exact %+v: forgiven", seed, trial, step, key, n, got, want)
-			}
-			if want.Allowed {
-				a.allowed++
-				if !got.Allowed {
-					a.refused++
-				}
-			}
+// count counts a decision of cost n that the exact store would allow
+// (exact) and the bounded one allowed (got); a nil a counts nothing.
+func (a *admissions) count(n int, exact, got bool) {
+	if a == nil || n == 0 {
+		return
+	}
+	a.decisions++
+	if exact {
+		a.allowed++
+		if !got {
+			a.refused++
 		}
 	}
-	return a
 }
