@@ -3,8 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,34 +51,11 @@ func BenchmarkCallerContext(b *testing.B) {
 				b.Run(fmt.Sprintf("callers=%d/%s/%s", callers, kind, c.name), func(b *testing.B) {
 					populate(b, f)
 					b.ReportAllocs()
-					b.ResetTimer()
-					start := time.Now()
-					var next, failed atomic.Int64
-					var wg sync.WaitGroup
-					for g := 0; g < callers; g++ {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							ctx := context.Background()
-							if kind == "request" {
-								var cancel context.CancelFunc
-								ctx, cancel = context.WithCancel(ctx)
-								defer cancel()
-							}
-							for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-								if err := f(ctx, benchKeyNames[i%benchKeys]); err != nil {
-									failed.Add(1)
-								}
-							}
-						}()
+					var newCtx func() (context.Context, context.CancelFunc)
+					if kind == "request" {
+						newCtx = func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
 					}
-					wg.Wait()
-					elapsed := time.Since(start)
-					b.StopTimer()
-					if n := failed.Load(); n > 0 {
-						b.Fatalf("%d of %d decisions failed", n, b.N)
-					}
-					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+					decideConcurrently(b, callers, newCtx, f)
 				})
 			}
 		}

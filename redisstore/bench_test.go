@@ -86,40 +86,48 @@ func BenchmarkDecisions(b *testing.B) {
 				populate(b, f)
 				b.ReportAllocs()
 				before := serverCost(b, addr)
-				b.ResetTimer()
-				start := time.Now()
-				var next atomic.Int64
-				var failed atomic.Int64
-				var wg sync.WaitGroup
-				for g := 0; g < callers; g++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						ctx := context.Background()
-						for {
-							i := next.Add(1)
-							if i > int64(b.N) {
-								return
-							}
-							if err := f(ctx, benchKeyNames[i%benchKeys]); err != nil {
-								failed.Add(1)
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				elapsed := time.Since(start)
-				b.StopTimer()
-				if failed.Load() > 0 {
-					b.Fatalf("%d of %d decisions failed", failed.Load(), b.N)
-				}
-				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+				decideConcurrently(b, callers, nil, f)
 				after := serverCost(b, addr)
 				b.ReportMetric((after.cpu-before.cpu)/float64(b.N), "server-µs/decision")
 				b.ReportMetric((after.scripts-before.scripts)/float64(b.N), "script-µs/decision")
 			})
 		}
 	}
+}
+
+// decideConcurrently times b.N decisions of f over the populated keys
+// from callers goroutines, each under the context newCtx returns (or
+// context.Background if newCtx is nil), fails b if any decision failed,
+// and reports decisions a second. The timer is stopped when it returns.
+func decideConcurrently(b *testing.B, callers int, newCtx func() (context.Context, context.CancelFunc), f func(ctx context.Context, key string) error) {
+	b.ResetTimer()
+	start := time.Now()
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if newCtx != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = newCtx()
+				defer cancel()
+			}
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := f(ctx, benchKeyNames[i%benchKeys]); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d decisions failed", n, b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 }
 
 // serverTotals are a server's running totals, in microseconds: its CPU
