@@ -6,14 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/redisstore"
-	"github.com/floodgate-go/floodgate/redisstore/goredisstore"
 	"github.com/floodgate-go/floodgate/redisstore/internal/redistest"
-	"github.com/floodgate-go/floodgate/redisstore/rueidisstore"
 )
 
 // BenchmarkCallerContext measures what a caller's context that can end
@@ -29,17 +24,11 @@ import (
 // (TestSharedDialSparesOthers).
 func BenchmarkCallerContext(b *testing.B) {
 	addr := redistest.Shared(b)
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	b.Cleanup(func() { _ = rdb.Close() })
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(rc.Close)
+	cs := clients(b, addr)
 	rate := floodgate.Rate{Limit: 1000000, Period: time.Second}
 	for _, callers := range []int{1, 256} {
 		for _, kind := range []string{"background", "request"} {
-			for _, c := range []client{{"go-redis", goredisstore.New(rdb)}, {"rueidis", rueidisstore.New(rc)}} {
+			for _, c := range cs {
 				l, err := redisstore.NewTokenBucket(c.s, rate, redisstore.WithPrefix(prefix(b)), redisstore.WithTimeout(10*time.Second))
 				if err != nil {
 					b.Fatal(err)
