@@ -263,10 +263,29 @@ func (l *base) checkCostNow(n int) (int, error) {
 func (l *base) readRate(ctx context.Context, force bool) error {
 	l.rates.mu.Lock()
 	defer l.rates.mu.Unlock()
-	start := int64(time.Since(l.epoch))
-	if !force && start-l.rates.checked.Load() < int64(l.rates.refresh) {
+	if !force && int64(time.Since(l.epoch))-l.rates.checked.Load() < int64(l.rates.refresh) {
 		return nil
 	}
+	return l.readRecord(ctx)
+}
+
+// readRateSince reads the record unless a read that began after since (a
+// time as readAt) has reached it meanwhile: the callers that wait for
+// one read share it, so a burst of them costs Redis one read at a time.
+func (l *base) readRateSince(ctx context.Context, since int64) error {
+	l.rates.mu.Lock()
+	defer l.rates.mu.Unlock()
+	if l.rates.readAt.Load() > since {
+		return nil
+	}
+	return l.readRecord(ctx)
+}
+
+// readRecord reads the record and adopts it if it is newer than the one
+// known, or puts the known one back if it is older or missing; rates.mu
+// is held.
+func (l *base) readRecord(ctx context.Context) error {
+	start := int64(time.Since(l.epoch))
 	r, err := readRateScript.run(ctx, l.client, []string{l.rates.record}, nil)
 	if err != nil && (r == nil || !errors.Is(err, ErrNotReplicated)) { // a read needs no replica
 		return fmt.Errorf("reading the rate record: %w", err)
@@ -288,22 +307,6 @@ func (l *base) readRate(ctx context.Context, force bool) error {
 	l.rates.checked.Store(start)
 	l.rates.readAt.Store(start)
 	return nil
-}
-
-// readRateSince reads the record unless a read that began after since (a
-// time as readAt) has reached it meanwhile: the callers that wait for
-// one read share it, so a burst of them costs Redis one read at a time.
-func (l *base) readRateSince(ctx context.Context, since int64) error {
-	if l.rates.readAt.Load() > since {
-		return nil
-	}
-	l.rates.mu.Lock()
-	done := l.rates.readAt.Load() > since
-	l.rates.mu.Unlock()
-	if done {
-		return nil
-	}
-	return l.readRate(ctx, true)
 }
 
 // healRate puts the known record back into Redis, where it is missing
